@@ -1,0 +1,17 @@
+# mmserve_test(NAME SOURCES... LIBS...): a GoogleTest binary registered with CTest (tests run from the
+# source tree's fixtures; discovery at test time so building never runs test code).
+function(mmserve_test name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE MMSERVE_FIXTURES_DIR="${MMSERVE_FIXTURES_DIR}"
+                                             MMSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 600)
+endfunction()
+
+# mmserve_bench(NAME SOURCES... LIBS...): a Google Benchmark binary (not run by `make test`).
+function(mmserve_bench name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} benchmark::benchmark benchmark::benchmark_main)
+endfunction()

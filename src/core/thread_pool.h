@@ -1,0 +1,51 @@
+// A fixed-size thread pool with a bounded queue, for CPU work outside the kernels (image decoding and
+// preprocessing, tokenisation). Kernels parallelise with OpenMP/OpenBLAS instead.
+//
+// submit() returns a std::future; try_submit() refuses work when the queue is full so that callers can
+// apply back-pressure (the server answers 429) instead of queueing without bound. The destructor drains
+// the queue and joins. parallel_for() splits [0, n) into chunks over the pool and waits.
+// Tests: tests/unit/core/thread_pool_test.cpp.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace mmserve {
+
+class ThreadPool {
+ public:
+  // threads == 0 means std::thread::hardware_concurrency(). queue_limit == 0 means unbounded.
+  explicit ThreadPool(size_t threads, size_t queue_limit = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t size() const { return workers_.size(); }
+  // Blocks while the queue is full.
+  std::future<void> submit(std::function<void()> task);
+  // Returns nullopt (and does nothing) when the queue is full.
+  std::optional<std::future<void>> try_submit(std::function<void()> task);
+  // Runs body(i) for i in [0, n) across the pool and the calling thread; returns when all are done.
+  void parallel_for(size_t n, const std::function<void(size_t)>& body);
+  size_t queued() const;
+
+ private:
+  void worker_loop();
+
+  mutable std::mutex mutex_;
+  std::condition_variable not_empty_;
+  std::condition_variable not_full_;
+  std::deque<std::packaged_task<void()>> queue_;
+  std::vector<std::thread> workers_;
+  size_t queue_limit_;
+  bool stopping_ = false;
+};
+
+}  // namespace mmserve
