@@ -88,4 +88,12 @@ Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
   return t;
 }
 
+Tensor Tensor::slice_cols(int64_t begin, int64_t end) const {
+  MMSERVE_CHECK(dims_ >= 1 && begin >= 0 && begin <= end && end <= shape_[dims_ - 1], "bad column slice");
+  Tensor t = *this;
+  t.shape_[dims_ - 1] = end - begin;
+  t.data_ = static_cast<char*>(data_) + storage_bytes(dtype_, begin * strides_[dims_ - 1]);
+  return t;
+}
+
 }  // namespace mmserve

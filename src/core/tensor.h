@@ -60,6 +60,9 @@ class Tensor {
   Tensor reshape(const std::vector<int64_t>& shape) const;
   // Rows [begin, end) of dimension 0, still a view.
   Tensor slice_rows(int64_t begin, int64_t end) const;
+  // Columns [begin, end) of the last dimension, keeping the other strides (e.g. q, k, v as slices of one
+  // fused [rows, 3 * hidden] projection).
+  Tensor slice_cols(int64_t begin, int64_t end) const;
 
  private:
   int normalize_dim(int dim) const;

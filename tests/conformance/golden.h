@@ -1,0 +1,77 @@
+// Helpers for conformance tests: read goldens (safetensors written by tools/reference/) and compare.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/safetensors.h"
+
+namespace mmserve::testing {
+
+inline std::string fixture(const std::string& relative) { return std::string(MMSERVE_FIXTURES_DIR) + "/" + relative; }
+
+class Golden {
+ public:
+  explicit Golden(const std::string& path) {
+    auto file = SafetensorsFile::open(path);
+    EXPECT_TRUE(file.ok()) << file.status().to_string();
+    if (file.ok()) file_ = std::move(*file);
+  }
+  bool ok() const { return file_ != nullptr; }
+  std::vector<int64_t> shape(const std::string& name) const { return info(name).shape; }
+  std::vector<float> f32(const std::string& name) const {
+    const TensorInfo& t = info(name);
+    EXPECT_EQ(t.dtype, DType::kF32) << name;
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    std::memcpy(out.data(), t.data, t.nbytes);
+    return out;
+  }
+  std::vector<int64_t> i64(const std::string& name) const {
+    const TensorInfo& t = info(name);
+    EXPECT_EQ(t.dtype, DType::kI64) << name;
+    std::vector<int64_t> out(static_cast<size_t>(t.numel()));
+    std::memcpy(out.data(), t.data, t.nbytes);
+    return out;
+  }
+  std::vector<uint8_t> u8(const std::string& name) const {
+    const TensorInfo& t = info(name);
+    return std::vector<uint8_t>(t.data, t.data + t.nbytes);
+  }
+  const SafetensorsFile& file() const { return *file_; }
+
+ private:
+  const TensorInfo& info(const std::string& name) const {
+    const TensorInfo* t = file_->find(name);
+    if (t == nullptr) {
+      ADD_FAILURE() << "golden tensor " << name << " missing";
+      static TensorInfo empty;
+      return empty;
+    }
+    return *t;
+  }
+  std::unique_ptr<SafetensorsFile> file_;
+};
+
+// max |a - b| / max |b|: the error relative to the tensor's scale (robust to entries near zero).
+inline double relative_error(const float* a, const float* b, size_t n) {
+  double max_diff = 0.0, max_ref = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(b[i])));
+  }
+  return max_ref == 0.0 ? max_diff : max_diff / max_ref;
+}
+
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  return relative_error(a.data(), b.data(), std::min(a.size(), b.size()));
+}
+
+}  // namespace mmserve::testing

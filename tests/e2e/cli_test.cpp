@@ -1,0 +1,194 @@
+// End-to-end tests of the `mmserve` binary as a user runs it: real processes, real files, JSON parsed from
+// stdout, exit codes and stderr messages checked. Covers embed (against HF's goldens), tokenize, inspect,
+// demo-model, and the bad-input paths: each must print a clear error and exit non-zero, never crash.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "../conformance/golden.h"
+
+namespace mmserve {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::fixture;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result run(const std::vector<std::string>& args) {
+  const fs::path err_file = fs::temp_directory_path() / ("mmserve_cli_err_" + std::to_string(::getpid()));
+  std::string cmd = quote(MMSERVE_BINARY);
+  for (const std::string& a : args) cmd += " " + quote(a);
+  cmd += " 2>" + quote(err_file.string());
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::ifstream e(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  fs::remove(err_file);
+  return r;
+}
+
+fs::path temp_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("mmserve_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void expect_user_error(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("mmserve: error:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err << "\nexpected to mention: " << needle;
+}
+
+TEST(Cli, EmbedMatchesHfGoldens) {
+  const std::string model = fixture("clip-tiny-quickgelu-f32");
+  Result r = run({"embed", "--model", model, "--image", fixture("images/rocket.jpg"), "--image",
+                  fixture("images/chelsea.png"), "--text", "a photo of a cat", "--text", "", "--output", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json out = nlohmann::json::parse(r.out);
+  testing::Golden golden(model + "/golden.safetensors");
+  const std::vector<float> image_ref = golden.f32("image_embeds"), text_ref = golden.f32("text_embeds");
+  const size_t dim = 10;  // projection_dim of this fixture
+  ASSERT_EQ(out["image_embeds"].size(), 2u);
+  ASSERT_EQ(out["text_embeds"].size(), 2u);
+  ASSERT_EQ(out["logits_per_image"].size(), 2u);
+  ASSERT_EQ(out["logits_per_image"][0].size(), 2u);
+  // golden.json lists rocket.jpg, chelsea.png first among images and "a photo of a cat", "" first among texts.
+  for (size_t row = 0; row < 2; ++row) {
+    std::vector<float> img = out["image_embeds"][row].get<std::vector<float>>();
+    std::vector<float> txt = out["text_embeds"][row].get<std::vector<float>>();
+    ASSERT_EQ(img.size(), dim);
+    EXPECT_LE(testing::relative_error(img.data(), image_ref.data() + row * dim, dim), 1e-4) << "image " << row;
+    EXPECT_LE(testing::relative_error(txt.data(), text_ref.data() + row * dim, dim), 1e-4) << "text " << row;
+  }
+}
+
+TEST(Cli, TokenizeGivesHfIds) {
+  Result r = run({"tokenize", "--model", fixture("clip-tiny-quickgelu-f32"), "--text", "a photo of a cat", "--text", ""});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["input_ids"][0].get<std::vector<int>>(), (std::vector<int>{49406, 320, 1125, 539, 320, 2368, 49407}));
+  EXPECT_EQ(out["input_ids"][1].get<std::vector<int>>(), (std::vector<int>{49406, 49407}));
+  Result plain = run({"tokenize", "--model", fixture("clip-tiny-quickgelu-f32"), "--no-special", "--text",
+                      "a photo of a cat<|endoftext|>"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_EQ(nlohmann::json::parse(plain.out)["input_ids"][0].get<std::vector<int>>(),
+            (std::vector<int>{320, 1125, 539, 320, 2368, 49407}));
+}
+
+TEST(Cli, InspectReportsArchitectureAndSize) {
+  Result r = run({"inspect", "--model", fixture("clip-tiny-gelu-f16-sharded")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["architecture"], "CLIPModel");
+  EXPECT_EQ(out["shards"], 2);
+  EXPECT_EQ(out["parameters"], 414985);  // HF's index.json metadata says total_parameters 414985
+  EXPECT_EQ(out["bytes_on_disk"], 829970);
+  EXPECT_EQ(out["parameters_by_dtype"]["f16"], 414985);
+  EXPECT_TRUE(out["supported"].get<bool>());
+}
+
+TEST(Cli, DemoModelWritesALoadableClip) {
+  fs::path dir = temp_dir("demo") / "model";
+  Result w = run({"demo-model", "--output", dir.string()});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  Result again = run({"demo-model", "--output", dir.string()});
+  expect_user_error(again, "not empty");
+  Result e = run({"embed", "--model", dir.string(), "--image", fixture("images/camera.png"), "--text", "a cat"});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  nlohmann::json out = nlohmann::json::parse(e.out);
+  std::vector<float> v = out["image_embeds"][0].get<std::vector<float>>();
+  ASSERT_EQ(v.size(), 128u);
+  double norm = 0;
+  for (float x : v) norm += x * x;
+  EXPECT_NEAR(norm, 1.0, 1e-5);
+  fs::remove_all(dir.parent_path());
+}
+
+TEST(Cli, BadInputsGiveClearErrors) {
+  const fs::path base = temp_dir("bad");
+  const std::string good = fixture("clip-tiny-quickgelu-f32");
+  auto copy_model = [&](const std::string& name) {
+    fs::path d = base / name;
+    fs::create_directories(d);
+    for (const auto& entry : fs::directory_iterator(good)) fs::copy_file(entry.path(), d / entry.path().filename());
+    return d;
+  };
+
+  expect_user_error(run({"embed", "--model", good}), "nothing to embed");
+  expect_user_error(run({"embed", "--model", good, "--image", (base / "missing.png").string()}), "missing.png");
+  expect_user_error(run({"embed", "--model", good, "--image", fixture("images/truncated.jpg")}), "JPEG");
+  expect_user_error(run({"embed", "--model", good, "--image", fixture("images/rocket.jpg"), "--max-pixels", "1000"}),
+                    "pixels");
+  {
+    std::ofstream(base / "garbage.png") << "this is not an image";
+    expect_user_error(run({"embed", "--model", good, "--image", (base / "garbage.png").string()}), "format");
+  }
+  {
+    fs::path d = copy_model("bad_config");
+    std::ofstream(d / "config.json") << "{\"architectures\": [\"CLIPModel\"], \"text_config\": {";
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "config.json");
+  }
+  {
+    fs::path d = copy_model("wrong_type");
+    std::ofstream(d / "config.json") << R"({"architectures": ["CLIPModel"], "text_config": {"hidden_size": "big"}})";
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "hidden_size");
+  }
+  {
+    fs::path d = copy_model("unsupported_arch");
+    std::ofstream(d / "config.json") << R"({"architectures": ["BertModel"]})";
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "BertModel");
+  }
+  {
+    fs::path d = copy_model("truncated_weights");
+    fs::resize_file(d / "model.safetensors", fs::file_size(d / "model.safetensors") / 2);
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "model.safetensors");
+  }
+  {
+    fs::path d = copy_model("no_weights");
+    fs::remove(d / "model.safetensors");
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "model.safetensors");
+  }
+  {
+    fs::path d = copy_model("shape_mismatch");
+    std::ifstream in(good + "/config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    config["projection_dim"] = 11;
+    std::ofstream(d / "config.json") << config.dump();
+    expect_user_error(run({"embed", "--model", d.string(), "--text", "x"}), "mis-shaped");
+  }
+  {
+    fs::path d = copy_model("no_tokenizer");
+    fs::remove(d / "tokenizer.json");
+    expect_user_error(run({"tokenize", "--model", d.string(), "--text", "x"}), "tokenizer");
+  }
+  Result usage = run({"embed"});
+  EXPECT_EQ(usage.exit_code, 2) << "CLI11 usage errors exit 2";
+  fs::remove_all(base);
+}
+
+}  // namespace
+}  // namespace mmserve
