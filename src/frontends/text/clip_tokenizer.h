@@ -8,7 +8,7 @@
 // merges.txt / tokenizer.json), a per-word cache. Then BOS/EOS and truncation to `model_max_length` (77).
 // Loads from `tokenizer.json` or `vocab.json` + `merges.txt` (+ `tokenizer_config.json`/`special_tokens_map.json`
 // when present). Input must be valid UTF-8 (a Status otherwise).
-// Tests: tests/unit/frontends/clip_tokenizer_test.cpp, tests/conformance/clip_tokenizer_conformance_test.cpp;
+// Tests: tests/unit/frontends/text/*_test.cpp, tests/conformance/clip_tokenizer_conformance_test.cpp;
 // fuzz: fuzz/clip_tokenizer_fuzz.cpp.
 #pragma once
 

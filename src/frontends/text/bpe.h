@@ -1,0 +1,78 @@
+// The BPE model of HF `tokenizers` (models::bpe): one pre-tokenized word in, token ids out.
+//
+// A word is split into characters; the last one gets `end_of_word_suffix` ("</w>" for CLIP), every one but
+// the first gets `continuing_subword_prefix`; a character missing from the vocabulary becomes the unknown token
+// (each on its own unless fuse_unk). Then the pair with the lowest merge rank is merged, leftmost first on a
+// tie, until no pair has a merge: HF's priority-queue algorithm, ported step for step. Results are cached per
+// word (bounded, shared-mutex guarded), so `tokenize` is const and safe from many threads.
+// Tests: tests/unit/frontends/text/bpe_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "core/status.h"
+
+namespace mmserve::text {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+struct BpeConfig {
+  Vocab vocab;
+  std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  std::optional<std::string> unk_token;
+  std::string continuing_subword_prefix;
+  std::string end_of_word_suffix;
+  bool fuse_unk = false;
+};
+
+class BpeModel {
+ public:
+  // Checks the config: ids non-negative, every merge's parts and result in the vocabulary, the unknown token in
+  // the vocabulary. InvalidArgument naming the offending merge (1-based) or token otherwise.
+  static StatusOr<std::unique_ptr<BpeModel>> create(BpeConfig config);
+
+  // Appends the ids of `word` (one pre-token) to `out`. An empty word yields nothing.
+  void tokenize(std::string_view word, std::vector<int32_t>& out) const;
+
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  // The token of `id`, or nullptr when no token has that id.
+  const std::string* id_to_token(int32_t id) const;
+  // One past the largest id.
+  int64_t id_limit() const { return static_cast<int64_t>(id_to_token_.size()); }
+
+ private:
+  struct MergeTarget {
+    int32_t rank;
+    int32_t new_id;
+  };
+  static uint64_t pair_key(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+  std::vector<int32_t> merge_word(std::string_view word) const;
+
+  Vocab vocab_;
+  std::vector<std::string> id_to_token_;
+  std::vector<bool> has_token_;
+  std::unordered_map<uint64_t, MergeTarget> merges_;
+  int32_t unk_id_ = -1;
+  std::string continuing_subword_prefix_;
+  std::string end_of_word_suffix_;
+  bool fuse_unk_ = false;
+
+  mutable std::shared_mutex cache_mutex_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;
+};
+
+}  // namespace mmserve::text

@@ -1,0 +1,71 @@
+// The normalizer and pre-tokenizer stages of an HF `tokenizers` pipeline, as CLIP uses them.
+//
+// Normalizer: a sequence of NFC / Replace(pattern, content) / Lowercase. Pre-tokenizer: a sequence of
+// Split(pattern, behavior, invert) and ByteLevel(add_prefix_space, use_regex). Both are read from the
+// "normalizer" / "pre_tokenizer" objects of a tokenizer.json or built as transformers 5's CLIPTokenizer builds
+// them (`clip()`): NFC, Replace(\s+ -> " "), Lowercase; then Split(<CLIP regex>, removed, invert) and
+// ByteLevel(add_prefix_space=false, use_regex=true), where use_regex applies GPT-2's regex to each piece.
+// Other component types are Unimplemented (named in the error). Tests: tests/unit/frontends/text/*_test.cpp.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "frontends/text/onig_regex.h"
+
+namespace mmserve::text {
+
+// transformers 5 CLIPTokenizer's split pattern (the special-token alternatives first).
+inline constexpr const char* kClipSplitPattern =
+    R"(<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]|[^\s\p{L}\p{N}]+)";
+
+class Normalizer {
+ public:
+  static StatusOr<Normalizer> clip();
+  // `j` is tokenizer.json's "normalizer" (null: no normalisation). `label` prefixes errors.
+  static StatusOr<Normalizer> from_json(const nlohmann::json& j, const std::string& label);
+  // Normalises valid UTF-8 text (the result is valid UTF-8 too).
+  StatusOr<std::string> apply(std::string_view text) const;
+
+ private:
+  enum class Kind { kNfc, kLowercase, kReplace };
+  struct Step {
+    Kind kind;
+    std::shared_ptr<const OnigRegex> pattern;
+    std::string content;
+  };
+  static Status add_from_json(const nlohmann::json& j, const std::string& label, std::vector<Step>& steps);
+  std::vector<Step> steps_;
+};
+
+class PreTokenizer {
+ public:
+  enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+
+  static StatusOr<PreTokenizer> clip();
+  // `j` is tokenizer.json's "pre_tokenizer" (null: the whole span is one word).
+  static StatusOr<PreTokenizer> from_json(const nlohmann::json& j, const std::string& label);
+  // Splits one normalized span into the words BPE sees, appended to `words` (byte-level spelled when a
+  // ByteLevel step is present). Empty words are dropped.
+  Status apply(std::string_view normalized, std::vector<std::string>& words) const;
+
+ private:
+  struct Step {
+    bool byte_level = false;
+    // Split
+    std::shared_ptr<const OnigRegex> pattern;
+    Behavior behavior = Behavior::kRemoved;
+    bool invert = false;
+    // ByteLevel
+    bool add_prefix_space = false;
+    bool use_regex = true;
+  };
+  static Status add_from_json(const nlohmann::json& j, const std::string& label, std::vector<Step>& steps);
+  std::vector<Step> steps_;
+};
+
+}  // namespace mmserve::text
