@@ -6,7 +6,8 @@
 // alpha is dropped (not composited), 16-bit samples are reduced the way PIL's unpackers reduce them, palette
 // indices are expanded through the palette. A decompression-bomb guard reads the dimensions from the
 // header and refuses images above `max_pixels` before any pixel is decoded.
-// Tests: tests/unit/frontends/image_decode_test.cpp; fuzz: fuzz/image_decode_fuzz.cpp.
+// Tests: tests/unit/frontends/image/ (image_decode_test.cpp, png_variants_test.cpp); fuzz:
+// fuzz/image_decode_fuzz.cpp; conformance with PIL: tests/conformance/clip_pixels_test.cpp.
 #pragma once
 
 #include <cstdint>

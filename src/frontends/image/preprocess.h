@@ -7,7 +7,8 @@
 // size follows HF: the short side becomes `shortest_edge` and the long side is int(shortest_edge * long /
 // short), truncated. The crop follows HF's PIL path (offsets and zero padding when the image is smaller
 // than the crop). rescale_factor and image_mean/std come from preprocessor_config.json.
-// Tests: tests/unit/frontends/image_preprocess_test.cpp, tests/conformance/clip_pixels_test.cpp.
+// Tests: tests/unit/frontends/image/ (resample_test.cpp, preprocess_test.cpp),
+// tests/conformance/clip_pixels_test.cpp.
 #pragma once
 
 #include <array>
@@ -43,7 +44,8 @@ std::array<int, 2> shortest_edge_size(int width, int height, int shortest_edge);
 RgbImage center_crop(const RgbImage& src, int crop_width, int crop_height);
 // The uint8 image after resize and crop (what the conformance test compares level by level).
 RgbImage resize_and_crop(const RgbImage& src, const ClipPreprocessConfig& config);
-// The full pipeline: writes 3 * crop_height * crop_width floats (CHW) to `out`.
+// The full pipeline: writes 3 * cropped.height * cropped.width floats (CHW) to `out` (the crop size when
+// do_center_crop; the resized size otherwise).
 void to_pixel_values(const RgbImage& cropped, const ClipPreprocessConfig& config, float* out);
 
 }  // namespace mmserve::image

@@ -1,0 +1,216 @@
+// PNG decoding with libpng, reproducing PIL's PngImagePlugin `_MODES` + Unpack.c + Convert.c ("RGB").
+//
+// PIL's rules for each (bit depth, colour type), all reproduced here:
+//   gray 1/2/4/8   -> "1" / "L;2" / "L;4" / "L": samples scaled to 8 bits (x255, x85, x17, x1);
+//   gray 16        -> "I;16" (value v); convert("RGB") goes through I16_RGB / I;16->L: min(v, 255),
+//                     i.e. any value above 255 becomes white (no shift, no rescale);
+//   RGB 8/16       -> "RGB" / "RGB;16B": the most significant byte of each 16-bit sample;
+//   palette 1-8    -> "P": indices expanded through PLTE; entries past the PLTE length are black (PIL's
+//                     palette is calloc'ed); tRNS only sets info["transparency"], ignored by "RGB";
+//   gray+alpha 8/16-> "LA" / "LA;16B" (into RGBA): gray (its MSB), alpha dropped, not composited;
+//   RGBA 8/16      -> "RGBA" / "RGBA;16B": RGB (MSBs), alpha dropped.
+// Gray/RGB tRNS, gAMA, sRGB, iCCP and sBIT are ignored (PIL applies none of them), so the only libpng
+// transforms used are packing (sub-byte samples to one byte each, unscaled), strip_16 (keeps the MSB;
+// never for 16-bit gray, which needs the whole value) and Adam7 interlace handling. APNG files decode as
+// their default image (libpng skips the animation chunks), which is PIL's frame 0.
+// Errors: libpng's error callback longjmps back into the two small "guarded" functions below; they hold no
+// C++ object with a destructor. Benign errors (e.g. trailing compressed data) are warnings, as in PIL.
+// Tests: tests/unit/frontends/image/png_variants_test.cpp, image_decode_test.cpp.
+#include <png.h>
+
+#include <csetjmp>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "frontends/image/codecs.h"
+
+namespace mmserve::image::detail {
+namespace {
+
+// Trivially destructible reader state: lives across setjmp.
+struct PngReader {
+  png_structp png;
+  png_infop info;
+  const uint8_t* data;
+  size_t size;
+  size_t pos;
+  char message[256];
+};
+
+// What the pixel pass needs, filled from IHDR/PLTE after png_read_info.
+struct PngLayout {
+  int width;
+  int height;
+  int bit_depth;
+  int color_type;
+  int interlace;
+  size_t native_row_bytes;   // after packing / strip_16
+  uint8_t palette[256 * 3];  // zero beyond the PLTE entries, as PIL's palette
+};
+
+void on_png_error(png_structp png, png_const_charp message) {
+  auto* reader = static_cast<PngReader*>(png_get_error_ptr(png));
+  std::snprintf(reader->message, sizeof(reader->message), "%s", message);
+  png_longjmp(png, 1);
+}
+
+void on_png_warning(png_structp, png_const_charp) {}
+
+void on_png_read(png_structp png, png_bytep out, size_t count) {
+  auto* reader = static_cast<PngReader*>(png_get_io_ptr(png));
+  if (count > reader->size - reader->pos) png_error(png, "truncated data");
+  std::memcpy(out, reader->data + reader->pos, count);
+  reader->pos += count;
+}
+
+// Reads the signature and every chunk up to the first IDAT. False on a libpng error.
+bool read_info_guarded(PngReader* r, PngLayout* layout) {
+  if (setjmp(png_jmpbuf(r->png))) return false;
+  // libpng's default 1,000,000 x 1,000,000 limit would refuse a 2,000,000 x 1 strip PIL opens; our own
+  // pixel-count guard (applied by the caller) is the limit that matters.
+  png_set_user_limits(r->png, 0x7fffffff, 0x7fffffff);
+  png_set_benign_errors(r->png, 1);
+  png_set_read_fn(r->png, r, on_png_read);
+  png_read_info(r->png, r->info);
+  png_uint_32 width = 0, height = 0;
+  int bit_depth = 0, color_type = 0, interlace = 0;
+  png_get_IHDR(r->png, r->info, &width, &height, &bit_depth, &color_type, &interlace, nullptr, nullptr);
+  layout->width = static_cast<int>(width);
+  layout->height = static_cast<int>(height);
+  layout->bit_depth = bit_depth;
+  layout->color_type = color_type;
+  layout->interlace = interlace;
+  if (color_type == PNG_COLOR_TYPE_PALETTE) {
+    png_colorp entries = nullptr;
+    int count = 0;
+    if (png_get_PLTE(r->png, r->info, &entries, &count) == 0) png_error(r->png, "palette image without PLTE");
+    for (size_t i = 0; i < static_cast<size_t>(count) && i < 256; ++i) {
+      layout->palette[3 * i] = entries[i].red;
+      layout->palette[3 * i + 1] = entries[i].green;
+      layout->palette[3 * i + 2] = entries[i].blue;
+    }
+  }
+  return true;
+}
+
+int channels_of(int color_type) {
+  switch (color_type) {
+    case PNG_COLOR_TYPE_GRAY: return 1;
+    case PNG_COLOR_TYPE_GRAY_ALPHA: return 2;
+    case PNG_COLOR_TYPE_RGB: return 3;
+    case PNG_COLOR_TYPE_RGB_ALPHA: return 4;
+    case PNG_COLOR_TYPE_PALETTE: return 1;
+    default: return 0;
+  }
+}
+
+// One native row (after packing / strip_16) to RGB8, by PIL's rules (see the file comment).
+void convert_row(const PngLayout& layout, const uint8_t* in, uint8_t* out) {
+  const size_t width = static_cast<size_t>(layout.width);
+  switch (layout.color_type) {
+    case PNG_COLOR_TYPE_GRAY: {
+      if (layout.bit_depth == 16) {
+        for (size_t x = 0; x < width; ++x) {
+          const uint8_t v = in[2 * x] != 0 ? 255 : in[2 * x + 1];  // big-endian; min(v, 255)
+          out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = v;
+        }
+        return;
+      }
+      const int scale = layout.bit_depth == 1 ? 255 : layout.bit_depth == 2 ? 0x55 : layout.bit_depth == 4 ? 0x11 : 1;
+      for (size_t x = 0; x < width; ++x) {
+        const auto v = static_cast<uint8_t>(in[x] * scale);
+        out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = v;
+      }
+      return;
+    }
+    case PNG_COLOR_TYPE_GRAY_ALPHA:
+      for (size_t x = 0; x < width; ++x) out[3 * x] = out[3 * x + 1] = out[3 * x + 2] = in[2 * x];
+      return;
+    case PNG_COLOR_TYPE_RGB: std::memcpy(out, in, width * 3); return;
+    case PNG_COLOR_TYPE_RGB_ALPHA:
+      for (size_t x = 0; x < width; ++x) {
+        out[3 * x] = in[4 * x];
+        out[3 * x + 1] = in[4 * x + 1];
+        out[3 * x + 2] = in[4 * x + 2];
+      }
+      return;
+    case PNG_COLOR_TYPE_PALETTE:
+      for (size_t x = 0; x < width; ++x) std::memcpy(out + 3 * x, layout.palette + 3 * size_t{in[x]}, 3);
+      return;
+    default: return;
+  }
+}
+
+// Sets up the transforms and decodes every row into `rgb`. `rows` holds `height` pointers into a whole
+// native image when interlaced (Adam7 needs all rows at once), else one pointer to a single row buffer.
+bool read_pixels_guarded(PngReader* r, const PngLayout* layout, png_bytepp rows, uint8_t* rgb) {
+  if (setjmp(png_jmpbuf(r->png))) return false;
+  if (layout->bit_depth < 8) png_set_packing(r->png);
+  if (layout->bit_depth == 16 && layout->color_type != PNG_COLOR_TYPE_GRAY) png_set_strip_16(r->png);
+  const int passes = png_set_interlace_handling(r->png);
+  png_read_update_info(r->png, r->info);
+  if (png_get_rowbytes(r->png, r->info) != layout->native_row_bytes) {
+    png_error(r->png, "unexpected row size after transforms");
+  }
+  const size_t out_stride = static_cast<size_t>(layout->width) * 3;
+  if (passes > 1) {
+    png_read_image(r->png, rows);
+    for (int y = 0; y < layout->height; ++y) convert_row(*layout, rows[y], rgb + out_stride * static_cast<size_t>(y));
+  } else {
+    for (int y = 0; y < layout->height; ++y) {
+      png_read_row(r->png, rows[0], nullptr);
+      convert_row(*layout, rows[0], rgb + out_stride * static_cast<size_t>(y));
+    }
+  }
+  return true;
+}
+
+struct ReaderGuard {
+  PngReader* reader;
+  ~ReaderGuard() {
+    if (reader->png != nullptr) png_destroy_read_struct(&reader->png, &reader->info, nullptr);
+  }
+};
+
+Status png_error_status(const char* what) {
+  return invalid_argument(std::string("PNG: ") + what);
+}
+
+}  // namespace
+
+StatusOr<RgbImage> decode_png(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+  PngReader reader{};
+  reader.data = bytes.data();
+  reader.size = bytes.size();
+  ReaderGuard guard{&reader};
+  reader.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, on_png_error, on_png_warning);
+  if (reader.png == nullptr) return internal_error("PNG: cannot create the libpng reader");
+  reader.info = png_create_info_struct(reader.png);
+  if (reader.info == nullptr) return internal_error("PNG: cannot create the libpng info struct");
+
+  PngLayout layout{};
+  if (!read_info_guarded(&reader, &layout)) return png_error_status(reader.message);
+  RETURN_IF_ERROR(check_dimensions("PNG", layout.width, layout.height, options));
+  const int channels = channels_of(layout.color_type);
+  if (channels == 0) return png_error_status("unknown colour type");
+  const size_t bytes_per_sample = layout.bit_depth == 16 && layout.color_type == PNG_COLOR_TYPE_GRAY ? 2 : 1;
+  layout.native_row_bytes = static_cast<size_t>(layout.width) * static_cast<size_t>(channels) * bytes_per_sample;
+
+  RgbImage image;
+  image.width = layout.width;
+  image.height = layout.height;
+  image.pixels.resize(static_cast<size_t>(image.width) * static_cast<size_t>(image.height) * 3);
+  const bool interlaced = layout.interlace != PNG_INTERLACE_NONE;
+  std::vector<uint8_t> native(layout.native_row_bytes * (interlaced ? static_cast<size_t>(layout.height) : 1));
+  std::vector<png_bytep> rows(interlaced ? static_cast<size_t>(layout.height) : 1);
+  for (size_t y = 0; y < rows.size(); ++y) rows[y] = native.data() + y * layout.native_row_bytes;
+  if (!read_pixels_guarded(&reader, &layout, rows.data(), image.pixels.data())) {
+    return png_error_status(reader.message);
+  }
+  return image;
+}
+
+}  // namespace mmserve::image::detail
