@@ -39,7 +39,13 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--output", demo_dir, "directory to write")->required();
   demo_cmd->add_flag("--overwrite", overwrite, "replace an existing directory's files");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" with exit code 0; every real usage error exits 2.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   if (*embed_cmd) return run_embed(embed);
   if (*tok_cmd) return run_tokenize(tokenize);
   if (*inspect_cmd) return run_inspect(inspect_dir);

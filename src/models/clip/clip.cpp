@@ -290,6 +290,7 @@ Status ClipModel::encode_images(const Tensor& pixels, Tensor& image_embeds, Aren
                       weights_->get("vision_model.post_layernorm.bias"), v.layer_norm_eps, pooled);
   dump("vision.pooler_output", pooled);
   kernels::linear(pooled, weights_->get("visual_projection.weight"), nullptr, image_embeds);
+  dump("vision.image_features", image_embeds);  // HF 5's vision_model_output.pooler_output: projected, not normalised
   if (normalize) kernels::l2_normalize_rows(image_embeds);
   return ok_status();
 }
@@ -370,6 +371,7 @@ Status ClipModel::encode_texts(const std::vector<std::vector<int32_t>>& ids, Ten
   kernels::gather_rows(rows, eos_rows.data(), batch, pooled);
   dump("text.pooler_output", pooled);
   kernels::linear(pooled, weights_->get("text_projection.weight"), nullptr, text_embeds);
+  dump("text.text_features", text_embeds);  // HF 5's text_model_output.pooler_output: projected, not normalised
   if (normalize) kernels::l2_normalize_rows(text_embeds);
   return ok_status();
 }
