@@ -23,7 +23,8 @@ void linear(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, Act
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
-// Sets the number of threads OpenBLAS and OpenMP use (0 = leave the library defaults).
+// Sets the number of threads the CPU kernels use (0 = leave the default, OpenMP's). GEMMs are split over
+// that many OpenMP threads, each calling single-threaded OpenBLAS (two thread pools fight for the cores).
 void set_cpu_threads(int threads);
 int cpu_threads();
 
