@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/clip_executor.h"
+#include "kernels/common/blas_core.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ double time_ms(int iters, Fn&& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);
   std::string model_dir;
   int threads = 0, iters = 20, seq = 77;
   std::vector<int64_t> batches = {1, 16};
@@ -99,6 +101,10 @@ int main(int argc, char** argv) {
     });
     results.push_back({{"tower", "text"}, {"batch", batch}, {"median_ms", ms}, {"per_s", batch * 1000.0 / ms}});
   }
-  std::printf("%s\n", nlohmann::json({{"impl", "mmserve"}, {"threads", threads}, {"results", results}}).dump().c_str());
+  const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::printf("%s\n", nlohmann::json({{"impl", "mmserve"}, {"threads", threads}, {"blas_core", mmserve::kernels::blas_core_name()},
+                                      {"openblas_coretype", coretype ? coretype : ""}, {"results", results}})
+                          .dump()
+                          .c_str());
   return 0;
 }

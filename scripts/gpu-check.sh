@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one script for the GPU host: unpack the build carried from the dev machine (or build, if the toolchain
 # and -dev packages are there), run the tests, run the benchmarks against their baselines in the same run,
-# and print a short summary table last. Results land in $OUT (or ./gpu-check-out).
+# and print a short summary table last. Results: a temp folder, archived into $OUT/gpu-check.tgz when $OUT is set.
 #
 # On the dev machine:  make gpu-build && scripts/pack-gpu-build.sh     (writes .carry/gpu-build.tgz)
 # On the GPU host:     scripts/gpu-check.sh
@@ -9,8 +9,8 @@
 # and for HF transformers, the reference and baseline.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-check-out}
-mkdir -p "$OUT"
+# Results go to a work folder; when $OUT is set (the device tool), one archive of it lands there.
+RES=$(mktemp -d /tmp/gpu-check.XXXX)
 BIN=/tmp/mmserve-bin
 rm -rf "$BIN" && mkdir -p "$BIN"
 if [ -f .carry/gpu-build.tgz ]; then
@@ -25,7 +25,7 @@ summary=()
 # Tests: every carried gtest binary, from the source tree (fixtures are read from tests/fixtures).
 tests_failed=0
 for t in "$BIN"/tests/*; do
-  if "$t" --gtest_brief=1 > "$OUT/$(basename "$t").log" 2>&1; then
+  if "$t" --gtest_brief=1 > "$RES/$(basename "$t").log" 2>&1; then
     summary+=("test $(basename "$t"): pass")
   else
     summary+=("test $(basename "$t"): FAIL (see $(basename "$t").log)")
@@ -35,14 +35,16 @@ done
 
 # Benchmarks against their baselines.
 THREADS=${THREADS:-$(nproc)}
-if bench/run_clip_cpu_bench.sh "$BIN" "$OUT/clip_cpu" "$THREADS" > "$OUT/clip_cpu_table.md" 2> "$OUT/clip_cpu_bench.err"; then
+if bench/run_clip_cpu_bench.sh "$BIN" "$RES/clip_cpu" "$THREADS" > "$RES/clip_cpu_table.md" 2> "$RES/clip_cpu_bench.err"; then
   summary+=("bench clip cpu ($THREADS threads): ok")
 else
   summary+=("bench clip cpu: FAIL (see clip_cpu_bench.err)")
 fi
 
-echo "==================== gpu-check summary ($(date -u +%FT%TZ), $(git rev-parse --short HEAD 2>/dev/null || echo no-git)) ===="
+echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown-commit)}) ===="
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-cat "$OUT/clip_cpu_table.md" 2>/dev/null
+cat "$RES/clip_cpu_table.md" 2>/dev/null
+echo "results: $RES"
+if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 exit $tests_failed

@@ -11,6 +11,7 @@ cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
 # libgomp is not guaranteed on the host; everything else non-system is linked statically.
 cp -L "$(g++ -print-file-name=libgomp.so.1)" "$STAGE/lib/"
+find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry
 tar czf .carry/gpu-build.tgz -C "$STAGE" .
 rm -rf "$STAGE"

@@ -129,9 +129,10 @@ int run_inspect(const std::string& model_dir) {
   return 0;
 }
 
-int run_demo_model(const std::string& output_dir, bool overwrite) {
+int run_demo_model(const std::string& output_dir, bool overwrite, const std::string& architecture) {
   models::DemoModelOptions options;
   options.overwrite = overwrite;
+  options.architecture = architecture;
   Status status = models::write_demo_clip(output_dir, options);
   if (!status.ok()) return fail(status.message());
   std::fprintf(stderr, "wrote the demo CLIP (random weights, real tokenizer) to %s\n", output_dir.c_str());

@@ -27,7 +27,7 @@ struct TokenizeArgs {
 int run_tokenize(const TokenizeArgs& args);
 
 int run_inspect(const std::string& model_dir);
-int run_demo_model(const std::string& output_dir, bool overwrite);
+int run_demo_model(const std::string& output_dir, bool overwrite, const std::string& architecture);
 
 // Prints "mmserve: error: <message>" to stderr and returns 1.
 int fail(const std::string& message);

@@ -4,9 +4,11 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "kernels/common/blas_core.h"
 
 int main(int argc, char** argv) {
   using namespace mmserve::cli;
+  mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);  // before any work: OpenBLAS reads it at load
   CLI::App app{"mmserve: a multimodal inference server (CLIP today; Whisper, SAM and VLMs next)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mmserve 0.1.0");
@@ -38,6 +40,9 @@ int main(int argc, char** argv) {
   CLI::App* demo_cmd = app.add_subcommand("demo-model", "Write the built-in demo CLIP (random weights) to a directory");
   demo_cmd->add_option("--output", demo_dir, "directory to write")->required();
   demo_cmd->add_flag("--overwrite", overwrite, "replace an existing directory's files");
+  std::string demo_architecture = "small";
+  demo_cmd->add_option("--architecture", demo_architecture, "small (the demo) or vit-b32 (for benchmarks)")
+      ->check(CLI::IsMember({"small", "vit-b32"}));
 
   try {
     app.parse(argc, argv);
@@ -49,6 +54,6 @@ int main(int argc, char** argv) {
   if (*embed_cmd) return run_embed(embed);
   if (*tok_cmd) return run_tokenize(tokenize);
   if (*inspect_cmd) return run_inspect(inspect_dir);
-  if (*demo_cmd) return run_demo_model(demo_dir, overwrite);
+  if (*demo_cmd) return run_demo_model(demo_dir, overwrite, demo_architecture);
   return 2;
 }

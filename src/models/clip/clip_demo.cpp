@@ -49,7 +49,20 @@ Status write_text(const std::filesystem::path& path, const std::string& text) {
   return ok_status();
 }
 
-nlohmann::json demo_config() {
+nlohmann::json demo_config(const std::string& architecture) {
+  if (architecture == "vit-b32") {
+    return {
+        {"architectures", {"CLIPModel"}}, {"model_type", "clip"}, {"projection_dim", 512},
+        {"logit_scale_init_value", 2.6592}, {"torch_dtype", "float16"},
+        {"text_config",
+         {{"vocab_size", 49408}, {"hidden_size", 512}, {"intermediate_size", 2048}, {"num_hidden_layers", 12},
+          {"num_attention_heads", 8}, {"max_position_embeddings", 77}, {"hidden_act", "quick_gelu"},
+          {"eos_token_id", 2}, {"bos_token_id", 0}, {"pad_token_id", 1}}},
+        {"vision_config",
+         {{"hidden_size", 768}, {"intermediate_size", 3072}, {"num_hidden_layers", 12}, {"num_attention_heads", 12},
+          {"image_size", 224}, {"patch_size", 32}, {"hidden_act", "quick_gelu"}}},
+    };
+  }
   return {
       {"architectures", {"CLIPModel"}},
       {"model_type", "clip"},
@@ -78,7 +91,10 @@ Status write_demo_clip(const std::string& dir, const DemoModelOptions& options) 
   fs::create_directories(dir, ec);
   if (ec) return internal_error("cannot create " + dir + ": " + ec.message());
 
-  const nlohmann::json config_json = demo_config();
+  if (options.architecture != "small" && options.architecture != "vit-b32") {
+    return invalid_argument("unknown demo architecture '" + options.architecture + "' (small or vit-b32)");
+  }
+  const nlohmann::json config_json = demo_config(options.architecture);
   ASSIGN_OR_RETURN(ClipConfig config, parse_clip_config(config_json, "demo config"));
   RETURN_IF_ERROR(write_text(fs::path(dir) / "config.json", config_json.dump(2) + "\n"));
 

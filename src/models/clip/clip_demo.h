@@ -15,6 +15,8 @@ namespace mmserve::models {
 struct DemoModelOptions {
   uint64_t seed = 20261129;
   bool overwrite = false;  // otherwise an existing non-empty directory is an error
+  // "small" (the demo) or "vit-b32" (openai/clip-vit-base-patch32's architecture, for benchmarks).
+  std::string architecture = "small";
 };
 
 // Writes config.json, model.safetensors (f16), vocab.json, merges.txt, tokenizer_config.json,
