@@ -11,6 +11,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kAlreadyExists: return "ALREADY_EXISTS";
     case StatusCode::kOutOfRange: return "OUT_OF_RANGE";
     case StatusCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case StatusCode::kTooLarge: return "TOO_LARGE";
     case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
     case StatusCode::kFailedPrecondition: return "FAILED_PRECONDITION";
     case StatusCode::kDeadlineExceeded: return "DEADLINE_EXCEEDED";

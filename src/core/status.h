@@ -3,7 +3,7 @@
 // Everything a user can cause (bad input, a missing tensor, a truncated file, an unknown model) returns a
 // Status; nothing throws across a layer boundary. A broken internal invariant is a programmer error and
 // aborts through MMSERVE_CHECK. The codes mirror absl/gRPC so the api layer can map them to HTTP codes
-// (kInvalidArgument -> 400, kNotFound -> 404, kResourceExhausted -> 413/429, ...).
+// (kInvalidArgument -> 400, kNotFound -> 404, kTooLarge -> 413, kResourceExhausted -> 429, ...).
 // Tests: tests/unit/core/status_test.cpp.
 #pragma once
 
@@ -22,7 +22,8 @@ enum class StatusCode {
   kNotFound,           // missing file, model or tensor
   kAlreadyExists,
   kOutOfRange,         // offsets outside a buffer, truncated data
-  kResourceExhausted,  // too large (decompression bomb), out of memory, queue full
+  kResourceExhausted,  // out of memory, queue full (HTTP 429)
+  kTooLarge,           // an input above a size limit: body, image pixels (HTTP 413)
   kUnimplemented,      // a valid but unsupported feature (dtype, architecture)
   kFailedPrecondition, // not ready, wrong state
   kDeadlineExceeded,
@@ -57,6 +58,7 @@ inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgu
 inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status too_large(std::string m) { return {StatusCode::kTooLarge, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }

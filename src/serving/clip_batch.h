@@ -1,0 +1,34 @@
+// One dynamic batch of CLIP requests through one executor: every text of every request goes through
+// embed_texts as one batch and every image through embed_images as another (CLIP's towers are independent,
+// so each is batched on its own), then the rows are handed back to their requests in input order, with
+// logits_per_image for requests that have both kinds. Runs on the instance's engine thread only.
+//
+// Batch buckets: bucket_for() rounds a tower's batch size up to the configured buckets for metrics and
+// accounting. The compute is NOT padded on the CPU: padding only pays for CUDA graphs (one captured graph
+// per bucket), and on the CPU it would be pure waste. The CUDA path will pad to bucket_for() here.
+// Tests: tests/unit/serving/inference_server_test.cpp (batched results equal single-request results and
+// HF's goldens), request_queue_test.cpp (bucket_for).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/clip_executor.h"
+#include "serving/pending_request.h"
+
+namespace mmserve::serving {
+
+struct BatchRun {
+  std::vector<StatusOr<ResponseData>> responses;  // one per request, in batch order (times left to the caller)
+  int64_t texts = 0;                              // text tower batch size
+  int64_t images = 0;                             // image tower batch size
+  double compute_ms = 0;                          // both towers
+};
+
+// Consumes the requests' pixels (moved into the batch's buffer).
+BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch);
+
+// The smallest bucket >= n (buckets sorted ascending); n itself when it is above every bucket or n <= 0.
+int64_t bucket_for(int64_t n, const std::vector<int>& buckets);
+
+}  // namespace mmserve::serving

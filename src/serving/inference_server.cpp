@@ -1,0 +1,149 @@
+// InferenceServer (see inference_server.h): the thin front of the serving layer. It owns the metrics
+// registry, the bounded preprocessing pool shared by all models, and the model repository; submit() routes a
+// request to its model's runtime (model_runtime.cpp), which does the rest. start() loads every model it
+// should (a model that fails to load is FAILED with its reason; the server stays up and not ready) and
+// returns an error only when the repository cannot be read or a model named in models_to_load does not exist.
+// Tests: tests/unit/serving/inference_server_test.cpp.
+#include "serving/inference_server.h"
+
+#include <atomic>
+#include <future>
+
+#include "core/thread_pool.h"
+#include "serving/model_repository.h"
+#include "serving/serving_metrics.h"
+
+namespace mmserve::serving {
+
+const char* model_state_name(ModelState state) {
+  switch (state) {
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kFailed: return "FAILED";
+  }
+  return "UNAVAILABLE";
+}
+
+namespace {
+
+class InferenceServerImpl final : public InferenceServer {
+ public:
+  explicit InferenceServerImpl(ServerConfig config)
+      : config_(std::move(config)),
+        metrics_(registry_),
+        pool_(static_cast<size_t>(config_.preprocess_threads), static_cast<size_t>(config_.preprocess_queue)) {}
+
+  Status open_repository() {
+    RuntimeContext context;
+    context.preprocess_pool = &pool_;
+    context.metrics = &metrics_;
+    context.policy = config_.policy;
+    context.aging_ms_per_level = config_.aging_ms_per_level;
+    context.max_image_pixels = config_.max_image_pixels;
+    context.qos = config_.qos;
+    ASSIGN_OR_RETURN(repository_, ModelRepository::open(config_.model_repository, context));
+    return ok_status();
+  }
+
+  ~InferenceServerImpl() override { repository_.reset(); }  // stop the models before the pool goes
+
+  Status start() override {
+    std::vector<std::string> names = config_.models_to_load;
+    const std::vector<ModelStatus> all = repository_->scan();
+    if (names.empty()) {
+      for (const ModelStatus& m : all) names.push_back(m.name);
+    }
+    Status missing;
+    for (const std::string& name : names) {
+      Status loaded = repository_->load(name);
+      // A model that exists but fails to load is FAILED (see models()); only a bad name fails start().
+      if (!loaded.ok() && missing.ok() && !repository_->status(name).ok()) missing = loaded;
+    }
+    started_ = true;
+    return missing;
+  }
+
+  bool live() const override { return true; }
+  bool ready() const override { return started_ && !draining_ && repository_->wanted_models_ready(); }
+  std::vector<ModelStatus> models() const override { return repository_->scan(); }
+  StatusOr<ModelStatus> model_status(const std::string& name) const override { return repository_->status(name); }
+
+  StatusOr<ModelMetadata> model_metadata(const std::string& name) const override {
+    ASSIGN_OR_RETURN(auto runtime, repository_->ready_runtime(name));
+    return runtime->metadata();
+  }
+
+  Status load_model(const std::string& name) override {
+    if (draining_) return Status(StatusCode::kUnavailable, "the server is draining");
+    return repository_->load(name);
+  }
+  Status unload_model(const std::string& name) override { return repository_->unload(name); }
+
+  void submit(RequestSpec spec, Completion done) override {
+    const Clock::time_point submitted = Clock::now();
+    if (!done) done = [](const StatusOr<ResponseData>&) {};
+    auto runtime = repository_->ready_runtime(spec.model);
+    if (!runtime.ok()) {
+      // Unknown names are not counted: their label values would come from users.
+      if (runtime.status().code() != StatusCode::kNotFound) count_rejection(spec.model, RejectReason::kNotReady);
+      done(runtime.status());
+      return;
+    }
+    if (draining_) {
+      count_rejection(spec.model, RejectReason::kDraining);
+      done(Status(StatusCode::kUnavailable, "the server is draining"));
+      return;
+    }
+    (*runtime)->submit(std::move(spec), std::move(done), submitted);
+  }
+
+  StatusOr<ResponseData> infer(RequestSpec spec) override {
+    auto promise = std::make_shared<std::promise<StatusOr<ResponseData>>>();
+    std::future<StatusOr<ResponseData>> result = promise->get_future();
+    submit(std::move(spec), [promise](StatusOr<ResponseData> r) { promise->set_value(std::move(r)); });
+    return result.get();
+  }
+
+  bool drain(std::chrono::milliseconds timeout) override {
+    draining_ = true;
+    const Clock::time_point deadline = Clock::now() + timeout;
+    const std::vector<std::shared_ptr<ModelRuntime>> runtimes = repository_->loaded_runtimes();
+    // Refused under each runtime's admission lock, so a submit() racing with the flag above cannot slip in
+    // after its runtime was seen idle.
+    for (const auto& runtime : runtimes) {
+      runtime->stop_admitting(Status(StatusCode::kUnavailable, "the server is draining"), RejectReason::kDraining);
+    }
+    bool drained = true;
+    for (const auto& runtime : runtimes) drained = runtime->wait_idle(deadline) && drained;
+    return drained;
+  }
+
+  MetricsRegistry& metrics() override { return registry_; }
+
+ private:
+  void count_rejection(const std::string& model, RejectReason reason) {
+    metrics_.rejected.with({model, reject_reason_name(reason)}).inc();
+    metrics_.requests.with({model, outcome_name(Outcome::kRejected)}).inc();
+  }
+
+  const ServerConfig config_;
+  MetricsRegistry registry_;
+  ServingMetrics metrics_;
+  ThreadPool pool_;
+  std::unique_ptr<ModelRepository> repository_;  // declared after pool_: destroyed (models stopped) first
+  std::atomic<bool> started_{false};
+  std::atomic<bool> draining_{false};
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<InferenceServer>> InferenceServer::create(const ServerConfig& config) {
+  RETURN_IF_ERROR(validate_server_config(config, "server config"));
+  auto server = std::make_unique<InferenceServerImpl>(config);
+  RETURN_IF_ERROR(server->open_repository());
+  return std::unique_ptr<InferenceServer>(std::move(server));
+}
+
+}  // namespace mmserve::serving

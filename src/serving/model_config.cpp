@@ -1,0 +1,357 @@
+// The serving layer's YAML files: a model's mmserve.yaml (model_config.h) and the server-wide config
+// (inference_server.h). This is the one file that wraps yaml-cpp: its exceptions (syntax errors, failed
+// conversions) are caught here and become kInvalidArgument naming the file and the key. Every key is
+// optional; unknown keys are errors (a typo must not silently fall back to a default). Values are then
+// validated (ranges, bucket order) by validate_model_config / validate_server_config, which code that builds
+// configs by hand calls too. Tests: tests/unit/serving/model_config_test.cpp.
+#include "serving/model_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "core/tensor.h"
+#include "serving/inference_server.h"
+
+namespace mmserve::serving {
+namespace {
+
+constexpr int kPriorityLevelsMax = 64;  // bounds the {priority} label's cardinality
+constexpr int kInstancesMax = 64;
+
+// Where a value sits, for messages: "models/a/mmserve.yaml: key 'qos.image'".
+std::string where(const std::string& label, const std::string& key) {
+  return label + ": key '" + key + "'";
+}
+
+std::string scalar_text(const YAML::Node& node) {
+  if (!node.IsScalar()) return node.IsSequence() ? "a list" : node.IsMap() ? "a map" : "null";
+  return "'" + node.Scalar() + "'";
+}
+
+StatusOr<int64_t> read_int(const YAML::Node& node, const std::string& label, const std::string& key) {
+  if (node.IsScalar()) {
+    try {
+      return node.as<int64_t>();
+    } catch (const YAML::Exception&) {
+    }
+  }
+  return invalid_argument(where(label, key) + ": expected an integer, got " + scalar_text(node));
+}
+
+StatusOr<double> read_double(const YAML::Node& node, const std::string& label, const std::string& key) {
+  if (node.IsScalar()) {
+    try {
+      const double v = node.as<double>();
+      if (std::isfinite(v)) return v;
+    } catch (const YAML::Exception&) {
+    }
+  }
+  return invalid_argument(where(label, key) + ": expected a finite number, got " + scalar_text(node));
+}
+
+StatusOr<std::string> read_string(const YAML::Node& node, const std::string& label, const std::string& key) {
+  if (node.IsScalar()) return node.Scalar();
+  return invalid_argument(where(label, key) + ": expected a string, got " + scalar_text(node));
+}
+
+template <typename T, typename Read>
+StatusOr<std::vector<T>> read_list(const YAML::Node& node, const std::string& label, const std::string& key,
+                                   Read read) {
+  if (!node.IsSequence()) return invalid_argument(where(label, key) + ": expected a list, got " + scalar_text(node));
+  std::vector<T> out;
+  for (size_t i = 0; i < node.size(); ++i) {
+    ASSIGN_OR_RETURN(auto v, read(node[i], label, key + "[" + std::to_string(i) + "]"));
+    out.push_back(static_cast<T>(v));
+  }
+  return out;
+}
+
+StatusOr<int> read_int32(const YAML::Node& node, const std::string& label, const std::string& key) {
+  ASSIGN_OR_RETURN(int64_t v, read_int(node, label, key));
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+    return invalid_argument(where(label, key) + ": " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<int>(v);
+}
+
+// Parses the text into a map node (an empty document is an empty map).
+StatusOr<YAML::Node> load_map(const std::string& text, const std::string& label) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(label + ": invalid YAML at line " + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  if (root.IsNull()) return YAML::Node(YAML::NodeType::Map);
+  if (!root.IsMap()) return invalid_argument(label + ": expected a map of settings at the top level");
+  return root;
+}
+
+// Calls the handler registered for each key; an unregistered key is an error listing the known ones.
+using KeyHandler = std::function<Status(const YAML::Node&, const std::string& key)>;
+Status for_each_key(const YAML::Node& map, const std::string& label, const std::string& prefix,
+                    const std::map<std::string, KeyHandler>& handlers) {
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) return invalid_argument(label + ": a key that is not a string");
+    const std::string key = kv.first.Scalar();
+    auto it = handlers.find(key);
+    if (it == handlers.end()) {
+      std::string message = label;
+      message.append(": unknown key '").append(prefix).append(key).append("' (known:");
+      for (const auto& [name, _] : handlers) message.append(" ").append(name);
+      return invalid_argument(message.append(")"));
+    }
+    RETURN_IF_ERROR(it->second(kv.second, prefix + key));
+  }
+  return ok_status();
+}
+
+StatusOr<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found("cannot read " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return not_found("cannot read " + path);
+  return text.str();
+}
+
+// Powers of two below max_batch_size, then max_batch_size itself.
+std::vector<int> default_buckets(int max_batch_size) {
+  std::vector<int> out;
+  for (int b = 1; b < max_batch_size; b *= 2) out.push_back(b);
+  out.push_back(max_batch_size);
+  return out;
+}
+
+Status out_of_range_value(const std::string& label, const std::string& key, const std::string& value,
+                          const std::string& rule) {
+  return invalid_argument(where(label, key) + ": " + value + " " + rule);
+}
+
+}  // namespace
+
+Status validate_model_config(const ModelConfig& c, const std::string& label) {
+  auto device = parse_device(c.device);
+  if (!device.ok()) return invalid_argument(where(label, "device") + ": " + device.status().message());
+  if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
+    return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
+  }
+  if (c.instances < 1 || c.instances > kInstancesMax) {
+    return out_of_range_value(label, "instances", std::to_string(c.instances),
+                              "must be in 1.." + std::to_string(kInstancesMax));
+  }
+  if (c.max_batch_size < 1) {
+    return out_of_range_value(label, "max_batch_size", std::to_string(c.max_batch_size), "must be >= 1");
+  }
+  if (c.batch_buckets.empty()) return invalid_argument(where(label, "batch_buckets") + ": must not be empty");
+  for (size_t i = 0; i < c.batch_buckets.size(); ++i) {
+    if (c.batch_buckets[i] < 1) {
+      return out_of_range_value(label, "batch_buckets", std::to_string(c.batch_buckets[i]), "must be positive");
+    }
+    if (i > 0 && c.batch_buckets[i] <= c.batch_buckets[i - 1]) {
+      return invalid_argument(where(label, "batch_buckets") + ": must be strictly increasing (" +
+                              std::to_string(c.batch_buckets[i - 1]) + " then " + std::to_string(c.batch_buckets[i]) +
+                              ")");
+    }
+  }
+  if (c.batch_buckets.back() < c.max_batch_size) {
+    return invalid_argument(where(label, "batch_buckets") + ": the largest bucket (" +
+                            std::to_string(c.batch_buckets.back()) + ") is below max_batch_size (" +
+                            std::to_string(c.max_batch_size) + "), so a full batch would have no bucket");
+  }
+  if (!(c.max_queue_delay_ms >= 0) || !std::isfinite(c.max_queue_delay_ms)) {
+    return out_of_range_value(label, "max_queue_delay_ms", std::to_string(c.max_queue_delay_ms), "must be >= 0");
+  }
+  if (c.queue_size < 1) return out_of_range_value(label, "queue_size", std::to_string(c.queue_size), "must be >= 1");
+  if (c.priority_levels < 1 || c.priority_levels > kPriorityLevelsMax) {
+    return out_of_range_value(label, "priority_levels", std::to_string(c.priority_levels),
+                              "must be in 1.." + std::to_string(kPriorityLevelsMax));
+  }
+  if (c.default_priority < 1 || c.default_priority > c.priority_levels) {
+    return out_of_range_value(label, "default_priority", std::to_string(c.default_priority),
+                              "must be in 1..priority_levels (" + std::to_string(c.priority_levels) + ")");
+  }
+  if (!(c.default_timeout_ms >= 0) || !std::isfinite(c.default_timeout_ms)) {
+    return out_of_range_value(label, "default_timeout_ms", std::to_string(c.default_timeout_ms), "must be >= 0");
+  }
+  if (c.memory_quota_mb < 0) {
+    return out_of_range_value(label, "memory_quota_mb", std::to_string(c.memory_quota_mb), "must be >= 0");
+  }
+  if (c.threads < 0) return out_of_range_value(label, "threads", std::to_string(c.threads), "must be >= 0");
+  return ok_status();
+}
+
+StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std::string& label) {
+  ASSIGN_OR_RETURN(YAML::Node root, load_map(yaml_text, label));
+  ModelConfig c;
+  bool buckets_given = false;
+  auto set_int = [&](int* field) {
+    return [&label, field](const YAML::Node& n, const std::string& key) -> Status {
+      ASSIGN_OR_RETURN(*field, read_int32(n, label, key));
+      return ok_status();
+    };
+  };
+  auto set_double = [&](double* field) {
+    return [&label, field](const YAML::Node& n, const std::string& key) -> Status {
+      ASSIGN_OR_RETURN(*field, read_double(n, label, key));
+      return ok_status();
+    };
+  };
+  auto set_string = [&](std::string* field) {
+    return [&label, field](const YAML::Node& n, const std::string& key) -> Status {
+      ASSIGN_OR_RETURN(*field, read_string(n, label, key));
+      return ok_status();
+    };
+  };
+  const std::map<std::string, KeyHandler> handlers = {
+      {"device", set_string(&c.device)},
+      {"dtype", set_string(&c.dtype)},
+      {"instances", set_int(&c.instances)},
+      {"max_batch_size", set_int(&c.max_batch_size)},
+      {"batch_buckets",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.batch_buckets, read_list<int>(n, label, key, read_int32));
+         buckets_given = true;
+         return ok_status();
+       }},
+      {"max_queue_delay_ms", set_double(&c.max_queue_delay_ms)},
+      {"queue_size", set_int(&c.queue_size)},
+      {"priority_levels", set_int(&c.priority_levels)},
+      {"default_priority", set_int(&c.default_priority)},
+      {"default_timeout_ms", set_double(&c.default_timeout_ms)},
+      {"memory_quota_mb",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.memory_quota_mb, read_int(n, label, key));
+         return ok_status();
+       }},
+      {"threads", set_int(&c.threads)},
+  };
+  RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
+  // A max_batch_size without buckets gets buckets that reach it (the defaults stop at 64).
+  if (!buckets_given && c.max_batch_size >= 1) c.batch_buckets = default_buckets(c.max_batch_size);
+  RETURN_IF_ERROR(validate_model_config(c, label));
+  return c;
+}
+
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {
+  const std::string path = (std::filesystem::path(model_dir) / "mmserve.yaml").string();
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    ModelConfig defaults;
+    RETURN_IF_ERROR(validate_model_config(defaults, path));
+    return defaults;
+  }
+  ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_model_config(text, path);
+}
+
+Status validate_server_config(const ServerConfig& c, const std::string& label) {
+  if (!(c.aging_ms_per_level >= 0) || !std::isfinite(c.aging_ms_per_level)) {
+    return out_of_range_value(label, "aging_ms_per_level", std::to_string(c.aging_ms_per_level),
+                              "must be >= 0 (0 = no aging)");
+  }
+  if (c.preprocess_threads < 0 || c.preprocess_threads > 1024) {
+    return out_of_range_value(label, "preprocess_threads", std::to_string(c.preprocess_threads), "must be in 0..1024");
+  }
+  if (c.preprocess_queue < 1) {
+    return out_of_range_value(label, "preprocess_queue", std::to_string(c.preprocess_queue), "must be >= 1");
+  }
+  if (c.max_image_pixels < 1) {
+    return out_of_range_value(label, "max_image_pixels", std::to_string(c.max_image_pixels), "must be >= 1");
+  }
+  const std::pair<const char*, double> weights[] = {
+      {"qos.image", c.qos.image}, {"qos.audio", c.qos.audio}, {"qos.text", c.qos.text}};
+  for (const auto& [key, value] : weights) {
+    if (!(value >= 0) || !std::isfinite(value))
+      return out_of_range_value(label, key, std::to_string(value), "must be >= 0");
+  }
+  const std::pair<const char*, double> maxima[] = {{"qos.image_tokens_max", c.qos.image_tokens_max},
+                                                   {"qos.audio_seconds_max", c.qos.audio_seconds_max},
+                                                   {"qos.text_chars_max", c.qos.text_chars_max}};
+  for (const auto& [key, value] : maxima) {
+    if (!(value > 0) || !std::isfinite(value))
+      return out_of_range_value(label, key, std::to_string(value), "must be > 0");
+  }
+  return ok_status();
+}
+
+StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text, const std::string& label) {
+  ASSIGN_OR_RETURN(YAML::Node root, load_map(yaml_text, label));
+  ServerConfig c;
+  auto set_double = [&](double* field) {
+    return [&label, field](const YAML::Node& n, const std::string& key) -> Status {
+      ASSIGN_OR_RETURN(*field, read_double(n, label, key));
+      return ok_status();
+    };
+  };
+  const std::map<std::string, KeyHandler> qos_handlers = {
+      {"image", set_double(&c.qos.image)},
+      {"audio", set_double(&c.qos.audio)},
+      {"text", set_double(&c.qos.text)},
+      {"image_tokens_max", set_double(&c.qos.image_tokens_max)},
+      {"audio_seconds_max", set_double(&c.qos.audio_seconds_max)},
+      {"text_chars_max", set_double(&c.qos.text_chars_max)},
+  };
+  const std::map<std::string, KeyHandler> handlers = {
+      {"model_repository",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.model_repository, read_string(n, label, key));
+         return ok_status();
+       }},
+      {"models_to_load",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.models_to_load, read_list<std::string>(n, label, key, read_string));
+         return ok_status();
+       }},
+      {"policy",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(std::string policy, read_string(n, label, key));
+         if (policy == "fifo") {
+           c.policy = SchedulingPolicy::kFifo;
+         } else if (policy == "qos") {
+           c.policy = SchedulingPolicy::kQos;
+         } else {
+           return invalid_argument(where(label, key) + ": '" + policy + "' is not one of fifo, qos");
+         }
+         return ok_status();
+       }},
+      {"aging_ms_per_level", set_double(&c.aging_ms_per_level)},
+      {"preprocess_threads",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.preprocess_threads, read_int32(n, label, key));
+         return ok_status();
+       }},
+      {"preprocess_queue",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.preprocess_queue, read_int32(n, label, key));
+         return ok_status();
+       }},
+      {"max_image_pixels",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.max_image_pixels, read_int(n, label, key));
+         return ok_status();
+       }},
+      {"qos",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         if (!n.IsMap()) return invalid_argument(where(label, key) + ": expected a map, got " + scalar_text(n));
+         return for_each_key(n, label, key + ".", qos_handlers);
+       }},
+  };
+  RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
+  RETURN_IF_ERROR(validate_server_config(c, label));
+  return c;
+}
+
+StatusOr<ServerConfig> load_server_config(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, read_file(path));
+  return parse_server_config(text, path);
+}
+
+}  // namespace mmserve::serving

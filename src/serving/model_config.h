@@ -1,0 +1,50 @@
+// Per-model serving configuration: the optional `mmserve.yaml` beside a model's config.json, with defaults.
+//
+//   device: cpu                 # cpu | cuda | cuda:N (cuda lands with the CUDA backend)
+//   dtype: auto                 # auto | f32 | f16 | bf16
+//   instances: 1                # executors (each with its own engine thread)
+//   max_batch_size: 64
+//   batch_buckets: [1, 2, 4, 8, 16, 32, 64]
+//   max_queue_delay_ms: 5       # how long the batcher waits to fill a batch
+//   queue_size: 256             # requests waiting per model; beyond it: 429
+//   priority_levels: 3          # 1 = highest .. N
+//   default_priority: 2
+//   default_timeout_ms: 0       # 0 = none; otherwise a deadline for requests that set none
+//   memory_quota_mb: 0          # 0 = unlimited; loading refuses a model whose weights + arena exceed it
+//   threads: 0                  # CPU threads of the engine (0 = all)
+// Unknown keys and wrong types are errors naming the file and the key.
+// Tests: tests/unit/serving/model_config_test.cpp.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace mmserve::serving {
+
+struct ModelConfig {
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  int instances = 1;
+  int max_batch_size = 64;
+  std::vector<int> batch_buckets = {1, 2, 4, 8, 16, 32, 64};
+  double max_queue_delay_ms = 5.0;
+  int queue_size = 256;
+  int priority_levels = 3;
+  int default_priority = 2;
+  double default_timeout_ms = 0;
+  int64_t memory_quota_mb = 0;
+  int threads = 0;
+};
+
+// Parses YAML text (`label` names it in errors); missing keys keep their defaults.
+StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std::string& label);
+// Reads DIR/mmserve.yaml if present, else the defaults.
+StatusOr<ModelConfig> load_model_config(const std::string& model_dir);
+// The checks parse_model_config applies, for configs built in code: buckets positive and strictly increasing
+// with the last >= max_batch_size, max_batch_size >= 1, 1 <= default_priority <= priority_levels <= 64, ...
+Status validate_model_config(const ModelConfig& config, const std::string& label);
+
+}  // namespace mmserve::serving

@@ -1,0 +1,317 @@
+// ModelRuntime (see model_runtime.h): loading with quota and warm-up, admission, the preprocessing task, the
+// engine threads' batch loop, and finish(). Locks: state_mutex_ guards only the admission counters; the
+// queue's scheduling lock lives in request_queue.cpp; no lock is held while a batch runs or `done` is called.
+// Tests: tests/unit/serving/inference_server_test.cpp.
+#include "serving/model_runtime.h"
+
+#include <algorithm>
+
+#include "models/registry.h"
+#include "serving/clip_batch.h"
+
+namespace mmserve::serving {
+namespace {
+
+double ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+std::string mib(int64_t bytes) {
+  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
+
+}  // namespace
+
+ModelRuntime::ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context)
+    : name_(std::move(name)),
+      config_(std::move(config)),
+      context_(context),
+      metrics_(*context.metrics, name_, config_.priority_levels),
+      queue_(QueueOptions{context.policy, static_cast<size_t>(config_.queue_size), context.aging_ms_per_level,
+                          &metrics_.queue_depth(),
+                          [this](const PendingRequestPtr& r, const Status& s) { on_dropped(r, s); }}) {}
+
+ModelRuntime::~ModelRuntime() {
+  stop(Status(StatusCode::kUnavailable, "model " + name_ + " was unloaded"));
+}
+
+StatusOr<std::shared_ptr<ModelRuntime>> ModelRuntime::load(const std::string& name, const std::string& dir,
+                                                           const ModelConfig& config, const RuntimeContext& context) {
+  MMSERVE_CHECK(context.preprocess_pool != nullptr && context.metrics != nullptr, "incomplete RuntimeContext");
+  const Clock::time_point start = Clock::now();
+  std::shared_ptr<ModelRuntime> runtime(new ModelRuntime(name, config, context));
+  RETURN_IF_ERROR(runtime->load_instances(dir));
+  for (auto& executor : runtime->executors_) {
+    runtime->engines_.emplace_back([raw = runtime.get(), exec = executor.get()] { raw->engine_loop(exec); });
+  }
+  runtime->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
+  return runtime;
+}
+
+Status ModelRuntime::load_instances(const std::string& dir) {
+  ASSIGN_OR_RETURN(Device device, parse_device(config_.device));
+  if (!device.is_cpu()) {
+    return unimplemented("device " + config_.device +
+                         ": this build serves on the CPU only (the CUDA backend is a separate issue); set device: cpu");
+  }
+  if (config_.dtype != "auto" && config_.dtype != "f32") {
+    return unimplemented("dtype " + config_.dtype +
+                         ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32");
+  }
+  ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
+  MMSERVE_CHECK(family == models::Family::kClip, "only CLIP is registered");
+  ASSIGN_OR_RETURN(models::ModelSummary summary, models::inspect_model_dir(dir));
+  architecture_ = summary.architecture;
+
+  // The quota, first from the headers alone (refuses before reading any weight), then exactly.
+  const int64_t quota = config_.memory_quota_mb * (int64_t{1} << 20);
+  if (quota > 0 && summary.bytes_in_memory * config_.instances > quota) {
+    return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need at least " +
+                              mib(summary.bytes_in_memory * config_.instances) + " of weights but memory_quota_mb is " +
+                              std::to_string(config_.memory_quota_mb));
+  }
+  ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
+  ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
+
+  engine::ExecutorOptions options;
+  options.device = device;
+  options.threads = config_.threads;
+  options.batch_size_max = config_.max_batch_size;
+  for (int i = 0; i < config_.instances; ++i) {
+    ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
+    if (i == 0) {
+      // What ClipExecutor::create reserves: the arena for the largest chunk of either tower.
+      const models::ClipModel& model = executor->model();
+      const int64_t arena = static_cast<int64_t>(
+          std::max(model.image_workspace_bytes(options.batch_size_max),
+                   model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
+      memory_bytes_ = (static_cast<int64_t>(model.weight_bytes()) + arena) * config_.instances;
+      if (quota > 0 && memory_bytes_ > quota) {
+        return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need " +
+                                  mib(memory_bytes_) + " (weights + arena for max_batch_size " +
+                                  std::to_string(config_.max_batch_size) + ") but memory_quota_mb is " +
+                                  std::to_string(config_.memory_quota_mb));
+      }
+      embedding_dim_ = executor->embedding_dim();
+      image_size_ = executor->image_size();
+      max_text_tokens_ = model.config().text.max_position_embeddings;
+      if (image_config.do_center_crop &&
+          (image_config.crop_height != image_size_ || image_config.crop_width != image_size_)) {
+        return invalid_argument("preprocessor_config.json crops to " + std::to_string(image_config.crop_width) + "x" +
+                                std::to_string(image_config.crop_height) + " but the model takes " +
+                                std::to_string(image_size_) + "x" + std::to_string(image_size_) + " images");
+      }
+      PreprocessorOptions pre;
+      pre.image_size = image_size_;
+      pre.image_tokens = model.config().vision.num_patches();
+      pre.max_text_tokens = static_cast<int>(max_text_tokens_);
+      pre.max_image_pixels = context_.max_image_pixels;
+      pre.qos = context_.qos;
+      preprocessor_ = std::make_unique<RequestPreprocessor>(std::move(tokenizer), image_config, pre);
+    }
+    RETURN_IF_ERROR(warm(*executor));
+    executors_.push_back(std::move(executor));
+  }
+  return ok_status();
+}
+
+Status ModelRuntime::warm(engine::ClipExecutor& executor) {
+  ASSIGN_OR_RETURN(std::vector<int32_t> ids, preprocessor_->tokenize("a photo of a cat"));
+  auto texts = executor.embed_texts({ids});
+  if (!texts.ok()) return texts.status().with_context("warm-up text batch");
+  auto images = executor.embed_images(std::vector<float>(static_cast<size_t>(3 * image_size_ * image_size_), 0.0f), 1);
+  if (!images.ok()) return images.status().with_context("warm-up image batch");
+  return ok_status();
+}
+
+ModelMetadata ModelRuntime::metadata() const {
+  ModelMetadata m;
+  m.name = name_;
+  m.versions = {"1"};
+  m.platform = "mmserve_clip";
+  m.inputs = {
+      {"text", "BYTES", {-1}}, {"image", "BYTES", {-1}}, {"pixel_values", "FP32", {-1, 3, image_size_, image_size_}}};
+  m.outputs = {{"text_embeds", "FP32", {-1, embedding_dim_}},
+               {"image_embeds", "FP32", {-1, embedding_dim_}},
+               {"logits_per_image", "FP32", {-1, -1}}};
+  m.embedding_dim = embedding_dim_;
+  m.image_size = image_size_;
+  m.max_text_tokens = max_text_tokens_;
+  return m;
+}
+
+void ModelRuntime::reject(RejectReason reason, const Status& status, const Completion& done) {
+  metrics_.reject(reason);
+  metrics_.count(outcome_of(status));
+  done(status);
+}
+
+void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point submitted) {
+  auto refuse = [&](const Status& status) {
+    metrics_.count(outcome_of(status));
+    done(status);
+  };
+  if (spec.inputs.empty()) return refuse(invalid_argument("the request has no inputs"));
+  const int priority = spec.options.priority == 0 ? config_.default_priority : spec.options.priority;
+  if (priority < 1 || priority > config_.priority_levels) {
+    return refuse(invalid_argument("priority " + std::to_string(spec.options.priority) + " is outside 1.." +
+                                   std::to_string(config_.priority_levels) + " for model " + name_));
+  }
+  auto request = std::make_shared<PendingRequest>();
+  request->priority = priority;
+  request->submitted = submitted;
+  request->cancelled = std::move(spec.cancelled);
+  request->deadline = spec.options.deadline;
+  if (!request->deadline && config_.default_timeout_ms > 0) {
+    request->deadline = submitted + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double, std::milli>(config_.default_timeout_ms));
+  }
+  if (request->deadline && submitted >= *request->deadline) {
+    return refuse(Status(StatusCode::kDeadlineExceeded, "the request's deadline had passed when it arrived"));
+  }
+  Status admitted;
+  RejectReason why = RejectReason::kNotReady;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    if (stopping_) {
+      admitted = Status(StatusCode::kUnavailable, "model " + name_ + " is unloading");
+    } else if (!refusal_.ok()) {
+      admitted = refusal_;
+      why = refusal_reason_;
+    } else {
+      admitted = queue_.reserve();
+      if (admitted.code() == StatusCode::kResourceExhausted) why = RejectReason::kQueueFull;
+    }
+    if (admitted.ok()) {
+      ++inflight_;
+      ++preprocessing_;
+      metrics_.inflight().set(static_cast<double>(inflight_));
+    }
+  }
+  if (!admitted.ok()) return reject(why, admitted, done);
+  request->done = std::move(done);
+  auto task = [self = shared_from_this(), request, inputs = std::move(spec.inputs)]() mutable {
+    self->preprocess(request, inputs);
+  };
+  if (!context_.preprocess_pool->try_submit(std::move(task))) {
+    queue_.release();
+    metrics_.reject(RejectReason::kPreprocessFull);
+    {
+      std::lock_guard<std::mutex> lock(state_mutex_);
+      --preprocessing_;
+    }
+    finish(request, resource_exhausted("the preprocessing queue is full; retry later"));
+  }
+}
+
+void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<InputItem>& inputs) {
+  const Clock::time_point start = Clock::now();
+  Status status;
+  if (request->deadline && start >= *request->deadline) {
+    status = Status(StatusCode::kDeadlineExceeded, "the deadline passed before preprocessing started");
+  } else if (request->cancelled && request->cancelled()) {
+    status = Status(StatusCode::kCancelled, "the client cancelled the request before preprocessing");
+  } else {
+    status = preprocessor_->run(inputs, *request);
+    request->times.preprocess_ms = ms_between(start, Clock::now());
+    request->preprocessed = true;
+  }
+  if (status.ok()) {
+    status = queue_.push_reserved(request);  // on failure the queue released the slot
+  } else {
+    queue_.release();
+  }
+  if (!status.ok()) finish(request, status);
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (--preprocessing_ == 0) idle_.notify_all();
+}
+
+void ModelRuntime::engine_loop(engine::ClipExecutor* executor) {
+  BatchLimits limits;
+  limits.items_max = config_.max_batch_size;
+  limits.delay_max = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(config_.max_queue_delay_ms));
+  for (;;) {
+    std::vector<PendingRequestPtr> batch = queue_.pop_batch(limits);
+    if (batch.empty()) return;  // closed
+    run_batch(*executor, batch);
+  }
+}
+
+void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch) {
+  const Clock::time_point picked = Clock::now();
+  for (const PendingRequestPtr& r : batch) {
+    r->dequeued = true;
+    r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
+  }
+  BatchRun run = run_clip_batch(executor, batch);
+  if (run.texts > 0)
+    metrics_.text_batch_size().observe(static_cast<double>(bucket_for(run.texts, config_.batch_buckets)));
+  if (run.images > 0) {
+    metrics_.image_batch_size().observe(static_cast<double>(bucket_for(run.images, config_.batch_buckets)));
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PendingRequestPtr& r = batch[i];
+    r->times.compute_ms = run.compute_ms;
+    metrics_.compute_seconds(r->priority).observe(run.compute_ms / 1000.0);
+    StatusOr<ResponseData>& response = run.responses[i];
+    if (response.ok() && r->cancelled && r->cancelled()) {
+      response = Status(StatusCode::kCancelled, "the client cancelled the request while it ran; output discarded");
+    }
+    finish(r, std::move(response));
+  }
+}
+
+void ModelRuntime::on_dropped(const PendingRequestPtr& request, const Status& status) {
+  request->dequeued = true;
+  request->times.queue_ms = std::max(0.0, ms_between(request->submitted, Clock::now()) - request->times.preprocess_ms);
+  finish(request, status);
+}
+
+void ModelRuntime::finish(const PendingRequestPtr& request, StatusOr<ResponseData> result) {
+  PendingRequest& r = *request;
+  r.times.total_ms = ms_between(r.submitted, Clock::now());
+  metrics_.count(outcome_of(result.ok() ? ok_status() : result.status()));
+  if (r.preprocessed) metrics_.preprocess_seconds(r.priority).observe(r.times.preprocess_ms / 1000.0);
+  if (r.dequeued) metrics_.queue_seconds(r.priority).observe(r.times.queue_ms / 1000.0);
+  metrics_.request_seconds(r.priority).observe(r.times.total_ms / 1000.0);
+  if (result.ok()) result->times = r.times;
+  Completion done = std::move(r.done);
+  r.done = nullptr;
+  if (done) done(std::move(result));
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  --inflight_;
+  metrics_.inflight().set(static_cast<double>(inflight_));
+  if (inflight_ == 0) idle_.notify_all();
+}
+
+void ModelRuntime::stop_admitting(const Status& reason, RejectReason why) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  refusal_ = reason.ok() ? Status(StatusCode::kUnavailable, "model " + name_ + " is not admitting requests") : reason;
+  refusal_reason_ = why;
+}
+
+void ModelRuntime::stop(const Status& reason) {
+  std::lock_guard<std::mutex> stop_lock(stop_mutex_);
+  if (stopped_) return;
+  {
+    std::lock_guard<std::mutex> lock(state_mutex_);
+    stopping_ = true;
+  }
+  queue_.close(reason);
+  {
+    std::unique_lock<std::mutex> lock(state_mutex_);
+    idle_.wait(lock, [this] { return preprocessing_ == 0; });
+  }
+  for (std::thread& engine : engines_) engine.join();
+  engines_.clear();
+  executors_.clear();  // frees the weights and arenas now, even if a pool task still holds a reference
+  stopped_ = true;
+}
+
+bool ModelRuntime::wait_idle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(state_mutex_);
+  return idle_.wait_until(lock, deadline, [this] { return inflight_ == 0; });
+}
+
+}  // namespace mmserve::serving

@@ -1,0 +1,100 @@
+// Registration of the serving metrics and the per-model children (see serving_metrics.h).
+// Tests: tests/unit/serving/inference_server_test.cpp.
+#include "serving/serving_metrics.h"
+
+#include <algorithm>
+
+namespace mmserve::serving {
+namespace {
+
+constexpr Outcome kOutcomes[] = {Outcome::kSuccess, Outcome::kInvalid,   Outcome::kRejected,
+                                 Outcome::kTimeout, Outcome::kCancelled, Outcome::kError};
+constexpr RejectReason kReasons[] = {RejectReason::kQueueFull, RejectReason::kPreprocessFull, RejectReason::kDraining,
+                                     RejectReason::kNotReady};
+
+std::vector<double> batch_size_buckets() {
+  return {1, 2, 4, 8, 16, 32, 64, 128};
+}
+
+}  // namespace
+
+Outcome outcome_of(const Status& status) {
+  switch (status.code()) {
+    case StatusCode::kOk: return Outcome::kSuccess;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kTooLarge:
+    case StatusCode::kOutOfRange:
+    case StatusCode::kUnimplemented: return Outcome::kInvalid;
+    case StatusCode::kResourceExhausted:
+    case StatusCode::kUnavailable: return Outcome::kRejected;
+    case StatusCode::kDeadlineExceeded: return Outcome::kTimeout;
+    case StatusCode::kCancelled: return Outcome::kCancelled;
+    default: return Outcome::kError;
+  }
+}
+
+const char* outcome_name(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kSuccess: return "success";
+    case Outcome::kInvalid: return "invalid";
+    case Outcome::kRejected: return "rejected";
+    case Outcome::kTimeout: return "timeout";
+    case Outcome::kCancelled: return "cancelled";
+    case Outcome::kError: return "error";
+  }
+  return "error";
+}
+
+const char* reject_reason_name(RejectReason reason) {
+  switch (reason) {
+    case RejectReason::kQueueFull: return "queue_full";
+    case RejectReason::kPreprocessFull: return "preprocess_full";
+    case RejectReason::kDraining: return "draining";
+    case RejectReason::kNotReady: return "not_ready";
+  }
+  return "not_ready";
+}
+
+ServingMetrics::ServingMetrics(MetricsRegistry& r)
+    : requests(r.counter("mmserve_requests_total", "Inference requests by outcome.", {"model", "outcome"})),
+      rejected(r.counter("mmserve_rejected_requests_total", "Requests refused before running, by reason.",
+                         {"model", "reason"})),
+      queue_seconds(r.histogram("mmserve_queue_duration_seconds",
+                                "Time from admission to being picked into a batch, minus preprocessing.",
+                                {"model", "priority"})),
+      preprocess_seconds(r.histogram("mmserve_preprocess_duration_seconds",
+                                     "Decode, resize and tokenize time per request.", {"model", "priority"})),
+      compute_seconds(r.histogram("mmserve_compute_duration_seconds", "Engine time of the batch a request rode in.",
+                                  {"model", "priority"})),
+      request_seconds(r.histogram("mmserve_request_duration_seconds", "Submit to completion, every outcome.",
+                                  {"model", "priority"})),
+      batch_size(r.histogram("mmserve_batch_size", "Engine batch size per tower, rounded up to the batch bucket.",
+                             {"model", "tower"}, batch_size_buckets())),
+      queue_depth(r.gauge("mmserve_queue_depth", "Requests waiting in the model's queue.", {"model"})),
+      inflight(r.gauge("mmserve_inflight_requests", "Admitted requests not yet completed.", {"model"})),
+      load_seconds(r.gauge("mmserve_model_load_seconds", "Seconds the last load took (with warm-up).", {"model"})),
+      memory_bytes(r.gauge("mmserve_model_memory_bytes", "Weights plus arenas of all instances.", {"model"})),
+      ready(r.gauge("mmserve_model_ready", "1 when the model is READY.", {"model"})) {}
+
+ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels) {
+  for (Outcome o : kOutcomes) outcomes_.push_back(&f.requests.with({model, outcome_name(o)}));
+  for (RejectReason r : kReasons) rejects_.push_back(&f.rejected.with({model, reject_reason_name(r)}));
+  for (int p = 1; p <= std::max(1, priority_levels); ++p) {
+    const std::string label = std::to_string(p);
+    queue_.push_back(&f.queue_seconds.with({model, label}));
+    preprocess_.push_back(&f.preprocess_seconds.with({model, label}));
+    compute_.push_back(&f.compute_seconds.with({model, label}));
+    request_.push_back(&f.request_seconds.with({model, label}));
+  }
+  text_batch_ = &f.batch_size.with({model, "text"});
+  image_batch_ = &f.batch_size.with({model, "image"});
+  queue_depth_ = &f.queue_depth.with({model});
+  inflight_ = &f.inflight.with({model});
+}
+
+size_t ModelMetrics::index(int priority) const {
+  const int last = static_cast<int>(queue_.size());
+  return static_cast<size_t>(std::clamp(priority, 1, last) - 1);
+}
+
+}  // namespace mmserve::serving

@@ -1,0 +1,213 @@
+// Tests of the YAML configs (model_config.cpp): a model's mmserve.yaml and the server-wide file. Every key is
+// set once to a non-default value and read back; defaults hold for missing keys and missing files; each
+// kind of error (syntax, unknown key, wrong type, every range rule) is kInvalidArgument naming file and key.
+#include "serving/model_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "serving/inference_server.h"
+
+namespace mmserve::serving {
+namespace {
+
+constexpr const char* kLabel = "models/m/mmserve.yaml";
+
+TEST(ModelConfig, EveryKeyIsRead) {
+  auto c = parse_model_config(R"(
+device: cpu
+dtype: f32
+instances: 2
+max_batch_size: 8
+batch_buckets: [1, 4, 8]
+max_queue_delay_ms: 2.5
+queue_size: 17
+priority_levels: 5
+default_priority: 4
+default_timeout_ms: 1500
+memory_quota_mb: 300
+threads: 3
+)",
+                              kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->device, "cpu");
+  EXPECT_EQ(c->dtype, "f32");
+  EXPECT_EQ(c->instances, 2);
+  EXPECT_EQ(c->max_batch_size, 8);
+  EXPECT_EQ(c->batch_buckets, (std::vector<int>{1, 4, 8}));
+  EXPECT_DOUBLE_EQ(c->max_queue_delay_ms, 2.5);
+  EXPECT_EQ(c->queue_size, 17);
+  EXPECT_EQ(c->priority_levels, 5);
+  EXPECT_EQ(c->default_priority, 4);
+  EXPECT_DOUBLE_EQ(c->default_timeout_ms, 1500);
+  EXPECT_EQ(c->memory_quota_mb, 300);
+  EXPECT_EQ(c->threads, 3);
+}
+
+TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
+  for (const char* text : {"", "# only a comment\n", "---\n"}) {
+    auto c = parse_model_config(text, kLabel);
+    ASSERT_TRUE(c.ok()) << text << ": " << c.status().to_string();
+    EXPECT_EQ(c->device, "cpu");
+    EXPECT_EQ(c->dtype, "auto");
+    EXPECT_EQ(c->instances, 1);
+    EXPECT_EQ(c->max_batch_size, 64);
+    EXPECT_EQ(c->batch_buckets, (std::vector<int>{1, 2, 4, 8, 16, 32, 64}));
+    EXPECT_DOUBLE_EQ(c->max_queue_delay_ms, 5.0);
+    EXPECT_EQ(c->queue_size, 256);
+    EXPECT_EQ(c->priority_levels, 3);
+    EXPECT_EQ(c->default_priority, 2);
+    EXPECT_DOUBLE_EQ(c->default_timeout_ms, 0);
+    EXPECT_EQ(c->memory_quota_mb, 0);
+    EXPECT_EQ(c->threads, 0);
+  }
+}
+
+TEST(ModelConfig, MaxBatchSizeWithoutBucketsGetsBucketsThatReachIt) {
+  auto c = parse_model_config("max_batch_size: 100\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->batch_buckets, (std::vector<int>{1, 2, 4, 8, 16, 32, 64, 100}));
+  c = parse_model_config("max_batch_size: 1\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->batch_buckets, (std::vector<int>{1}));
+}
+
+TEST(ModelConfig, LoadReadsTheFileOrFallsBackToDefaults) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / ("mmserve_model_config_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto defaults = load_model_config(dir.string());
+  ASSERT_TRUE(defaults.ok()) << defaults.status().to_string();
+  EXPECT_EQ(defaults->max_batch_size, 64);
+
+  std::ofstream(dir / "mmserve.yaml") << "queue_size: 3\nbogus: 1\n";
+  auto bad = load_model_config(dir.string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find((dir / "mmserve.yaml").string()), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("bogus"), std::string::npos);
+
+  std::ofstream(dir / "mmserve.yaml") << "queue_size: 3\n";
+  auto good = load_model_config(dir.string());
+  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  EXPECT_EQ(good->queue_size, 3);
+  std::filesystem::remove_all(dir);
+}
+
+struct BadCase {
+  const char* yaml;
+  const char* must_mention;  // the key (or the problem) the message must name
+};
+void PrintTo(const BadCase& c, std::ostream* os) {  // NOLINT(readability-identifier-naming): gtest hook
+  *os << c.must_mention;
+}
+
+class ModelConfigErrors : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ModelConfigErrors, AreInvalidArgumentNamingFileAndKey) {
+  auto c = parse_model_config(GetParam().yaml, kLabel);
+  ASSERT_FALSE(c.ok()) << GetParam().yaml;
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << c.status().to_string();
+  EXPECT_NE(c.status().message().find(kLabel), std::string::npos) << c.status().message();
+  EXPECT_NE(c.status().message().find(GetParam().must_mention), std::string::npos) << c.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ModelConfigErrors,
+    ::testing::Values(
+        BadCase{"max_batch_size: [1\n", "invalid YAML"},     // syntax
+        BadCase{"- a\n- b\n", "top level"},                  // not a map
+        BadCase{"max_batch: 4\n", "max_batch"},              // unknown key
+        BadCase{"max_batch_size: big\n", "max_batch_size"},  // wrong type
+        BadCase{"max_batch_size: 4.5\n", "max_batch_size"},  // not an integer
+        BadCase{"max_batch_size: [4]\n", "max_batch_size"},  // list for a scalar
+        BadCase{"device: [cpu]\n", "device"},                // list for a string
+        BadCase{"max_queue_delay_ms: soon\n", "max_queue_delay_ms"},
+        BadCase{"max_queue_delay_ms: .inf\n", "max_queue_delay_ms"},
+        BadCase{"batch_buckets: 4\n", "batch_buckets"},  // scalar for a list
+        BadCase{"batch_buckets: [1, x]\n", "batch_buckets[1]"}, BadCase{"device: tpu\n", "device"},
+        BadCase{"dtype: f64\n", "dtype"}, BadCase{"instances: 0\n", "instances"},
+        BadCase{"max_batch_size: 0\n", "max_batch_size"}, BadCase{"batch_buckets: [2, 1, 64]\n", "strictly increasing"},
+        BadCase{"batch_buckets: [1, 1, 64]\n", "strictly increasing"},
+        BadCase{"batch_buckets: [0, 64]\n", "batch_buckets"}, BadCase{"batch_buckets: []\n", "batch_buckets"},
+        BadCase{"max_batch_size: 16\nbatch_buckets: [1, 8]\n", "below max_batch_size"},
+        BadCase{"max_queue_delay_ms: -1\n", "max_queue_delay_ms"}, BadCase{"queue_size: 0\n", "queue_size"},
+        BadCase{"priority_levels: 0\n", "priority_levels"}, BadCase{"priority_levels: 1000\n", "priority_levels"},
+        BadCase{"default_priority: 4\n", "default_priority"},  // above the default 3 levels
+        BadCase{"default_priority: 0\n", "default_priority"}, BadCase{"default_timeout_ms: -5\n", "default_timeout_ms"},
+        BadCase{"memory_quota_mb: -1\n", "memory_quota_mb"}, BadCase{"threads: -2\n", "threads"},
+        BadCase{"instances: 99999999999\n", "instances"}),  // beyond int
+    [](const ::testing::TestParamInfo<BadCase>& info) {
+      std::string name = std::to_string(info.index) + "_";
+      for (const char* c = info.param.must_mention; *c; ++c)
+        name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
+      return name;
+    });
+
+TEST(ServerConfig, EveryKeyIsRead) {
+  auto c = parse_server_config(R"(
+model_repository: /models
+models_to_load: [a, b.c]
+policy: fifo
+aging_ms_per_level: 250
+preprocess_threads: 3
+preprocess_queue: 9
+max_image_pixels: 1000000
+qos: {image: 0.5, audio: 0.3, text: 0.2, image_tokens_max: 1024, audio_seconds_max: 30, text_chars_max: 256}
+)",
+                               "server.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->model_repository, "/models");
+  EXPECT_EQ(c->models_to_load, (std::vector<std::string>{"a", "b.c"}));
+  EXPECT_EQ(c->policy, SchedulingPolicy::kFifo);
+  EXPECT_DOUBLE_EQ(c->aging_ms_per_level, 250);
+  EXPECT_EQ(c->preprocess_threads, 3);
+  EXPECT_EQ(c->preprocess_queue, 9);
+  EXPECT_EQ(c->max_image_pixels, 1000000);
+  EXPECT_DOUBLE_EQ(c->qos.image, 0.5);
+  EXPECT_DOUBLE_EQ(c->qos.audio, 0.3);
+  EXPECT_DOUBLE_EQ(c->qos.text, 0.2);
+  EXPECT_DOUBLE_EQ(c->qos.image_tokens_max, 1024);
+  EXPECT_DOUBLE_EQ(c->qos.audio_seconds_max, 30);
+  EXPECT_DOUBLE_EQ(c->qos.text_chars_max, 256);
+}
+
+TEST(ServerConfig, DefaultsAndErrors) {
+  auto d = parse_server_config("", "server.yaml");
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->policy, SchedulingPolicy::kQos);
+  EXPECT_DOUBLE_EQ(d->aging_ms_per_level, 500);
+  EXPECT_EQ(d->preprocess_queue, 1024);
+  EXPECT_DOUBLE_EQ(d->qos.image, 0.4);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {"policy: lifo\n", "policy"},
+      {"qos: {image: 0.4, videos: 1}\n", "qos.videos"},
+      {"qos: 3\n", "qos"},
+      {"qos: {text_chars_max: 0}\n", "qos.text_chars_max"},
+      {"qos: {audio: -0.1}\n", "qos.audio"},
+      {"aging_ms_per_level: -1\n", "aging_ms_per_level"},
+      {"preprocess_queue: 0\n", "preprocess_queue"},
+      {"max_image_pixels: 0\n", "max_image_pixels"},
+      {"models_to_load: a\n", "models_to_load"},
+      {"model_repo: /x\n", "model_repo"},
+  };
+  for (const auto& [yaml, key] : bad) {
+    auto c = parse_server_config(yaml, "server.yaml");
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("server.yaml"), std::string::npos) << c.status().message();
+    EXPECT_NE(c.status().message().find(key), std::string::npos) << c.status().message();
+  }
+  auto missing = load_server_config("/nonexistent/mmserve-server.yaml");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace mmserve::serving
