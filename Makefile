@@ -6,12 +6,15 @@ BUILD := build/$(PRESET)
 JOBS ?= $(shell nproc)
 MMSERVE := $(BUILD)/src/cli/mmserve
 DEMO_DIR ?= build/demo-clip
+PORT ?= 8000
 
 # Debian 12 packages the build and tests need. Kept in one list so `make deps` is the single source.
 DEB_PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
   libopenblas-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libutf8proc-dev libpcre2-dev \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  clang-14 libclang-rt-14-dev clang-format clang-tidy python3
+  libyaml-cpp-dev libcpp-httplib-dev \
+  clang-14 libclang-rt-14-dev clang-format clang-tidy python3 python3-requests python3-yaml \
+  curl nodejs npm prometheus python3-locust
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -37,14 +40,16 @@ build: deps $(BUILD)/build.ninja
 demo: build
 	$(MMSERVE) demo-model --overwrite --output $(DEMO_DIR)
 
-# The HTTP server lands with the serving issue; until then `serve` shows the demo model working end to end.
-serve: demo
-	$(MMSERVE) inspect --model $(DEMO_DIR)
-	$(MMSERVE) embed --model $(DEMO_DIR) --image tests/fixtures/images/chelsea.png --text "a photo of a cat" \
-	  | cut -c1-300
-	@echo "(the HTTP server, mmserve serve, is the next issue; see README)"
+# Serves the built-in demo CLIP (random weights, real tokenizer) on http://127.0.0.1:8000 until Ctrl-C.
+serve: build
+	$(MMSERVE) serve --host 127.0.0.1 --port $(PORT)
 
-test: build
+# The official `openai` npm client used by tests/e2e (pinned in its package-lock.json).
+OPENAI_NODE_MODULES := tests/e2e/openai/node_modules/.package-lock.json
+$(OPENAI_NODE_MODULES): tests/e2e/openai/package-lock.json
+	npm ci --prefix tests/e2e/openai --no-audit --no-fund
+
+test: build $(OPENAI_NODE_MODULES)
 	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure
 	$(MAKE) fuzz FUZZ_SECONDS=20
 
@@ -52,7 +57,7 @@ test: build
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j $(JOBS)
+	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz
 	scripts/run-fuzzers.sh build/fuzz/fuzz $(FUZZ_SECONDS)
 
 format:

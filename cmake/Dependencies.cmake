@@ -5,6 +5,8 @@ find_package(OpenMP REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
+find_package(yaml-cpp REQUIRED)                                   # mmserve.yaml (serving): target yaml-cpp
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # api, mmserve bench: PkgConfig::HTTPLIB
 
 function(mmserve_find_lib target header_hint)
   cmake_parse_arguments(ARG "" "" "NAMES;STATIC_NAMES;DEPS" ${ARGN})

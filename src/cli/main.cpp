@@ -44,6 +44,44 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--architecture", demo_architecture, "small (the demo) or vit-b32 (for benchmarks)")
       ->check(CLI::IsMember({"small", "vit-b32"}));
 
+  // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
+  ServeArgs serve;
+  CLI::App* serve_cmd = app.add_subcommand("serve", "Run the HTTP server (KServe v2 + OpenAI APIs, /metrics)");
+  serve_cmd->add_option("--model-repository", serve.model_repository, "directory of model directories")
+      ->check(CLI::ExistingDirectory);
+  serve_cmd->add_option("--config", serve.config_file, "server configuration YAML")->check(CLI::ExistingFile);
+  serve_cmd->add_option("--host", serve.host, "address to listen on");
+  serve_cmd->add_option("--port", serve.port, "port to listen on")->check(CLI::Range(0, 65535));
+  serve_cmd->add_option("--api-key", serve.api_keys, "accepted API key, tenant 'default' (repeatable)");
+  serve_cmd->add_option("--api-keys-file", serve.api_keys_file, "file of 'KEY TENANT' lines")->check(CLI::ExistingFile);
+  serve_cmd->add_option("--policy", serve.policy, "scheduling policy")->check(CLI::IsMember({"fifo", "qos"}));
+  serve_cmd->add_option("--http-threads", serve.http_threads, "HTTP worker threads (0 = max(64, 4 x cores))");
+  serve_cmd->add_option("--max-body-mb", serve.max_body_mb, "largest request body in MiB (413 above)");
+  serve_cmd->add_option("--max-image-pixels", serve.max_image_pixels, "refuse larger images (413)");
+  serve_cmd->add_option("--drain-timeout", serve.drain_timeout_s, "seconds to finish in-flight work on SIGTERM");
+  serve_cmd->add_option("--access-log", serve.access_log, "file for JSON access-log lines, appended (default stderr)");
+  serve_cmd->add_flag("--allow-url-fetch", serve.allow_url_fetch,
+                      "answer image URLs with 501 'not implemented' instead of 400 'disabled' (nothing is fetched)");
+  serve_cmd->add_option("--model", serve.models, "load only these models (repeatable)");
+  // ---- end serve ----
+
+  // ---- bench (options owned by src/cli/bench_command.cpp's author: add flags only inside this block) ----
+  BenchArgs bench;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "Open-loop load generator against a running server");
+  bench_cmd->add_option("--url", bench.url, "server base URL");
+  bench_cmd->add_option("--profile", bench.profile_file, "request mix, YAML or JSON (docs/load-testing.md); default: "
+                        "60% text / 30% image / 10% large image")->check(CLI::ExistingFile);
+  bench_cmd->add_option("--model", bench.model, "model name (default: the first of GET /v1/models)");
+  bench_cmd->add_option("--rate", bench.rate, "requests per second (Poisson)")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--duration", bench.duration_s, "seconds")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--connections", bench.connections, "concurrent connections; arrivals finding none free are "
+                        "counted as dropped by the client")->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--api-key", bench.api_key, "API key");
+  bench_cmd->add_option("--output", bench.output, "table or json")->check(CLI::IsMember({"table", "json"}));
+  bench_cmd->add_option("--json-file", bench.json_file, "also write the JSON report here");
+  bench_cmd->add_option("--seed", bench.seed, "random seed");
+  // ---- end bench ----
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -55,5 +93,7 @@ int main(int argc, char** argv) {
   if (*tok_cmd) return run_tokenize(tokenize);
   if (*inspect_cmd) return run_inspect(inspect_dir);
   if (*demo_cmd) return run_demo_model(demo_dir, overwrite, demo_architecture);
+  if (*serve_cmd) return run_serve(serve);
+  if (*bench_cmd) return run_bench(bench);
   return 2;
 }

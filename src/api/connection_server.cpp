@@ -1,0 +1,583 @@
+// Connection handling under httplib: parked connections, the worker pool, the buffered socket stream and the
+// checks made before routing (see connection_server.h for why). Tests: tests/unit/api/http_server_test.cpp.
+#include "api/connection_server.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "api/request_context.h"
+
+namespace mmserve::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::duration seconds(double s) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+int millis_until(Clock::time_point deadline, Clock::time_point now) {
+  if (deadline <= now) return 0;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
+  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
+}
+
+// Waits for `events` on `fd` until `timeout_s` passes without them or `deadline` passes. false on timeout/error.
+bool wait_for(int fd, short events, double timeout_s, Clock::time_point deadline) {
+  for (;;) {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point until = std::min(deadline, now + seconds(timeout_s));
+    if (until <= now) return false;
+    pollfd p{fd, events, 0};
+    const int r = ::poll(&p, 1, millis_until(until, now));
+    if (r > 0) return true;
+    if (r == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+void close_fd(int fd) {
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+}
+
+// Closes after the response when the client may still be sending a body we did not read: stop writing, read
+// and discard for a short while, then close. Closing at once would make the kernel answer the client's
+// pending data with a reset, which often destroys the response before the client reads it.
+void linger_close(int fd, double linger_s) {
+  ::shutdown(fd, SHUT_WR);
+  const Clock::time_point deadline = Clock::now() + seconds(linger_s);
+  char scratch[16384];
+  while (wait_for(fd, POLLIN, linger_s, deadline)) {
+    const ssize_t n = ::recv(fd, scratch, sizeof(scratch), MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
+  }
+  ::close(fd);
+}
+
+// Leading empty lines before a request line are ignored (RFC 9112 section 2.2).
+void strip_leading_newlines(std::string& pending) {
+  size_t i = 0;
+  while (i < pending.size() && (pending[i] == '\r' || pending[i] == '\n')) ++i;
+  if (i > 0) pending.erase(0, i);
+}
+
+bool headers_complete(const std::string& pending) {
+  return pending.find("\r\n\r\n") != std::string::npos || pending.find("\n\n") != std::string::npos;
+}
+
+// A minimal response written by the transport itself (before httplib parsed anything), best effort.
+void send_raw_error(int fd, int status, const char* reason, const std::string& message) {
+  const std::string body = "{\"error\":\"" + message + "\"}";
+  const std::string text =
+      "HTTP/1.1 " + std::to_string(status) + " " + reason +
+      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  [[maybe_unused]] const ssize_t n = ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void address_of(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  const int r = peer ? ::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len)
+                     : ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  if (r != 0) return;
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), serv, sizeof(serv),
+                    NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+    ip = host;
+    port = std::atoi(serv);
+  }
+}
+
+// httplib's Stream over a non-blocking socket, reading first from bytes the poller already received.
+class BufferedSocketStream final : public httplib::Stream {
+ public:
+  BufferedSocketStream(int fd, std::string pending, const TransportOptions& options, Clock::time_point read_deadline,
+                       RequestContext* context)
+      : fd_(fd), buffer_(std::move(pending)), options_(options), read_deadline_(read_deadline), context_(context) {}
+
+  bool is_readable() const override {
+    return pos_ < buffer_.size() || wait_for(fd_, POLLIN, options_.read_timeout_s, read_deadline_);
+  }
+  bool is_writable() const override {
+    return wait_for(fd_, POLLOUT, options_.write_timeout_s, Clock::now() + seconds(options_.write_timeout_s));
+  }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (context_->expect_continue) {  // the body is wanted now (see setup_request)
+      context_->expect_continue = false;
+      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      if (write(kContinue, sizeof(kContinue) - 1) < 0) return -1;
+    }
+    if (pos_ < buffer_.size()) {
+      const size_t n = std::min(size, buffer_.size() - pos_);
+      std::memcpy(ptr, buffer_.data() + pos_, n);
+      pos_ += n;
+      return static_cast<ssize_t>(n);
+    }
+    buffer_.clear();
+    pos_ = 0;
+    for (;;) {
+      if (!wait_for(fd_, POLLIN, options_.read_timeout_s, read_deadline_)) return -1;
+      if (size >= kChunk) {  // large reads (bodies) go straight to the caller's buffer
+        const ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
+        if (n >= 0) return n;
+      } else {
+        buffer_.resize(kChunk);
+        const ssize_t n = ::recv(fd_, buffer_.data(), kChunk, MSG_DONTWAIT);
+        if (n >= 0) {
+          buffer_.resize(static_cast<size_t>(n));
+          return n == 0 ? 0 : read(ptr, size);
+        }
+        buffer_.clear();
+      }
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+    }
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (!write_started_) {
+      write_started_ = true;
+      write_deadline_ = Clock::now() + seconds(options_.response_timeout_s);
+    }
+    for (;;) {
+      if (!wait_for(fd_, POLLOUT, options_.write_timeout_s, write_deadline_)) return -1;
+      const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) return n;
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+    }
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, false, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+  // Bytes received but not consumed by the request (the start of a pipelined next request).
+  std::string take_unread() { return pos_ < buffer_.size() ? buffer_.substr(pos_) : std::string(); }
+
+ private:
+  static constexpr size_t kChunk = 16384;
+  int fd_;
+  std::string buffer_;
+  size_t pos_ = 0;
+  const TransportOptions& options_;
+  Clock::time_point read_deadline_;
+  bool write_started_ = false;
+  Clock::time_point write_deadline_;
+  RequestContext* context_;
+};
+
+}  // namespace
+
+struct ConnectionServer::Connection {
+  int fd = -1;
+  std::string pending;         // received, not yet processed
+  Clock::time_point ready_at;  // when its headers were complete
+  int served = 0;              // requests answered on it
+};
+
+// A fixed pool of threads running tasks in FIFO order.
+class ConnectionServer::WorkerPool {
+ public:
+  explicit WorkerPool(int threads) {
+    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { work(); });
+  }
+  ~WorkerPool() { stop(); }
+
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_one();
+  }
+
+  bool wait_idle(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return idle_cv_.wait_for(lock, timeout, [this] { return tasks_.empty() && running_ == 0; });
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stopped_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;  // stopped and drained
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+        ++running_;
+      }
+      task();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --running_;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> tasks_;
+  std::vector<std::thread> threads_;
+  int running_ = 0;
+  bool stopped_ = false;
+};
+
+// The poller of connections waiting for a complete request head (see the header).
+class ConnectionServer::Parker {
+ public:
+  Parker(const TransportOptions& options, std::function<void(Connection)> dispatch)
+      : options_(options), dispatch_(std::move(dispatch)), wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+    thread_ = std::thread([this] { loop(); });
+  }
+  ~Parker() {
+    stop();
+    ::close(wake_fd_);
+  }
+
+  // Takes ownership of the connection. `idle`: waiting between requests (keep-alive deadline until data).
+  void park(Connection connection, Clock::time_point deadline, bool idle) {
+    const int fd = connection.fd;
+    bool accepted = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!stopping_) {
+        incoming_.push_back({std::move(connection), deadline, idle});
+        accepted = true;
+        wake();
+      }
+    }
+    if (!accepted) close_fd(fd);  // shutting down
+  }
+
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) return;
+      stopping_ = true;
+    }
+    wake();
+    if (thread_.joinable()) thread_.join();
+    for (Entry& e : incoming_) close_fd(e.connection.fd);
+    incoming_.clear();
+  }
+
+ private:
+  struct Entry {
+    Connection connection;
+    Clock::time_point deadline;
+    bool idle = false;
+  };
+
+  void wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
+  }
+
+  void loop() {
+    std::vector<Entry> parked;
+    std::vector<pollfd> fds;
+    std::vector<char> chunk(16384);
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) break;
+        for (Entry& e : incoming_) {
+          if (parked.size() >= options_.connections_max) {
+            close_fd(e.connection.fd);
+          } else {
+            parked.push_back(std::move(e));
+          }
+        }
+        incoming_.clear();
+      }
+      Clock::time_point now = Clock::now();
+      Clock::time_point earliest = now + std::chrono::seconds(1);
+      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
+      for (const Entry& e : parked) {
+        fds.push_back(pollfd{e.connection.fd, POLLIN, 0});
+        earliest = std::min(earliest, e.deadline);
+      }
+      const int r = ::poll(fds.data(), fds.size(), millis_until(earliest, now));
+      if (r < 0 && errno != EINTR) break;
+      if (fds[0].revents & POLLIN) {
+        uint64_t value;
+        [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &value, sizeof(value));
+      }
+      now = Clock::now();
+      std::vector<Entry> keep;
+      std::vector<Connection> ready;
+      for (size_t i = 0; i < parked.size(); ++i) {
+        Entry& e = parked[i];
+        if (r > 0 && (fds[i + 1].revents & (POLLIN | POLLERR | POLLHUP))) {
+          const ssize_t n = ::recv(e.connection.fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
+          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            close_fd(e.connection.fd);  // the client closed (or reset) the connection
+            continue;
+          }
+          if (n > 0) {
+            if (e.idle) {  // a new request starts: its headers get the header timeout from now
+              e.idle = false;
+              e.deadline = now + seconds(options_.header_timeout_s);
+            }
+            e.connection.pending.append(chunk.data(), static_cast<size_t>(n));
+            strip_leading_newlines(e.connection.pending);
+            if (headers_complete(e.connection.pending)) {
+              e.connection.ready_at = now;
+              ready.push_back(std::move(e.connection));
+              continue;
+            }
+            if (e.connection.pending.size() > options_.header_bytes_max) {
+              send_raw_error(e.connection.fd, 431, "Request Header Fields Too Large",
+                             "request headers are larger than " + std::to_string(options_.header_bytes_max) + " bytes");
+              for (int reads = 0; reads < 64 && ::recv(e.connection.fd, chunk.data(), chunk.size(), MSG_DONTWAIT) > 0;
+                   ++reads) {
+              }
+              close_fd(e.connection.fd);
+              continue;
+            }
+          }
+        }
+        if (now >= e.deadline) {
+          if (!e.idle && !e.connection.pending.empty()) {
+            send_raw_error(e.connection.fd, 408, "Request Timeout", "the request headers did not arrive in time");
+          }
+          close_fd(e.connection.fd);
+          continue;
+        }
+        keep.push_back(std::move(e));
+      }
+      parked.swap(keep);
+      for (Connection& c : ready) dispatch_(std::move(c));
+    }
+    for (Entry& e : parked) close_fd(e.connection.fd);
+  }
+
+  const TransportOptions& options_;
+  std::function<void(Connection)> dispatch_;
+  int wake_fd_;
+  std::mutex mutex_;
+  std::vector<Entry> incoming_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+namespace {
+
+// httplib's listen loop hands accepted sockets to a TaskQueue it creates and deletes; this one forwards to
+// the long-lived worker pool, whose lifetime the ConnectionServer controls.
+template <typename Pool>
+class ForwardingQueue final : public httplib::TaskQueue {
+ public:
+  explicit ForwardingQueue(Pool& pool) : pool_(pool) {}
+  void enqueue(std::function<void()> fn) override { pool_.enqueue(std::move(fn)); }
+  void shutdown() override {}
+
+ private:
+  Pool& pool_;
+};
+
+}  // namespace
+
+ConnectionServer::ConnectionServer(TransportOptions options) : options_(std::move(options)) {
+  pool_ = std::make_unique<WorkerPool>(options_.threads);
+  parker_ = std::make_unique<Parker>(
+      options_, [this](Connection c) { pool_->enqueue([this, c = std::move(c)]() mutable { serve(std::move(c)); }); });
+  new_task_queue = [this] { return new ForwardingQueue<WorkerPool>(*pool_); };
+  // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second server silently share
+  // the port instead of failing to bind.
+  set_socket_options([](socket_t sock) {
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  set_keep_alive_max_count(static_cast<size_t>(std::max(1, options_.keep_alive_requests_max)));
+  set_keep_alive_timeout(static_cast<time_t>(std::max(1.0, options_.keep_alive_timeout_s)));
+  set_payload_max_length(options_.body_bytes_max);
+}
+
+ConnectionServer::~ConnectionServer() {
+  begin_shutdown();
+  finish_shutdown(std::chrono::hours(1));
+}
+
+Status ConnectionServer::bind(const std::string& host, int port) {
+  if (port == 0) {
+    port_ = bind_to_any_port(host);
+    if (port_ < 0) return Status(StatusCode::kUnavailable, "cannot listen on " + host + " (any port)");
+  } else {
+    if (!bind_to_port(host, port)) {
+      return Status(StatusCode::kUnavailable,
+                    "cannot listen on " + host + ":" + std::to_string(port) + ": " + std::strerror(errno));
+    }
+    port_ = port;
+  }
+  ::listen(svr_sock_, 1024);  // httplib listens with a backlog of 5; a burst of connects needs more
+  return ok_status();
+}
+
+void ConnectionServer::run() {
+  run_active_ = true;
+  if (!stopping_) listen_after_bind();
+  run_active_ = false;
+}
+
+void ConnectionServer::begin_shutdown() {
+  stopping_ = true;
+  // stop() only acts once the listen loop runs; wait for run() to get there, or to have returned.
+  while (run_active_ && !is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  stop();
+  parker_->stop();
+}
+
+bool ConnectionServer::finish_shutdown(std::chrono::milliseconds timeout) {
+  if (finished_) return true;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  while (run_active_ && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  if (run_active_ || !pool_->wait_idle(std::max(left, std::chrono::milliseconds(0)))) return false;
+  pool_->stop();
+  finished_ = true;
+  return true;
+}
+
+bool ConnectionServer::process_and_close_socket(socket_t sock) {
+  int yes = 1;
+  ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));  // headers and body go in separate writes
+  ::fcntl(sock, F_SETFL, ::fcntl(sock, F_GETFL) | O_NONBLOCK);
+  if (stopping_) {
+    close_fd(sock);
+    return true;
+  }
+  Connection c;
+  c.fd = sock;
+  // Most clients send the request right after connecting: serve it now if it is already complete.
+  char chunk[16384];
+  const ssize_t n = ::recv(sock, chunk, sizeof(chunk), MSG_DONTWAIT);
+  if (n == 0) {
+    close_fd(sock);
+    return true;
+  }
+  if (n > 0) {
+    c.pending.assign(chunk, static_cast<size_t>(n));
+    strip_leading_newlines(c.pending);
+    if (headers_complete(c.pending)) {
+      c.ready_at = Clock::now();
+      serve(std::move(c));
+      return true;
+    }
+  }
+  parker_->park(std::move(c), Clock::now() + seconds(options_.header_timeout_s), false);
+  return true;
+}
+
+void ConnectionServer::serve(Connection c) {
+  for (;;) {
+    RequestContext context;
+    context.start = c.ready_at;
+    context.peer = std::make_shared<PeerProbe>(c.fd);
+    ScopedRequestContext scope(&context);
+    BufferedSocketStream stream(c.fd, std::move(c.pending), options_, c.ready_at + seconds(options_.body_timeout_s),
+                                &context);
+    const bool last = stopping_ || ++c.served >= options_.keep_alive_requests_max;
+    bool client_closes = false;
+    const bool ok =
+        process_request(stream, last, client_closes, [this](httplib::Request& request) { setup_request(request); });
+    context.peer->detach();
+    if (!ok || last || client_closes || context.close_connection || stopping_) {
+      if (context.close_connection) {
+        linger_close(c.fd, options_.linger_s);
+      } else {
+        close_fd(c.fd);
+      }
+      return;
+    }
+    c.pending = stream.take_unread();
+    strip_leading_newlines(c.pending);
+    if (!headers_complete(c.pending)) break;
+    c.ready_at = Clock::now();  // a pipelined request is already here
+  }
+  const bool idle = c.pending.empty();
+  const double wait_s = idle ? options_.keep_alive_timeout_s : options_.header_timeout_s;
+  parker_->park(std::move(c), Clock::now() + seconds(wait_s), idle);
+}
+
+void ConnectionServer::setup_request(httplib::Request& request) {
+  RequestContext* context = current_request_context();
+  if (context == nullptr) return;
+  context->trace = make_trace_context(request.get_header_value("traceparent"));
+  auto refuse = [&](int status, std::string message) {
+    context->early_status = status;
+    context->early_message = std::move(message);
+    context->close_connection = true;
+    // Make sure nothing reads a body: the refusal is answered before routing and the connection closed.
+    request.headers.erase("Transfer-Encoding");
+    request.headers.erase("Content-Length");
+    request.set_header("Content-Length", "0");
+    request.headers.erase("Connection");
+    request.set_header("Connection", "close");
+  };
+  // `Expect: 100-continue` is answered by the stream when the body is first read, i.e. only after the api's
+  // checks passed; a refused request gets its full answer instead (httplib would send 100 before routing).
+  std::string expect = request.get_header_value("Expect");
+  for (char& ch : expect) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (expect == "100-continue") {
+    request.headers.erase("Expect");
+    context->expect_continue = true;
+  }
+  const std::string encoding = request.get_header_value("Transfer-Encoding");
+  if (!encoding.empty()) {
+    refuse(411, "Transfer-Encoding request bodies (chunked) are not supported; send Content-Length");
+    return;
+  }
+  if (request.has_header("Content-Length")) {
+    const std::string value = request.get_header_value("Content-Length");
+    uint64_t length = 0;
+    const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), length);
+    if (ec != std::errc() || end != value.data() + value.size() || value.empty() ||
+        request.get_header_value_count("Content-Length") != 1) {
+      refuse(400, "malformed Content-Length");
+      return;
+    }
+    context->request_bytes = length;
+    if (length > options_.body_bytes_max) {
+      refuse(413, "request body of " + std::to_string(length) + " bytes is larger than the limit of " +
+                      std::to_string(options_.body_bytes_max) + " bytes (--max-body-mb)");
+    }
+    return;
+  }
+  // No length and no chunking: no body. httplib would otherwise read a POST's body until the client closes.
+  request.set_header("Content-Length", "0");
+}
+
+}  // namespace mmserve::api

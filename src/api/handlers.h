@@ -1,0 +1,64 @@
+// The route handlers behind HttpServer: each parses its request with a codec, calls InferenceServer and
+// serialises the answer into a Reply. No business logic lives here (validation of what a model accepts,
+// scheduling and batching are serving's).
+//
+// Handlers never throw on client input (codecs return Status); HttpServer still catches anything that escapes
+// and answers 500. Tests: tests/unit/api/http_server_test.cpp drives every handler over real HTTP against a test
+// double of InferenceServer.
+#pragma once
+
+#include <httplib.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "api/error_mapping.h"
+#include "api/kserve_codec.h"
+#include "api/request_context.h"
+#include "serving/inference_server.h"
+
+namespace mmserve::api {
+
+struct Reply {
+  Reply() = default;
+  Reply(int status_code, std::string body_text, std::string type = "application/json")
+      : status(status_code), body(std::move(body_text)), content_type(std::move(type)) {}
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+struct HandlerEnv {
+  serving::InferenceServer& server;
+  CodecOptions codec;
+  bool shutting_down = false;
+};
+
+// An error reply in the family's JSON shape; 429 carries Retry-After: 1, 401 WWW-Authenticate: Bearer.
+Reply error_reply(ApiFamily family, int http_status, const std::string& message, const std::string& openai_code = "");
+Reply error_reply(ApiFamily family, const Status& status, const std::string& openai_code = "");
+
+// RequestOptions from the headers (`x-mmserve-priority`, `x-mmserve-timeout-ms`) overridden by body values;
+// also records the priority in the context. kInvalidArgument for malformed values.
+StatusOr<serving::RequestOptions> request_options(RequestContext& context, const httplib::Request& request,
+                                                  std::optional<int> body_priority,
+                                                  std::optional<double> body_timeout_ms);
+// `queue;dur=1.200, preprocess;dur=..., compute;dur=..., total;dur=...` (milliseconds).
+std::string server_timing(const serving::PhaseTimes& times);
+
+// KServe v2 (kserve_handlers.cpp). `model`/`version` are the path segments (version empty when absent).
+Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version);
+Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const std::string& version);
+Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+Reply handle_repository_index(const HandlerEnv& env, const httplib::Request& request);
+Reply handle_repository_load(const HandlerEnv& env, const std::string& model, const httplib::Request& request,
+                             bool load);
+
+// OpenAI-compatible (openai_handlers.cpp).
+Reply handle_openai_models(const HandlerEnv& env);
+Reply handle_openai_embeddings(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+
+}  // namespace mmserve::api

@@ -1,0 +1,73 @@
+// KServe v2 (Open Inference Protocol) request parsing and response writing for the CLIP tensors of
+// docs/api.md: JSON tensors and the binary tensor data extension, both ways.
+//
+// Inputs `text` (BYTES [N], UTF-8), `image` (BYTES [M], base64 of an encoded image in JSON, raw bytes in the
+// binary extension) and `pixel_values` (FP32 [M, 3, S, S]) become serving::InputItem's in request order.
+// Everything a client can get wrong is a kInvalidArgument whose message names the input and the problem:
+// malformed JSON, unknown or duplicate fields, wrong types and datatypes, negative or overflowing shapes, a
+// data length that does not match the shape, invalid base64 or UTF-8, binary sections that are truncated,
+// overlap the end or leave bytes unused. The codec never calls the server: it only converts. Tests:
+// tests/unit/api/kserve_codec_test.cpp.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+#include "serving/inference_server.h"
+#include "serving/request.h"
+
+namespace mmserve::api {
+
+struct CodecOptions {
+  bool allow_url_fetch = false;  // true: image URLs are refused as "not implemented" (501) instead of 400
+};
+
+struct KServeOutputRequest {
+  std::string name;
+  bool binary = false;
+};
+
+struct KServeInferRequest {
+  std::optional<std::string> id;
+  std::vector<serving::InputItem> inputs;    // request order; texts and images may interleave (moved into the spec)
+  std::vector<serving::InputKind> kinds;     // inputs[i].kind, kept for the response after the inputs are moved
+  std::optional<int> priority;               // parameters.priority
+  std::optional<double> timeout_ms;          // parameters.timeout_ms
+  bool binary_output = false;                // parameters.binary_data_output: every output binary by default
+  std::vector<KServeOutputRequest> outputs;  // empty: every output the inputs produce
+};
+
+// Parses an infer request body. `json_length` is the Inference-Header-Content-Length header (binary extension):
+// the first `json_length` bytes are the JSON header and the rest the binary tensor data; nullopt = all JSON.
+StatusOr<KServeInferRequest> parse_kserve_infer(std::string_view body, std::optional<size_t> json_length,
+                                                const CodecOptions& options = {});
+
+// Parses the Inference-Header-Content-Length header value against the body size.
+StatusOr<size_t> parse_inference_header_length(std::string_view value, size_t body_size);
+
+struct EncodedBody {
+  std::string body;
+  std::string content_type = "application/json";
+  std::optional<size_t> json_length;  // set when the body uses the binary extension
+};
+
+// Writes the infer response: text_embeds [N, D], image_embeds [M, D], logits_per_image [M, N] (when both), or the
+// requested subset; binary outputs follow the JSON header. Uses request.kinds (not inputs). kInvalidArgument for a
+// requested output the inputs cannot produce; kInternal when `response` does not match the request (a serving
+// bug, reported not crashed).
+StatusOr<EncodedBody> encode_kserve_infer(const std::string& model, const KServeInferRequest& request,
+                                          const serving::ResponseData& response);
+
+std::string encode_server_metadata();
+std::string encode_model_metadata(const serving::ModelMetadata& metadata);
+// `[{"name", "version", "state", "reason"}]`; ready_only keeps READY models (Triton's `{"ready": true}`).
+std::string encode_repository_index(const std::vector<serving::ModelStatus>& models, bool ready_only);
+// Parses the optional body of POST /v2/repository/index: empty, `{}` or `{"ready": bool}` -> ready_only.
+StatusOr<bool> parse_repository_index(std::string_view body);
+// Parses the optional body of load/unload: empty, `{}` or `{"parameters": {...}}` (parameters are ignored).
+Status parse_repository_action(std::string_view body);
+
+}  // namespace mmserve::api

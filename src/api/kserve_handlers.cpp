@@ -1,0 +1,130 @@
+// KServe v2 route handlers and the helpers every inference handler shares (see handlers.h).
+// Tests: tests/unit/api/http_server_test.cpp, tests/e2e/server_test.cpp.
+#include <cstdio>
+
+#include "api/handlers.h"
+#include "api/json_writer.h"
+#include "api/kserve_codec.h"
+#include "api/request_options.h"
+
+namespace mmserve::api {
+namespace {
+
+constexpr const char* kInferenceHeader = "Inference-Header-Content-Length";
+
+// Only version "1" exists (docs/api.md); an explicit other version is an unknown model version.
+std::optional<Reply> check_version(const std::string& model, const std::string& version) {
+  if (version.empty() || version == "1") return std::nullopt;
+  return error_reply(ApiFamily::kKServe, 404,
+                     "model '" + model.substr(0, 64) + "' has no version '" + version.substr(0, 16) + "' (only 1)");
+}
+
+}  // namespace
+
+Reply error_reply(ApiFamily family, int http_status, const std::string& message, const std::string& openai_code) {
+  Reply reply;
+  reply.status = http_status;
+  reply.body = error_body(family, http_status, message, openai_code);
+  if (http_status == 429) reply.headers.emplace_back("Retry-After", "1");
+  if (http_status == 401) reply.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return reply;
+}
+
+Reply error_reply(ApiFamily family, const Status& status, const std::string& openai_code) {
+  return error_reply(family, http_status_for(status.code()), status.message(), openai_code);
+}
+
+StatusOr<serving::RequestOptions> request_options(RequestContext& context, const httplib::Request& request,
+                                                  std::optional<int> body_priority,
+                                                  std::optional<double> body_timeout_ms) {
+  serving::RequestOptions options;
+  options.tenant = context.tenant;
+  options.trace_id = context.trace.trace_id;
+  if (request.has_header("x-mmserve-priority")) {
+    ASSIGN_OR_RETURN(options.priority, parse_priority_header(request.get_header_value("x-mmserve-priority")));
+  }
+  if (body_priority) options.priority = *body_priority;
+  std::optional<double> timeout_ms;
+  if (request.has_header("x-mmserve-timeout-ms")) {
+    ASSIGN_OR_RETURN(timeout_ms, parse_timeout_header(request.get_header_value("x-mmserve-timeout-ms")));
+  }
+  if (body_timeout_ms) timeout_ms = body_timeout_ms;
+  if (timeout_ms) {
+    options.deadline = context.start + std::chrono::duration_cast<serving::Clock::duration>(
+                                           std::chrono::duration<double, std::milli>(*timeout_ms));
+  }
+  context.priority = options.priority;
+  return options;
+}
+
+std::string server_timing(const serving::PhaseTimes& t) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "queue;dur=%.3f, preprocess;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", t.queue_ms,
+                t.preprocess_ms, t.compute_ms, t.total_ms);
+  return buf;
+}
+
+Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version) {
+  if (std::optional<Reply> bad = check_version(model, version)) return *bad;
+  StatusOr<serving::ModelMetadata> metadata = env.server.model_metadata(model);
+  if (!metadata.ok()) return error_reply(ApiFamily::kKServe, metadata.status());
+  return Reply{200, encode_model_metadata(*metadata)};
+}
+
+Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const std::string& version) {
+  if (std::optional<Reply> bad = check_version(model, version)) return *bad;
+  StatusOr<serving::ModelStatus> status = env.server.model_status(model);
+  if (!status.ok()) return error_reply(ApiFamily::kKServe, status.status());
+  const bool ready = status->state == serving::ModelState::kReady && !env.shutting_down;
+  nlohmann::ordered_json body;
+  body["name"] = status->name;
+  body["ready"] = ready;
+  return Reply{ready ? 200 : 503, dump_json(body)};
+}
+
+Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const httplib::Request& request) {
+  const ApiFamily family = ApiFamily::kKServe;
+  if (std::optional<Reply> bad = check_version(context.model, context.version)) return *bad;
+  std::optional<size_t> json_length;
+  if (request.has_header(kInferenceHeader)) {
+    StatusOr<size_t> length =
+        parse_inference_header_length(request.get_header_value(kInferenceHeader), request.body.size());
+    if (!length.ok()) return error_reply(family, length.status());
+    json_length = *length;
+  }
+  StatusOr<KServeInferRequest> parsed = parse_kserve_infer(request.body, json_length, env.codec);
+  if (!parsed.ok()) return error_reply(family, parsed.status());
+  StatusOr<serving::RequestOptions> options = request_options(context, request, parsed->priority, parsed->timeout_ms);
+  if (!options.ok()) return error_reply(family, options.status());
+
+  serving::RequestSpec spec;
+  spec.model = context.model;
+  spec.inputs = std::move(parsed->inputs);
+  spec.options = std::move(*options);
+  spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
+  StatusOr<serving::ResponseData> response = env.server.infer(std::move(spec));
+  if (!response.ok()) return error_reply(family, response.status());
+
+  StatusOr<EncodedBody> encoded = encode_kserve_infer(context.model, *parsed, *response);
+  if (!encoded.ok()) return error_reply(family, encoded.status());
+  Reply reply{200, std::move(encoded->body), encoded->content_type};
+  if (encoded->json_length) reply.headers.emplace_back(kInferenceHeader, std::to_string(*encoded->json_length));
+  reply.headers.emplace_back("Server-Timing", server_timing(response->times));
+  return reply;
+}
+
+Reply handle_repository_index(const HandlerEnv& env, const httplib::Request& request) {
+  StatusOr<bool> ready_only = parse_repository_index(request.body);
+  if (!ready_only.ok()) return error_reply(ApiFamily::kKServe, ready_only.status());
+  return Reply{200, encode_repository_index(env.server.models(), *ready_only)};
+}
+
+Reply handle_repository_load(const HandlerEnv& env, const std::string& model, const httplib::Request& request,
+                             bool load) {
+  if (Status s = parse_repository_action(request.body); !s.ok()) return error_reply(ApiFamily::kKServe, s);
+  const Status status = load ? env.server.load_model(model) : env.server.unload_model(model);
+  if (!status.ok()) return error_reply(ApiFamily::kKServe, status);
+  return Reply{200, "{}"};
+}
+
+}  // namespace mmserve::api

@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# Real clients against the real server. Each mode starts `mmserve serve` on a free loopback port with a
+# temporary model repository holding a copy of tests/fixtures/clip-tiny-quickgelu-f32, waits for
+# /v2/health/ready, runs one client, and stops the server (SIGTERM, then SIGKILL after 15 s):
+#   openai      the official `openai` npm SDK (tests/e2e/openai): embeddings equal HF's goldens, SDK errors
+#   prometheus  a real Prometheus scraping the server every 1 s with deploy/prometheus/mmserve_rules.yml:
+#               SPEC 5.3's two PromQL expressions and the recorded series are numbers; promtool check metrics
+#   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
+#   bench       `mmserve bench`: JSON report, ok > 0, no 5xx; every payload kind over both APIs; client drops;
+#               usage errors
+#
+#   tests/e2e/client_test.sh MODE path/to/mmserve SOURCE_DIR       (ctest -L e2e runs all four)
+# Needs curl, python3, node + `npm ci --prefix tests/e2e/openai`, prometheus + promtool, locust (make deps).
+set -euo pipefail
+
+MODE=${1:?mode: openai | prometheus | locust | bench}
+MMSERVE=$(realpath "${2:?path to the mmserve binary}")
+SRC=$(realpath "${3:?source directory}")
+MODEL=clip-tiny-quickgelu-f32
+FIXTURE=$SRC/tests/fixtures/$MODEL
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-client-$MODE.XXXXXX")
+SERVER_PID=""
+PROM_PID=""
+PY=/usr/bin/python3  # Debian's python3: python3-yaml/requests/locust are installed for it (make deps)
+[ -x "$PY" ] || PY=python3
+
+stop_pid() {  # stop_pid PID: SIGTERM, wait up to 15 s, then SIGKILL
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null || true
+  for _ in $(seq 1 150); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+  echo "pid $pid ignored SIGTERM for 15 s; killing" >&2
+  kill -KILL "$pid" 2>/dev/null || true
+}
+
+on_exit() {
+  local status=$?
+  stop_pid "$PROM_PID"
+  stop_pid "$SERVER_PID"
+  if [ "$status" != 0 ]; then
+    echo "---- FAILED ($MODE); server log tail:" >&2
+    tail -n 40 "$TMP/server.log" 2>/dev/null >&2 || true
+    [ -f "$TMP/prometheus.log" ] && { echo "---- prometheus log tail:" >&2; tail -n 20 "$TMP/prometheus.log" >&2; }
+  fi
+  rm -rf "$TMP"
+}
+trap on_exit EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_server [serve flags...]: sets URL; fails if the server is not ready within 60 s.
+start_server() {
+  mkdir -p "$TMP/models"
+  cp -r "$FIXTURE" "$TMP/models/$MODEL"
+  local port
+  port=$(free_port)
+  URL=http://127.0.0.1:$port
+  "$MMSERVE" serve --model-repository "$TMP/models" --host 127.0.0.1 --port "$port" "$@" >"$TMP/server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 600); do
+    kill -0 "$SERVER_PID" 2>/dev/null || fail "mmserve serve exited before it was ready"
+    [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$URL/v2/health/ready" || true)" = 200 ] && return 0
+    sleep 0.1
+  done
+  fail "mmserve serve not ready after 60 s"
+}
+
+json_get() {  # json_get FILE PYTHON_EXPR (over `r`): prints the value
+  "$PY" -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
+
+run_openai() {
+  local dir=$SRC/tests/e2e/openai
+  [ -d "$dir/node_modules/openai" ] || npm ci --prefix "$dir" --no-audit --no-fund \
+    || fail "the openai package is missing: run npm ci --prefix tests/e2e/openai"
+  start_server --api-key sk-mmserve-test
+  MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_MODEL=$MODEL MMSERVE_FIXTURE_DIR=$FIXTURE \
+    MMSERVE_IMAGE_DIR=$SRC/tests/fixtures/images node --test "$dir/embeddings.test.mjs"
+}
+
+# prom_query EXPR: prints the single sample's value of an instant query, or fails.
+prom_query() {
+  curl -s --max-time 10 -G "$PROM_URL/api/v1/query" --data-urlencode "query=$1" >"$TMP/query.json"
+  "$PY" - "$TMP/query.json" "$1" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+assert r["status"] == "success", r
+result = r["data"]["result"]
+assert len(result) == 1, f"{sys.argv[2]}: expected one sample, got {result}"
+value = float(result[0]["value"][1])
+assert math.isfinite(value), f"{sys.argv[2]}: {value} is not a finite number"
+print(value)
+PY
+}
+
+run_prometheus() {
+  start_server
+  curl -sf --max-time 10 "$URL/metrics" >"$TMP/metrics.txt" || fail "GET /metrics"
+  promtool check metrics <"$TMP/metrics.txt" || fail "promtool check metrics found problems in /metrics"
+  local pport
+  pport=$(free_port)
+  PROM_URL=http://127.0.0.1:$pport
+  cat >"$TMP/prometheus.yml" <<EOF
+global: {scrape_interval: 1s, evaluation_interval: 1s}
+rule_files: ["$SRC/deploy/prometheus/mmserve_rules.yml"]
+scrape_configs:
+  - job_name: mmserve
+    static_configs: [{targets: ["127.0.0.1:${URL##*:}"]}]
+EOF
+  promtool check config "$TMP/prometheus.yml" >/dev/null || fail "promtool check config"
+  prometheus --config.file="$TMP/prometheus.yml" --storage.tsdb.path="$TMP/prom-data" \
+    --web.listen-address="127.0.0.1:$pport" >"$TMP/prometheus.log" 2>&1 &
+  PROM_PID=$!
+  local up=""
+  for _ in $(seq 1 300); do
+    kill -0 "$PROM_PID" 2>/dev/null || fail "prometheus exited"
+    up=$(prom_query 'up{job="mmserve"}' 2>/dev/null || true)
+    [ "$up" = "1.0" ] && break
+    sleep 0.1
+  done
+  [ "$up" = "1.0" ] || fail "prometheus never scraped the server (up=$up)"
+  # Traffic over several scrapes: successes, then 5xx (the model unloaded: known but not ready -> 503).
+  "$MMSERVE" bench --url "$URL" --rate 15 --duration 4 --connections 8 --output json >"$TMP/bench.json" \
+    || fail "mmserve bench"
+  curl -sf -X POST --max-time 30 "$URL/v2/repository/models/$MODEL/unload" >/dev/null || fail "unload"
+  local code round
+  for round in 1 2; do  # two bursts a few scrapes apart: rate() needs the 5xx counter to rise between samples
+    for _ in 1 2 3; do
+      code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' --max-time 10 \
+        -d '{"inputs":[{"name":"text","datatype":"BYTES","shape":[1],"data":["x"]}]}' "$URL/v2/models/$MODEL/infer")
+      [ "${code:0:1}" = 5 ] || fail "infer on an unloaded model answered $code, not 5xx"
+    done
+    [ "$round" = 1 ] && sleep 2.5
+  done
+  curl -sf -X POST --max-time 60 "$URL/v2/repository/models/$MODEL/load" >/dev/null || fail "load"
+  sleep 3  # scrapes after the traffic, and rule evaluations over them
+  local p95 ratio
+  p95=$(prom_query 'histogram_quantile(0.95, sum(rate(http_request_duration_seconds_bucket[5m])) by (le))') \
+    || fail "SPEC 5.3 p95 expression"
+  ratio=$(prom_query 'sum(rate(http_requests_total{code=~"5.."}[5m])) / sum(rate(http_requests_total[5m]))') \
+    || fail "SPEC 5.3 5xx ratio expression"
+  echo "p95 = $p95 s, 5xx ratio = $ratio"
+  "$PY" -c "import sys; p, r = $p95, $ratio; sys.exit(0 if 0 < p < 30 and 0 < r < 1 else 1)" \
+    || fail "p95 $p95 or ratio $ratio out of range"
+  prom_query 'mmserve:http_request_duration_seconds:p95_rate5m' >/dev/null || fail "recorded p95 missing"
+  prom_query 'mmserve:http_requests_5xx:ratio_rate5m' >/dev/null || fail "recorded 5xx ratio missing"
+  curl -s --max-time 10 "$PROM_URL/api/v1/rules" >"$TMP/rules.json"
+  "$PY" - "$TMP/rules.json" <<'PY' || fail "rules not healthy"
+import json, sys
+groups = json.load(open(sys.argv[1]))["data"]["groups"]
+rules = {r["name"]: r for g in groups for r in g["rules"]}
+for name in ("MmserveLatencyP95AboveSLO", "MmserveErrorRatioAboveSLO", "MmserveTargetDown",
+             "mmserve:http_request_duration_seconds:p95_rate5m", "mmserve:http_requests_5xx:ratio_rate5m"):
+    assert name in rules, f"{name} not loaded"
+    assert rules[name]["health"] == "ok", f"{name}: {rules[name].get('lastError')}"
+PY
+}
+
+run_locust() {
+  start_server
+  PYTHONDONTWRITEBYTECODE=1 MMSERVE_MODEL=$MODEL MMSERVE_IMAGE_DIR=$SRC/tests/fixtures/images \
+    locust -f "$SRC/deploy/locust/locustfile.py" --headless -u 10 -r 5 -t 10s --host "$URL" \
+    --csv "$TMP/locust" --only-summary >"$TMP/locust.log" 2>&1 || { tail -n 30 "$TMP/locust.log"; fail "locust"; }
+  tail -n 20 "$TMP/locust.log"
+  "$PY" - "$TMP/locust_stats.csv" <<'PY' || fail "locust stats"
+import csv, sys
+rows = {r["Name"]: r for r in csv.DictReader(open(sys.argv[1]))}
+total = rows["Aggregated"]
+assert int(total["Request Count"]) > 20, f"too few requests: {total['Request Count']}"
+assert int(total["Failure Count"]) == 0, f"{total['Failure Count']} failures"
+for name in ("text (openai)", "image (kserve)"):
+    assert name in rows and int(rows[name]["Request Count"]) > 0, f"no {name} requests"
+PY
+}
+
+run_bench() {
+  start_server --api-key bench-key
+  local out=$TMP/bench.json
+  # 1. The built-in mix (text over OpenAI, images and 1920x1080 JPEGs over KServe) for 5 s.
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --rate 20 --duration 5 --connections 16 --seed 7 \
+    --output json --json-file "$out" >"$TMP/bench_stdout.json" || fail "mmserve bench (built-in mix)"
+  cmp -s "$out" "$TMP/bench_stdout.json" || fail "--json-file differs from --output json"
+  "$PY" - "$out" "$MODEL" <<'PY' || fail "built-in mix report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+o = r["overall"]
+print({k: o[k] for k in ("arrivals", "sent", "ok", "rejected_429", "http_5xx", "dropped_by_client")}, o["latency_ms"])
+assert r["config"]["model"] == sys.argv[2], r["config"]
+assert o["ok"] > 0 and o["http_5xx"] == 0 and not o["errors"] and not o["transport_errors"], o
+assert o["sent"] + o["dropped_by_client"] == o["arrivals"], o
+assert [c["name"] for c in r["classes"]] == ["text", "image", "large_image"]
+for c in r["classes"]:
+    assert c["ok"] > 0, f"class {c['name']}: {c}"
+    lat = c["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p95"] <= lat["p99"] <= lat["max"], lat
+PY
+  # 2. Every kind over both APIs, fixture files and synthesised images, deadlines, base64: all must be 200.
+  local images=$SRC/tests/fixtures/images
+  cat >"$TMP/profile.yaml" <<EOF
+timeout_s: 20
+classes:
+  - {name: k-text, kind: text, api: kserve, priority: 1, texts: ["a photo of a cat", "猫の写真 🐈"]}
+  - {name: k-image, kind: image, api: kserve, priority: 2, images: [$images/rocket.jpg, $images/chelsea_lossless.webp]}
+  - {name: k-large, kind: large_image, api: kserve, priority: 3, image_size: [800, 600], image_format: png}
+  - {name: k-both, kind: text+image, api: kserve, deadline_ms: 10000}
+  - {name: o-text, kind: text, api: openai, encoding_format: base64}
+  - {name: o-image, kind: image, api: openai, images: [$images/tiny.jpg, $images/logo.png]}
+  - {name: o-large, kind: large_image, api: openai, image_size: [1024, 768], image_format: jpeg}
+  - {name: o-both, kind: text+image, api: openai, priority: 1}
+EOF
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --model "$MODEL" --profile "$TMP/profile.yaml" --rate 24 \
+    --duration 4 --json-file "$out" || fail "mmserve bench (every kind)"
+  "$PY" - "$out" <<'PY' || fail "every-kind report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+for c in r["classes"]:
+    assert c["sent"] > 0, f"class {c['name']} never sent (seeded run; raise the rate)"
+    bad = (c["errors"], c["transport_errors"], c["rejected_429"])
+    assert c["ok"] == c["sent"], f"class {c['name']}: {c['ok']} ok of {c['sent']}: {bad}"
+PY
+  # 3. Open loop: one connection, arrivals far faster than one request's latency -> counted client drops.
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --rate 400 --duration 2 --connections 1 --output json \
+    >"$out" || fail "mmserve bench (drops)"
+  "$PY" - "$out" <<'PY' || fail "drop accounting"
+import json, sys
+o = json.load(open(sys.argv[1]))["overall"]
+print({k: o[k] for k in ("arrivals", "sent", "ok", "dropped_by_client")})
+assert o["dropped_by_client"] > 0 and o["ok"] > 0 and o["sent"] + o["dropped_by_client"] == o["arrivals"], o
+assert o["arrivals"] > 400, o  # ~800 expected: arrivals do not wait for answers
+PY
+  # 4. Usage errors: exit 1 with a message, quickly.
+  local err
+  err=$("$MMSERVE" bench --url "$URL" --duration 1 2>&1 >/dev/null) && fail "bench without the API key succeeded"
+  grep -q "401" <<<"$err" || fail "no 401 in: $err"
+  printf 'classes:\n  - {name: a, kind: audio}\n' >"$TMP/bad.yaml"
+  err=$("$MMSERVE" bench --url "$URL" --profile "$TMP/bad.yaml" 2>&1 >/dev/null) && fail "bad profile accepted"
+  grep -q "kind must be" <<<"$err" || fail "unclear profile error: $err"
+  local closed
+  closed=$(free_port)
+  err=$(timeout 20 "$MMSERVE" bench --url "http://127.0.0.1:$closed" --duration 1 2>&1 >/dev/null) \
+    && fail "bench against a closed port succeeded"
+  grep -q "not reachable\|not ready" <<<"$err" || fail "unclear connection error: $err"
+}
+
+case "$MODE" in
+  openai) run_openai ;;
+  prometheus) run_prometheus ;;
+  locust) run_locust ;;
+  bench) run_bench ;;
+  *) fail "unknown mode $MODE" ;;
+esac
+echo "PASS: $MODE"
