@@ -14,7 +14,7 @@ DEB_PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libyaml-cpp-dev libcpp-httplib-dev \
   clang-14 libclang-rt-14-dev clang-format clang-tidy python3 python3-requests python3-yaml \
-  curl nodejs npm prometheus python3-locust
+  curl nodejs prometheus python3-locust
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
@@ -30,6 +30,8 @@ deps:
 	  echo "installing: $$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing; \
 	else echo "deps: all Debian packages present"; fi
+	@# npm: Debian's package on a stock system; a nodejs build that bundles npm (NodeSource) conflicts with it.
+	@command -v npm >/dev/null || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq npm; }
 
 $(BUILD)/build.ninja:
 	cmake --preset $(PRESET)
