@@ -38,7 +38,7 @@ struct ServeArgs {
   std::vector<std::string> api_keys;     // --api-key, repeatable (tenant "default")
   std::string api_keys_file;             // lines "KEY TENANT"
   std::string policy = "qos";            // fifo | qos
-  int http_threads = 0;                  // 0 = max(64, 4 x cores): a request holds a worker while it waits
+  int http_threads = 0;                  // 0 = max(512, 16 x cores): a request holds a worker while it waits
   double max_body_mb = 64;
   long long max_image_pixels = 64LL * 1024 * 1024;
   double drain_timeout_s = 30;

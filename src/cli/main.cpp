@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--api-key", serve.api_keys, "accepted API key, tenant 'default' (repeatable)");
   serve_cmd->add_option("--api-keys-file", serve.api_keys_file, "file of 'KEY TENANT' lines")->check(CLI::ExistingFile);
   serve_cmd->add_option("--policy", serve.policy, "scheduling policy")->check(CLI::IsMember({"fifo", "qos"}));
-  serve_cmd->add_option("--http-threads", serve.http_threads, "HTTP worker threads (0 = max(64, 4 x cores))");
+  serve_cmd->add_option("--http-threads", serve.http_threads, "HTTP worker threads (0 = max(512, 16 x cores); a waiting request holds one)");
   serve_cmd->add_option("--max-body-mb", serve.max_body_mb, "largest request body in MiB (413 above)");
   serve_cmd->add_option("--max-image-pixels", serve.max_image_pixels, "refuse larger images (413)");
   serve_cmd->add_option("--drain-timeout", serve.drain_timeout_s, "seconds to finish in-flight work on SIGTERM");

@@ -74,7 +74,7 @@ StatusOr<api::HttpServerOptions> http_options(const ServeArgs& args) {
   options.port = args.port;
   if (args.http_threads < 0 || args.http_threads > 4096) return invalid_argument("--http-threads must be 0..4096");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  options.transport.threads = args.http_threads > 0 ? args.http_threads : std::max(64, 4 * cores);  // a waiting request holds a worker: enough for full batches
+  options.transport.threads = args.http_threads > 0 ? args.http_threads : std::max(512, 16 * cores);  // a waiting request holds a worker: more workers than queue slots, so overload becomes 429s
   if (!(args.max_body_mb > 0) || args.max_body_mb > 16384)
     return invalid_argument("--max-body-mb must be in (0, 16384]");
   options.transport.body_bytes_max = static_cast<size_t>(args.max_body_mb * 1024 * 1024);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/clip_executor.h"
@@ -20,13 +21,20 @@ namespace mmserve::serving {
 
 struct BatchRun {
   std::vector<StatusOr<ResponseData>> responses;  // one per request, in batch order (times left to the caller)
+  std::vector<bool> finished_early;               // handed to `early` already (their responses entry is stale)
   int64_t texts = 0;                              // text tower batch size
   int64_t images = 0;                             // image tower batch size
   double compute_ms = 0;                          // both towers
 };
 
+// Called for a request whose outputs are all ready before the batch ends: text-only requests are answered
+// right after the text tower instead of waiting for the image tower (no head-of-line blocking behind images).
+// `compute_ms` is the time the request's own towers took.
+using EarlyFinish = std::function<void(size_t index, StatusOr<ResponseData> response, double compute_ms)>;
+
 // Consumes the requests' pixels (moved into the batch's buffer).
-BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch);
+BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
+                        const EarlyFinish& early = nullptr);
 
 // The smallest bucket >= n (buckets sorted ascending); n itself when it is above every bucket or n <= 0.
 int64_t bucket_for(int64_t n, const std::vector<int>& buckets);

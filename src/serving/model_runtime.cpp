@@ -244,21 +244,23 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<P
     r->dequeued = true;
     r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
   }
-  BatchRun run = run_clip_batch(executor, batch);
+  auto complete = [&](size_t i, StatusOr<ResponseData> response, double compute_ms) {
+    const PendingRequestPtr& r = batch[i];
+    r->times.compute_ms = compute_ms;
+    metrics_.compute_seconds(r->priority).observe(compute_ms / 1000.0);
+    if (response.ok() && r->cancelled && r->cancelled()) {
+      response = Status(StatusCode::kCancelled, "the client cancelled the request while it ran; output discarded");
+    }
+    finish(r, std::move(response));
+  };
+  BatchRun run = run_clip_batch(executor, batch, complete);
   if (run.texts > 0)
     metrics_.text_batch_size().observe(static_cast<double>(bucket_for(run.texts, config_.batch_buckets)));
   if (run.images > 0) {
     metrics_.image_batch_size().observe(static_cast<double>(bucket_for(run.images, config_.batch_buckets)));
   }
   for (size_t i = 0; i < batch.size(); ++i) {
-    const PendingRequestPtr& r = batch[i];
-    r->times.compute_ms = run.compute_ms;
-    metrics_.compute_seconds(r->priority).observe(run.compute_ms / 1000.0);
-    StatusOr<ResponseData>& response = run.responses[i];
-    if (response.ok() && r->cancelled && r->cancelled()) {
-      response = Status(StatusCode::kCancelled, "the client cancelled the request while it ran; output discarded");
-    }
-    finish(r, std::move(response));
+    if (!run.finished_early[i]) complete(i, std::move(run.responses[i]), run.compute_ms);
   }
 }
 
