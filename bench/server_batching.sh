@@ -12,7 +12,7 @@
 #   ARCH (demo-model --architecture: small, the demo, or vit-b32), ENGINE_THREADS (mmserve.yaml threads, default
 #   1: on 2 cores OpenMP barriers of a 2-thread engine stall whenever an HTTP or preprocessing thread holds the
 #   other core, which punishes batch 1 far more than batch 64 and makes the ratio meaningless),
-#   HTTP_THREADS (default 128: the server's HTTP workers wait for their request's answer, so fewer workers
+#   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 128: the server's HTTP workers wait for their request's answer, so fewer workers
 #   than connections would cap the batch size at the worker count; 0 = the server default)
 # Writes OUT_DIR/batching_*.json (one `mmserve bench` report per run) and OUT_DIR/server_batching.json
 # (keyed by commit), and prints the table with the ratios. Figures: docs/perf/server_cpu.md.
@@ -26,7 +26,7 @@ CONNECTIONS=${CONNECTIONS:-64}
 KINDS=${KINDS:-text image mix}
 ARCH=${ARCH:-small}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
-HTTP_THREADS=${HTTP_THREADS:-128}
+HTTP_THREADS=${HTTP_THREADS:-0}
 mkdir -p "$OUT"
 # shellcheck source=bench/server_lib.sh
 source "$ROOT/bench/server_lib.sh"

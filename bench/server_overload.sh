@@ -11,7 +11,7 @@
 #
 #   bench/server_overload.sh [BUILD_DIR (default build/cpu-release)] [OUT_DIR (default build/bench-results/server)]
 #   env: DURATION (default 30), CAPACITY_S (default 10), OVERLOAD_CONNECTIONS (default 512),
-#   HTTP_THREADS (default 1024: more HTTP workers than connections, so requests reach the model queue and its
+#   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 1024: more HTTP workers than connections, so requests reach the model queue and its
 #   queue_size can answer 429; 0 = the server default), ENGINE_THREADS (default 1, as in server_batching.sh)
 # Writes OUT_DIR/overload_*.json, OUT_DIR/overload_rss.txt and OUT_DIR/server_overload.json (keyed by
 # commit) and prints the verdict with the RSS over time. Figures: docs/perf/server_cpu.md.
@@ -22,7 +22,7 @@ OUT=$(realpath -m "${2:-$ROOT/build/bench-results/server}")
 DURATION=${DURATION:-30}
 CAPACITY_S=${CAPACITY_S:-10}
 OVERLOAD_CONNECTIONS=${OVERLOAD_CONNECTIONS:-512}
-HTTP_THREADS=${HTTP_THREADS:-1024}
+HTTP_THREADS=${HTTP_THREADS:-0}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
 mkdir -p "$OUT"
 # shellcheck source=bench/server_lib.sh

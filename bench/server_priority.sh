@@ -13,7 +13,7 @@
 #
 #   bench/server_priority.sh [BUILD_DIR (default build/cpu-release)] [OUT_DIR (default build/bench-results/server)]
 #   env: DURATION (default 30), HIGH_RATE (default 10), FLOOD_RATE (default 6000), FLOOD_CONNECTIONS (default 256),
-#   HTTP_THREADS (default 384), ENGINE_THREADS (default 1; both as in server_batching.sh), MAX_BATCH (default 64)
+#   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 384), ENGINE_THREADS (default 1; both as in server_batching.sh), MAX_BATCH (default 64)
 # Writes OUT_DIR/priority_*.json and OUT_DIR/server_priority.json (keyed by commit), prints the P99 ratios.
 # Figures: docs/perf/server_cpu.md.
 set -euo pipefail
@@ -24,7 +24,7 @@ DURATION=${DURATION:-30}
 HIGH_RATE=${HIGH_RATE:-10}
 FLOOD_RATE=${FLOOD_RATE:-6000}
 FLOOD_CONNECTIONS=${FLOOD_CONNECTIONS:-256}
-HTTP_THREADS=${HTTP_THREADS:-384}
+HTTP_THREADS=${HTTP_THREADS:-0}
 MAX_BATCH=${MAX_BATCH:-64}
 ENGINE_THREADS=${ENGINE_THREADS:-1}
 mkdir -p "$OUT"
