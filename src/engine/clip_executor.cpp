@@ -28,15 +28,21 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images(const std::vector<float>& pixels, int64_t n) {
   const int64_t size = image_size(), channels = model_->config().vision.num_channels;
-  const int64_t per_image = channels * size * size, dim = embedding_dim();
-  if (n < 0 || static_cast<int64_t>(pixels.size()) != n * per_image) {
+  if (n < 0 || static_cast<int64_t>(pixels.size()) != n * channels * size * size) {
     return invalid_argument("expected " + std::to_string(n) + " images of [" + std::to_string(channels) + ", " +
                             std::to_string(size) + ", " + std::to_string(size) + "] pixel values");
   }
+  return embed_images(pixels.data(), n);
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_images(const float* pixels, int64_t n) {
+  const int64_t size = image_size(), channels = model_->config().vision.num_channels;
+  const int64_t per_image = channels * size * size, dim = embedding_dim();
+  if (n < 0) return invalid_argument("negative image count");
   std::vector<float> embeds(static_cast<size_t>(n * dim));
   for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
     const int64_t count = std::min(options_.batch_size_max, n - begin);
-    Tensor in(const_cast<float*>(pixels.data()) + begin * per_image, DType::kF32, {count, channels, size, size});
+    Tensor in(const_cast<float*>(pixels) + begin * per_image, DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
   }

@@ -35,6 +35,8 @@ class ClipExecutor {
 
   // pixels: n images of [3, image_size, image_size] f32, concatenated. Returns n normalised embeddings.
   StatusOr<std::vector<float>> embed_images(const std::vector<float>& pixels, int64_t n);
+  // The same over n * 3 * image_size^2 floats at `pixels` (a slice of a larger batch).
+  StatusOr<std::vector<float>> embed_images(const float* pixels, int64_t n);
   // One token-id sequence per text (BOS ... EOS). Returns normalised embeddings, one row per text.
   StatusOr<std::vector<float>> embed_texts(const std::vector<std::vector<int32_t>>& ids);
   // exp(logit_scale) * image_embeds @ text_embeds^T: [images, texts].

@@ -14,7 +14,7 @@ int64_t bucket_for(int64_t n, const std::vector<int>& buckets) {
 }
 
 BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
-                        const EarlyFinish& early) {
+                        const EarlyFinish& early, const ImageChunking& chunking) {
   BatchRun run;
   run.finished_early.assign(batch.size(), false);
   std::vector<std::vector<int32_t>> ids;
@@ -72,8 +72,28 @@ BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<Pendin
       run.finished_early[i] = true;
     }
   }
-  if (run.images > 0 && text_embeds.ok()) image_embeds = executor.embed_images(pixels, run.images);
-  run.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  double preempted_ms = 0;  // time spent serving other requests between chunks: not this batch's compute
+  if (run.images > 0 && text_embeds.ok()) {
+    const int64_t chunk = chunking.images > 0 && chunking.between_chunks ? chunking.images : run.images;
+    const int64_t per_image = static_cast<int64_t>(pixels.size()) / run.images;
+    std::vector<float> all;
+    for (int64_t begin = 0; begin < run.images && image_embeds.ok(); begin += chunk) {
+      const int64_t count = std::min(chunk, run.images - begin);
+      StatusOr<std::vector<float>> part = executor.embed_images(pixels.data() + begin * per_image, count);
+      if (!part.ok()) {
+        image_embeds = part.status();
+        break;
+      }
+      all.insert(all.end(), part->begin(), part->end());
+      if (begin + count < run.images) {
+        const Clock::time_point paused = Clock::now();
+        chunking.between_chunks();
+        preempted_ms += std::chrono::duration<double, std::milli>(Clock::now() - paused).count();
+      }
+    }
+    if (image_embeds.ok()) image_embeds = std::move(all);
+  }
+  run.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - preempted_ms;
 
   const Status failed = !text_embeds.ok() ? text_embeds.status() : image_embeds.status();
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -32,9 +32,16 @@ struct BatchRun {
 // `compute_ms` is the time the request's own towers took.
 using EarlyFinish = std::function<void(size_t index, StatusOr<ResponseData> response, double compute_ms)>;
 
+// Called between chunks of the image tower (preemption point): the engine thread may serve urgent requests
+// there before the rest of this batch's images run.
+struct ImageChunking {
+  int64_t images = 0;                   // chunk size; 0 = the whole image batch at once
+  std::function<void()> between_chunks;
+};
+
 // Consumes the requests' pixels (moved into the batch's buffer).
 BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
-                        const EarlyFinish& early = nullptr);
+                        const EarlyFinish& early = nullptr, const ImageChunking& chunking = {});
 
 // The smallest bucket >= n (buckets sorted ascending); n itself when it is above every bucket or n <= 0.
 int64_t bucket_for(int64_t n, const std::vector<int>& buckets);

@@ -170,6 +170,9 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
     return out_of_range_value(label, "max_queue_delay_ms", std::to_string(c.max_queue_delay_ms), "must be >= 0");
   }
   if (c.queue_size < 1) return out_of_range_value(label, "queue_size", std::to_string(c.queue_size), "must be >= 1");
+  if (c.preempt_chunk_images < 0) {
+    return out_of_range_value(label, "preempt_chunk_images", std::to_string(c.preempt_chunk_images), "must be >= 0");
+  }
   if (c.priority_levels < 1 || c.priority_levels > kPriorityLevelsMax) {
     return out_of_range_value(label, "priority_levels", std::to_string(c.priority_levels),
                               "must be in 1.." + std::to_string(kPriorityLevelsMax));
@@ -232,6 +235,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
          return ok_status();
        }},
       {"threads", set_int(&c.threads)},
+      {"preempt_chunk_images", set_int(&c.preempt_chunk_images)},
   };
   RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
   // A max_batch_size without buckets gets buckets that reach it (the defaults stop at 64).

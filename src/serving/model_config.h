@@ -12,6 +12,8 @@
 //   default_timeout_ms: 0       # 0 = none; otherwise a deadline for requests that set none
 //   memory_quota_mb: 0          # 0 = unlimited; loading refuses a model whose weights + arena exceed it
 //   threads: 0                  # CPU threads of the engine (0 = all)
+//   preempt_chunk_images: 8     # qos: run a batch's images in chunks of this many and serve better-class
+//                               # requests that arrived meanwhile between chunks (0 = never)
 // Unknown keys and wrong types are errors naming the file and the key.
 // Tests: tests/unit/serving/model_config_test.cpp.
 #pragma once
@@ -37,6 +39,7 @@ struct ModelConfig {
   double default_timeout_ms = 0;
   int64_t memory_quota_mb = 0;
   int threads = 0;
+  int preempt_chunk_images = 8;
 };
 
 // Parses YAML text (`label` names it in errors); missing keys keep their defaults.

@@ -5,6 +5,7 @@
 #include "serving/model_runtime.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "models/registry.h"
 #include "serving/clip_batch.h"
@@ -234,12 +235,29 @@ void ModelRuntime::engine_loop(engine::ClipExecutor* executor) {
   for (;;) {
     std::vector<PendingRequestPtr> batch = queue_.pop_batch(limits);
     if (batch.empty()) return;  // closed
-    run_batch(*executor, batch);
+    run_batch(*executor, batch, /*preemptible=*/true);
   }
 }
 
-void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch) {
+void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
+                             bool preemptible) {
   const Clock::time_point picked = Clock::now();
+  // The best class in this batch: queued requests of a strictly better class may run between image chunks.
+  int best_class = std::numeric_limits<int>::max();
+  for (const PendingRequestPtr& r : batch) {
+    best_class = std::min(best_class, effective_priority_class(r->priority, ms_between(r->enqueued, picked),
+                                                               context_.aging_ms_per_level));
+  }
+  ImageChunking chunking;
+  if (preemptible && context_.policy == SchedulingPolicy::kQos && config_.preempt_chunk_images > 0 && best_class > 1) {
+    chunking.images = config_.preempt_chunk_images;
+    chunking.between_chunks = [&] {
+      BatchLimits limits;
+      limits.items_max = config_.max_batch_size;
+      std::vector<PendingRequestPtr> urgent = queue_.pop_urgent(best_class, limits);
+      if (!urgent.empty()) run_batch(executor, urgent, /*preemptible=*/false);
+    };
+  }
   for (const PendingRequestPtr& r : batch) {
     r->dequeued = true;
     r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
@@ -253,7 +271,7 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<P
     }
     finish(r, std::move(response));
   };
-  BatchRun run = run_clip_batch(executor, batch, complete);
+  BatchRun run = run_clip_batch(executor, batch, complete, chunking);
   if (run.texts > 0)
     metrics_.text_batch_size().observe(static_cast<double>(bucket_for(run.texts, config_.batch_buckets)));
   if (run.images > 0) {

@@ -74,7 +74,8 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   Status warm(engine::ClipExecutor& executor);
   void preprocess(const PendingRequestPtr& request, std::vector<InputItem>& inputs);
   void engine_loop(engine::ClipExecutor* executor);
-  void run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch);
+  // `preemptible`: under qos, run the images in chunks and serve better-class arrivals between them.
+  void run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch, bool preemptible);
   void on_dropped(const PendingRequestPtr& request, const Status& status);
   // The one way an admitted request ends.
   void finish(const PendingRequestPtr& request, StatusOr<ResponseData> result);

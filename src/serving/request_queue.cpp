@@ -112,7 +112,8 @@ void RequestQueue::sweep_locked(Clock::time_point now, std::vector<Dropped>& dro
   if (!dropped.empty()) publish_depth_locked();
 }
 
-std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, const BatchLimits& limits) {
+std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, const BatchLimits& limits,
+                                                        int class_below) {
   struct Ranked {
     size_t index;
     int cls;
@@ -126,9 +127,11 @@ std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, 
   for (size_t i = 0; i < entries_.size(); ++i) {
     const PendingRequest& r = *entries_[i];
     const double waited = ms_between(r.enqueued, now);
-    ranked.push_back({i, effective_priority_class(r.priority, waited, aging), overdue(r.priority, waited, aging),
-                      r.score, r.sequence});
+    const int cls = effective_priority_class(r.priority, waited, aging);
+    if (cls >= class_below) continue;
+    ranked.push_back({i, cls, overdue(r.priority, waited, aging), r.score, r.sequence});
   }
+  if (ranked.empty()) return {};
   if (options_.policy == SchedulingPolicy::kFifo) {
     std::sort(ranked.begin(), ranked.end(), [](const Ranked& a, const Ranked& b) { return a.sequence < b.sequence; });
   } else {
@@ -166,6 +169,21 @@ std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, 
 void RequestQueue::deliver(std::vector<Dropped>& dropped) {
   for (Dropped& d : dropped) options_.on_drop(d.request, d.status);
   dropped.clear();
+}
+
+std::vector<PendingRequestPtr> RequestQueue::pop_urgent(int class_below, const BatchLimits& limits) {
+  if (options_.policy != SchedulingPolicy::kQos) return {};
+  std::vector<Dropped> dropped;
+  std::vector<PendingRequestPtr> urgent;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return {};
+    const Clock::time_point now = Clock::now();
+    sweep_locked(now, dropped);
+    urgent = take_locked(now, limits, class_below);
+  }
+  deliver(dropped);
+  return urgent;
 }
 
 std::vector<PendingRequestPtr> RequestQueue::pop_batch(const BatchLimits& limits) {

@@ -27,6 +27,8 @@
 // Tests: tests/unit/serving/request_queue_test.cpp.
 #pragma once
 
+#include <limits>
+
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -77,6 +79,10 @@ class RequestQueue {
   // Blocks until a batch is ready (see the file comment) and returns it in scheduling order. Returns an
   // empty vector only once the queue is closed.
   std::vector<PendingRequestPtr> pop_batch(const BatchLimits& limits);
+  // Never blocks: takes, in scheduling order and within `limits`' item budget, the queued entries whose
+  // effective class is better (smaller) than `class_below`; empty under fifo (no classes) or when none.
+  // The engine thread calls it between chunks of a running batch (preemption at chunk boundaries).
+  std::vector<PendingRequestPtr> pop_urgent(int class_below, const BatchLimits& limits);
 
   // Refuses further pushes with `reason`, hands every queued request to on_drop with `reason`, and wakes
   // pop_batch callers (which return empty). Idempotent.
@@ -90,7 +96,8 @@ class RequestQueue {
     Status status;
   };
   void sweep_locked(Clock::time_point now, std::vector<Dropped>& dropped);
-  std::vector<PendingRequestPtr> take_locked(Clock::time_point now, const BatchLimits& limits);
+  std::vector<PendingRequestPtr> take_locked(Clock::time_point now, const BatchLimits& limits,
+                                            int class_below = std::numeric_limits<int>::max());
   void publish_depth_locked();
   void deliver(std::vector<Dropped>& dropped);
 

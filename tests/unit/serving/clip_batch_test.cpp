@@ -50,5 +50,36 @@ TEST(ClipBatch, TextOnlyRequestsFinishBeforeTheImageTower) {
   EXPECT_LE(testing::relative_error(run.responses[1]->embeddings.at(0).data(), image_ref.data(), dim), 1e-4);
 }
 
+// Chunked image tower (preemption points): the hook runs between chunks only, and chunking changes no result.
+TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  auto executor = engine::ClipExecutor::create(dir, {});
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  testing::Golden golden(dir + "/golden.safetensors");
+  const std::vector<float> pixels = golden.f32("pixel_values");  // 8 images
+  const std::vector<float> image_ref = golden.f32("image_embeds");
+  const int64_t per_image = 3 * 32 * 32, dim = 10;
+  std::vector<PendingRequestPtr> batch;
+  for (int i = 0; i < 7; ++i) {  // 7 images in chunks of 3: 3 + 3 + 1, so the hook runs twice
+    auto r = std::make_shared<PendingRequest>();
+    r->input_is_image = {true};
+    r->images = 1;
+    r->pixels.assign(pixels.begin() + i * per_image, pixels.begin() + (i + 1) * per_image);
+    batch.push_back(r);
+  }
+  int hooks = 0;
+  ImageChunking chunking;
+  chunking.images = 3;
+  chunking.between_chunks = [&] { ++hooks; };
+  BatchRun run = run_clip_batch(**executor, batch, nullptr, chunking);
+  EXPECT_EQ(hooks, 2);
+  ASSERT_EQ(run.responses.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(run.responses[i].ok());
+    EXPECT_LE(testing::relative_error(run.responses[i]->embeddings.at(0).data(), image_ref.data() + i * dim, dim), 1e-4)
+        << "image " << i;
+  }
+}
+
 }  // namespace
 }  // namespace mmserve::serving

@@ -32,6 +32,7 @@ default_priority: 4
 default_timeout_ms: 1500
 memory_quota_mb: 300
 threads: 3
+preempt_chunk_images: 4
 )",
                               kLabel);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -47,6 +48,7 @@ threads: 3
   EXPECT_DOUBLE_EQ(c->default_timeout_ms, 1500);
   EXPECT_EQ(c->memory_quota_mb, 300);
   EXPECT_EQ(c->threads, 3);
+  EXPECT_EQ(c->preempt_chunk_images, 4);
 }
 
 TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
@@ -141,6 +143,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"default_priority: 4\n", "default_priority"},  // above the default 3 levels
         BadCase{"default_priority: 0\n", "default_priority"}, BadCase{"default_timeout_ms: -5\n", "default_timeout_ms"},
         BadCase{"memory_quota_mb: -1\n", "memory_quota_mb"}, BadCase{"threads: -2\n", "threads"},
+        BadCase{"preempt_chunk_images: -1\n", "preempt_chunk_images"},
         BadCase{"instances: 99999999999\n", "instances"}),  // beyond int
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";

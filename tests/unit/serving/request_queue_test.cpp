@@ -321,3 +321,43 @@ TEST(BucketFor, RoundsUpToTheNextConfiguredBucket) {
 
 }  // namespace
 }  // namespace mmserve::serving
+
+namespace mmserve::serving {
+namespace {
+
+// Preemption points: pop_urgent takes only entries of a strictly better effective class, in scheduling
+// order, never blocks, and does nothing under fifo.
+TEST(RequestQueuePreemption, PopUrgentTakesOnlyBetterClasses) {
+  Drops drops;
+  RequestQueue queue(drops.options(SchedulingPolicy::kQos));
+  ASSERT_TRUE(queue.push(entry(3, 0.9)).ok());
+  ASSERT_TRUE(queue.push(entry(2, 0.1)).ok());
+  ASSERT_TRUE(queue.push(entry(1, 0.2)).ok());
+  ASSERT_TRUE(queue.push(entry(1, 0.8)).ok());
+  BatchLimits limits;
+  limits.items_max = 64;
+  EXPECT_TRUE(queue.pop_urgent(1, limits).empty()) << "nothing is better than class 1";
+  const auto start = Clock::now();
+  std::vector<PendingRequestPtr> urgent = queue.pop_urgent(2, limits);
+  EXPECT_LT(ms_since(start), 50.0) << "pop_urgent must not wait for a batch to fill";
+  ASSERT_EQ(urgent.size(), 2u);
+  EXPECT_EQ(urgent[0]->score, 0.8);  // class 1, higher score first
+  EXPECT_EQ(urgent[1]->score, 0.2);
+  EXPECT_EQ(queue.size(), 2u);
+  std::vector<PendingRequestPtr> next = queue.pop_urgent(3, limits);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0]->priority, 2);
+  EXPECT_EQ(queue.size(), 1u);
+}
+
+TEST(RequestQueuePreemption, FifoNeverPreempts) {
+  Drops drops;
+  RequestQueue queue(drops.options(SchedulingPolicy::kFifo));
+  ASSERT_TRUE(queue.push(entry(1, 0.5)).ok());
+  BatchLimits limits;
+  EXPECT_TRUE(queue.pop_urgent(3, limits).empty());
+  EXPECT_EQ(queue.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mmserve::serving
