@@ -3,6 +3,9 @@
 // log. Transport behaviour (slow clients, keep-alive, early refusals, disconnects) is in transport_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -399,7 +402,14 @@ TEST(HttpServer, MetricsUseRouteTemplates) {
   ASSERT_EQ(c.Post("/v2/models/clip/infer", text_infer({"x"}).dump(), kJson)->status, 200);
   c.Post("/v2/models/zzz-unique-name/infer", text_infer({"x"}).dump(), kJson);
   c.Get("/some/random/path-qqq");
+  // A request is counted after its response is written, so the client may see the response first: poll.
+  const std::string last = R"(http_requests_total{method="GET",route="unmatched",code="404"} 1)";
   auto r = c.Get("/metrics");
+  for (int i = 0; i < 200 && r && r->body.find(last) == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    r = c.Get("/metrics");
+  }
+  ASSERT_TRUE(r);
   ASSERT_EQ(r->status, 200);
   EXPECT_EQ(r->get_header_value("Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
   const std::string& text = r->body;
