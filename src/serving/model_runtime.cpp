@@ -191,6 +191,15 @@ void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point s
   }
   if (!admitted.ok()) return reject(why, admitted, done);
   request->done = std::move(done);
+  // Only image decoding goes to the (priority-blind, FIFO) preprocessing pool. Texts and pixel values cost
+  // microseconds, so they are preprocessed right here: a high-priority text never waits behind a flood of
+  // image decodes.
+  const bool has_image_bytes = std::any_of(spec.inputs.begin(), spec.inputs.end(),
+                                           [](const InputItem& in) { return in.kind == InputKind::kImageBytes; });
+  if (!has_image_bytes) {
+    preprocess(request, spec.inputs);
+    return;
+  }
   auto task = [self = shared_from_this(), request, inputs = std::move(spec.inputs)]() mutable {
     self->preprocess(request, inputs);
   };
