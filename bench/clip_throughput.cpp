@@ -46,10 +46,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
-    if (a == "--model") model_dir = next();
-    else if (a == "--threads") threads = std::atoi(next().c_str());
-    else if (a == "--iters") iters = std::atoi(next().c_str());
-    else if (a == "--seq") seq = std::atoi(next().c_str());
+    if (a == "--model")
+      model_dir = next();
+    else if (a == "--threads")
+      threads = std::atoi(next().c_str());
+    else if (a == "--iters")
+      iters = std::atoi(next().c_str());
+    else if (a == "--seq")
+      seq = std::atoi(next().c_str());
     else if (a == "--batches") {
       batches.clear();
       std::string list = next();
@@ -102,8 +106,11 @@ int main(int argc, char** argv) {
     results.push_back({{"tower", "text"}, {"batch", batch}, {"median_ms", ms}, {"per_s", batch * 1000.0 / ms}});
   }
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
-  std::printf("%s\n", nlohmann::json({{"impl", "mmserve"}, {"threads", threads}, {"blas_core", mmserve::kernels::blas_core_name()},
-                                      {"openblas_coretype", coretype ? coretype : ""}, {"results", results}})
+  std::printf("%s\n", nlohmann::json({{"impl", "mmserve"},
+                                      {"threads", threads},
+                                      {"blas_core", mmserve::kernels::blas_core_name()},
+                                      {"openblas_coretype", coretype ? coretype : ""},
+                                      {"results", results}})
                           .dump()
                           .c_str());
   return 0;

@@ -1,9 +1,10 @@
 // The subcommands: embed, tokenize, inspect, demo-model. They compose the layers (frontends for bytes ->
 // tensors, engine for tensors -> embeddings) and print JSON; every failure is a message and exit code 1.
+#include "cli/commands.h"
+
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "cli/commands.h"
 #include "engine/clip_executor.h"
 #include "frontends/image/image.h"
 #include "frontends/image/preprocess.h"
@@ -92,7 +93,8 @@ int run_embed(const EmbedArgs& args) {
   }
   if (!args.images.empty() && !args.texts.empty()) {
     const int64_t images = static_cast<int64_t>(args.images.size()), texts = static_cast<int64_t>(args.texts.size());
-    out["logits_per_image"] = rows_to_json(exec.logits_per_image(image_embeds, images, text_embeds, texts), images, texts);
+    out["logits_per_image"] =
+        rows_to_json(exec.logits_per_image(image_embeds, images, text_embeds, texts), images, texts);
   }
   print_json(out);
   return 0;
@@ -117,9 +119,12 @@ int run_tokenize(const TokenizeArgs& args) {
 int run_inspect(const std::string& model_dir) {
   auto summary = models::inspect_model_dir(model_dir);
   if (!summary.ok()) return fail(summary.status().message());
-  nlohmann::json out = {{"architecture", summary->architecture}, {"model_type", summary->model_type},
-                        {"parameters", summary->parameters}, {"parameters_by_dtype", summary->parameters_by_dtype},
-                        {"tensors", summary->tensors}, {"shards", summary->shards},
+  nlohmann::json out = {{"architecture", summary->architecture},
+                        {"model_type", summary->model_type},
+                        {"parameters", summary->parameters},
+                        {"parameters_by_dtype", summary->parameters_by_dtype},
+                        {"tensors", summary->tensors},
+                        {"shards", summary->shards},
                         {"bytes_on_disk", summary->bytes_on_disk},
                         {"bytes_in_memory_cpu_f32", summary->bytes_in_memory}};
   auto family = models::detect_family(model_dir);

@@ -31,34 +31,34 @@ int run_demo_model(const std::string& output_dir, bool overwrite, const std::str
 
 // `mmserve serve` (src/cli/serve_command.cpp): runs the HTTP server until SIGTERM/SIGINT, then drains.
 struct ServeArgs {
-  std::string model_repository;          // empty: the demo CLIP in a temporary repository
-  std::string config_file;               // optional YAML with server-wide settings
+  std::string model_repository;  // empty: the demo CLIP in a temporary repository
+  std::string config_file;       // optional YAML with server-wide settings
   std::string host = "127.0.0.1";
   int port = 8000;
-  std::vector<std::string> api_keys;     // --api-key, repeatable (tenant "default")
-  std::string api_keys_file;             // lines "KEY TENANT"
-  std::string policy = "qos";            // fifo | qos
-  int http_threads = 0;                  // 0 = max(512, 16 x cores): a request holds a worker while it waits
+  std::vector<std::string> api_keys;  // --api-key, repeatable (tenant "default")
+  std::string api_keys_file;          // lines "KEY TENANT"
+  std::string policy = "qos";         // fifo | qos
+  int http_threads = 0;               // 0 = max(512, 16 x cores): a request holds a worker while it waits
   double max_body_mb = 64;
   long long max_image_pixels = 64LL * 1024 * 1024;
   double drain_timeout_s = 30;
-  std::string access_log;                // file for JSON access-log lines; empty = stderr
-  bool allow_url_fetch = false;          // images by URL: off (only data URLs and bytes)
-  std::vector<std::string> models;       // --model NAME: load only these (default: all)
+  std::string access_log;           // file for JSON access-log lines; empty = stderr
+  bool allow_url_fetch = false;     // images by URL: off (only data URLs and bytes)
+  std::vector<std::string> models;  // --model NAME: load only these (default: all)
 };
 int run_serve(const ServeArgs& args);
 
 // `mmserve bench` (src/cli/bench_command.cpp): an open-loop (Poisson) load generator against a running server.
 struct BenchArgs {
   std::string url = "http://127.0.0.1:8000";
-  std::string profile_file;              // YAML/JSON mix of request kinds; empty = the built-in mix
-  std::string model;                     // default: the server's first model
-  double rate = 10;                      // requests per second (Poisson arrivals)
+  std::string profile_file;  // YAML/JSON mix of request kinds; empty = the built-in mix
+  std::string model;         // default: the server's first model
+  double rate = 10;          // requests per second (Poisson arrivals)
   double duration_s = 10;
-  int connections = 64;                  // concurrent connections at most
+  int connections = 64;  // concurrent connections at most
   std::string api_key;
-  std::string output = "table";          // table | json
-  std::string json_file;                 // also write the JSON report here
+  std::string output = "table";  // table | json
+  std::string json_file;         // also write the JSON report here
   unsigned seed = 1;
 };
 int run_bench(const BenchArgs& args);

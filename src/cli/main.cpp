@@ -15,7 +15,9 @@ int main(int argc, char** argv) {
 
   EmbedArgs embed;
   CLI::App* embed_cmd = app.add_subcommand("embed", "Embed images and texts with a CLIP model (normalised, as HF)");
-  embed_cmd->add_option("--model", embed.model_dir, "HF CLIP model directory")->required()->check(CLI::ExistingDirectory);
+  embed_cmd->add_option("--model", embed.model_dir, "HF CLIP model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
   embed_cmd->add_option("--image", embed.images, "image file (JPEG, PNG, WebP); repeatable");
   embed_cmd->add_option("--text", embed.texts, "text; repeatable")->allow_extra_args(false);
   embed_cmd->add_option("--output", embed.output, "output format")->check(CLI::IsMember({"json"}));
@@ -55,7 +57,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--api-key", serve.api_keys, "accepted API key, tenant 'default' (repeatable)");
   serve_cmd->add_option("--api-keys-file", serve.api_keys_file, "file of 'KEY TENANT' lines")->check(CLI::ExistingFile);
   serve_cmd->add_option("--policy", serve.policy, "scheduling policy")->check(CLI::IsMember({"fifo", "qos"}));
-  serve_cmd->add_option("--http-threads", serve.http_threads, "HTTP worker threads (0 = max(512, 16 x cores); a waiting request holds one)");
+  serve_cmd->add_option("--http-threads", serve.http_threads,
+                        "HTTP worker threads (0 = max(512, 16 x cores); a waiting request holds one)");
   serve_cmd->add_option("--max-body-mb", serve.max_body_mb, "largest request body in MiB (413 above)");
   serve_cmd->add_option("--max-image-pixels", serve.max_image_pixels, "refuse larger images (413)");
   serve_cmd->add_option("--drain-timeout", serve.drain_timeout_s, "seconds to finish in-flight work on SIGTERM");
@@ -69,13 +72,19 @@ int main(int argc, char** argv) {
   BenchArgs bench;
   CLI::App* bench_cmd = app.add_subcommand("bench", "Open-loop load generator against a running server");
   bench_cmd->add_option("--url", bench.url, "server base URL");
-  bench_cmd->add_option("--profile", bench.profile_file, "request mix, YAML or JSON (docs/load-testing.md); default: "
-                        "60% text / 30% image / 10% large image")->check(CLI::ExistingFile);
+  bench_cmd
+      ->add_option("--profile", bench.profile_file,
+                   "request mix, YAML or JSON (docs/load-testing.md); default: "
+                   "60% text / 30% image / 10% large image")
+      ->check(CLI::ExistingFile);
   bench_cmd->add_option("--model", bench.model, "model name (default: the first of GET /v1/models)");
   bench_cmd->add_option("--rate", bench.rate, "requests per second (Poisson)")->check(CLI::PositiveNumber);
   bench_cmd->add_option("--duration", bench.duration_s, "seconds")->check(CLI::PositiveNumber);
-  bench_cmd->add_option("--connections", bench.connections, "concurrent connections; arrivals finding none free are "
-                        "counted as dropped by the client")->check(CLI::PositiveNumber);
+  bench_cmd
+      ->add_option("--connections", bench.connections,
+                   "concurrent connections; arrivals finding none free are "
+                   "counted as dropped by the client")
+      ->check(CLI::PositiveNumber);
   bench_cmd->add_option("--api-key", bench.api_key, "API key");
   bench_cmd->add_option("--output", bench.output, "table or json")->check(CLI::IsMember({"table", "json"}));
   bench_cmd->add_option("--json-file", bench.json_file, "also write the JSON report here");

@@ -102,9 +102,7 @@ uint16_t f32_to_f16(float f) {
 
 bool convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t count) {
   switch (src_dtype) {
-    case DType::kF32:
-      std::memcpy(dst, src, static_cast<size_t>(count) * 4);
-      return true;
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(count) * 4); return true;
     case DType::kF16: {
       const auto* p = static_cast<const uint16_t*>(src);
       for (int64_t i = 0; i < count; ++i) dst[i] = f16_to_f32(p[i]);
@@ -115,8 +113,7 @@ bool convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t count)
       for (int64_t i = 0; i < count; ++i) dst[i] = bf16_to_f32(p[i]);
       return true;
     }
-    default:
-      return false;
+    default: return false;
   }
 }
 

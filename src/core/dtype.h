@@ -17,9 +17,9 @@ enum class DType : uint8_t {
   kF32,
   kF16,
   kBF16,
-  kF8E4M3,   // reserved: FP8 weights/activations (issue on quantisation)
-  kF8E5M2,   // reserved
-  kI4Packed, // reserved: two 4-bit values per byte with group scales
+  kF8E4M3,    // reserved: FP8 weights/activations (issue on quantisation)
+  kF8E5M2,    // reserved
+  kI4Packed,  // reserved: two 4-bit values per byte with group scales
   kI8,
   kU8,
   kI32,
@@ -46,7 +46,9 @@ inline uint32_t bits_from_f32(float f) {
   return bits;
 }
 
-inline float bf16_to_f32(uint16_t h) { return f32_from_bits(static_cast<uint32_t>(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return f32_from_bits(static_cast<uint32_t>(h) << 16);
+}
 // Round to nearest even; NaN stays NaN (quiet).
 inline uint16_t f32_to_bf16(float f) {
   uint32_t bits = bits_from_f32(f);

@@ -65,8 +65,9 @@ StatusOr<double> to_double(const std::string& path, const json& v) {
   return wrong_type(path, "a number", v);
 }
 
-// Position of a parse error as "line L, column C" (1-based), computed from the byte offset nlohmann gives.
-std::string line_column(const std::string& text, size_t byte_1based) {
+}  // namespace
+
+std::string json_error_position(std::string_view text, size_t byte_1based) {
   const size_t pos = std::min(byte_1based == 0 ? 0 : byte_1based - 1, text.size());
   size_t line = 1, column = 1;
   for (size_t i = 0; i < pos; ++i) {
@@ -80,19 +81,17 @@ std::string line_column(const std::string& text, size_t byte_1based) {
   return "line " + std::to_string(line) + ", column " + std::to_string(column);
 }
 
-}  // namespace
-
 StatusOr<json> parse_json(const std::string& text, const std::string& label) {
   // nlohmann stops at a NUL byte as if the input ended there; JSON never contains a raw NUL.
   if (const size_t nul = text.find('\0'); nul != std::string::npos) {
-    return invalid_argument(label + ": JSON syntax error at " + line_column(text, nul + 1) + ": NUL byte");
+    return invalid_argument(label + ": JSON syntax error at " + json_error_position(text, nul + 1) + ": NUL byte");
   }
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     const std::string what = e.what();
     const size_t detail = what.find("syntax error");
-    return invalid_argument(label + ": JSON syntax error at " + line_column(text, e.byte) + ": " +
+    return invalid_argument(label + ": JSON syntax error at " + json_error_position(text, e.byte) + ": " +
                             (detail == std::string::npos ? what : what.substr(detail)));
   } catch (const json::exception& e) {  // out_of_range.406: a number literal too large for a double
     return invalid_argument(label + ": " + e.what());

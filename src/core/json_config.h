@@ -8,11 +8,15 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
 
 namespace mmserve {
+
+// "line L, column C" (1-based) of a 1-based byte offset into `text`, as nlohmann reports parse errors.
+std::string json_error_position(std::string_view text, size_t byte_1based);
 
 // Reads and parses a JSON file; the error names the path (and line/column for syntax errors).
 StatusOr<nlohmann::json> read_json_file(const std::string& path);

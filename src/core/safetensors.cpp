@@ -132,21 +132,6 @@ Status parse_metadata(const std::string& label, const json& meta, std::map<std::
   return ok_status();
 }
 
-// Line and column (1-based) of a byte position, for messages a person can act on.
-std::string line_column(const uint8_t* text, size_t size, size_t byte_1based) {
-  const size_t pos = std::min(byte_1based == 0 ? 0 : byte_1based - 1, size);
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i < pos; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return "line " + std::to_string(line) + ", column " + std::to_string(column);
-}
-
 }  // namespace
 
 int64_t TensorInfo::numel() const {
@@ -202,8 +187,10 @@ Status SafetensorsFile::parse(const uint8_t* data, size_t size) {
   } catch (const json::parse_error& e) {
     std::string what = e.what();
     const size_t detail = what.find("syntax error");
-    return invalid_argument(label + ": header JSON syntax error at " + line_column(header, header_size, e.byte) + ": " +
-                            (detail == std::string::npos ? what : what.substr(detail)));
+    return invalid_argument(
+        label + ": header JSON syntax error at " +
+        json_error_position(std::string_view(reinterpret_cast<const char*>(header), header_size), e.byte) + ": " +
+        (detail == std::string::npos ? what : what.substr(detail)));
   } catch (const json::exception& e) {  // e.g. out_of_range.406: a number literal that overflows a double
     return invalid_argument(label + ": header JSON: " + e.what());
   }

@@ -18,18 +18,18 @@ namespace mmserve {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,    // malformed input: bad JSON, broken image, wrong shape
-  kNotFound,           // missing file, model or tensor
+  kInvalidArgument,  // malformed input: bad JSON, broken image, wrong shape
+  kNotFound,         // missing file, model or tensor
   kAlreadyExists,
-  kOutOfRange,         // offsets outside a buffer, truncated data
-  kResourceExhausted,  // out of memory, queue full (HTTP 429)
-  kTooLarge,           // an input above a size limit: body, image pixels (HTTP 413)
-  kUnimplemented,      // a valid but unsupported feature (dtype, architecture)
-  kFailedPrecondition, // not ready, wrong state
+  kOutOfRange,          // offsets outside a buffer, truncated data
+  kResourceExhausted,   // out of memory, queue full (HTTP 429)
+  kTooLarge,            // an input above a size limit: body, image pixels (HTTP 413)
+  kUnimplemented,       // a valid but unsupported feature (dtype, architecture)
+  kFailedPrecondition,  // not ready, wrong state
   kDeadlineExceeded,
   kUnavailable,
   kCancelled,
-  kInternal,           // a dependency failed in a way the user cannot fix
+  kInternal,  // a dependency failed in a way the user cannot fix
 };
 
 const char* status_code_name(StatusCode code);
@@ -53,23 +53,41 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status ok_status() { return Status(); }
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status not_found(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
-inline Status out_of_range(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
-inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
-inline Status too_large(std::string m) { return {StatusCode::kTooLarge, std::move(m)}; }
-inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
-inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status ok_status() {
+  return Status();
+}
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status not_found(std::string m) {
+  return {StatusCode::kNotFound, std::move(m)};
+}
+inline Status out_of_range(std::string m) {
+  return {StatusCode::kOutOfRange, std::move(m)};
+}
+inline Status resource_exhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
+inline Status too_large(std::string m) {
+  return {StatusCode::kTooLarge, std::move(m)};
+}
+inline Status unimplemented(std::string m) {
+  return {StatusCode::kUnimplemented, std::move(m)};
+}
+inline Status failed_precondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
+inline Status internal_error(std::string m) {
+  return {StatusCode::kInternal, std::move(m)};
+}
 
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(const T& value) : value_(value) {}                    // NOLINT(google-explicit-constructor)
-  StatusOr(T&& value) : value_(std::move(value)) {}              // NOLINT(google-explicit-constructor)
-  StatusOr(Status status) : status_(std::move(status)) {         // NOLINT(google-explicit-constructor)
+  StatusOr(const T& value) : value_(value) {}             // NOLINT(google-explicit-constructor)
+  StatusOr(T&& value) : value_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from an OK status");
   }
 
@@ -96,10 +114,10 @@ class [[nodiscard]] StatusOr {
 #define MMSERVE_CONCAT(a, b) MMSERVE_CONCAT_INNER(a, b)
 
 // Propagates a non-OK Status to the caller.
-#define RETURN_IF_ERROR(expr)                        \
-  do {                                               \
-    ::mmserve::Status _mm_status = (expr);           \
-    if (!_mm_status.ok()) return _mm_status;         \
+#define RETURN_IF_ERROR(expr)                \
+  do {                                       \
+    ::mmserve::Status _mm_status = (expr);   \
+    if (!_mm_status.ok()) return _mm_status; \
   } while (0)
 
 // `ASSIGN_OR_RETURN(auto x, f());` binds the value or returns the Status.
@@ -110,7 +128,7 @@ class [[nodiscard]] StatusOr {
   lhs = std::move(tmp).value()
 
 // Programmer-error invariant: aborts with a message. Never for anything a user can cause.
-#define MMSERVE_CHECK(cond, ...)                                                             \
-  do {                                                                                       \
+#define MMSERVE_CHECK(cond, ...)                                                               \
+  do {                                                                                         \
     if (!(cond)) ::mmserve::check_failed(__FILE__, __LINE__, #cond, std::string{__VA_ARGS__}); \
   } while (0)

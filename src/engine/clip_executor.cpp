@@ -19,10 +19,10 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   executor->options_ = options;
   ASSIGN_OR_RETURN(executor->model_, models::ClipModel::load(model_dir));
   // Size the arena once for the largest image batch; text batches are smaller for every real CLIP.
-  executor->arena_.reserve(std::max(executor->model_->image_workspace_bytes(options.batch_size_max),
-                                    executor->model_->text_workspace_bytes(
-                                        options.batch_size_max,
-                                        executor->model_->config().text.max_position_embeddings)));
+  executor->arena_.reserve(
+      std::max(executor->model_->image_workspace_bytes(options.batch_size_max),
+               executor->model_->text_workspace_bytes(options.batch_size_max,
+                                                      executor->model_->config().text.max_position_embeddings)));
   return executor;
 }
 

@@ -21,8 +21,8 @@ namespace mmserve::engine {
 
 struct ExecutorOptions {
   Device device = Device::cpu();
-  int threads = 0;               // CPU threads for kernels; 0 = library default (all cores)
-  int64_t batch_size_max = 64;   // larger requests are run in chunks of this size
+  int threads = 0;              // CPU threads for kernels; 0 = library default (all cores)
+  int64_t batch_size_max = 64;  // larger requests are run in chunks of this size
 };
 
 class ClipExecutor {

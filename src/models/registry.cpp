@@ -17,9 +17,8 @@ StatusOr<Family> detect_family(const std::string& model_dir) {
       json["architectures"][0].is_string()) {
     architecture = json["architectures"][0].get<std::string>();
   }
-  std::string model_type = json.contains("model_type") && json["model_type"].is_string()
-                               ? json["model_type"].get<std::string>()
-                               : "";
+  std::string model_type =
+      json.contains("model_type") && json["model_type"].is_string() ? json["model_type"].get<std::string>() : "";
   if (architecture == "CLIPModel" || (architecture.empty() && model_type == "clip")) return Family::kClip;
   if (architecture.empty() && model_type.empty()) {
     return invalid_argument(path + ": neither \"architectures\" nor \"model_type\" is set");

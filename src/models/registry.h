@@ -25,8 +25,8 @@ struct ModelSummary {
   std::string model_type;
   std::map<std::string, int64_t> parameters_by_dtype;  // "bf16" -> count
   int64_t parameters = 0;
-  int64_t bytes_on_disk = 0;      // tensor bytes in the safetensors files
-  int64_t bytes_in_memory = 0;    // what the CPU path holds (f32 copies)
+  int64_t bytes_on_disk = 0;    // tensor bytes in the safetensors files
+  int64_t bytes_in_memory = 0;  // what the CPU path holds (f32 copies)
   int64_t tensors = 0;
   int64_t shards = 0;
 };

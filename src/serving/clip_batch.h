@@ -35,7 +35,7 @@ using EarlyFinish = std::function<void(size_t index, StatusOr<ResponseData> resp
 // Called between chunks of the image tower (preemption point): the engine thread may serve urgent requests
 // there before the rest of this batch's images run.
 struct ImageChunking {
-  int64_t images = 0;                   // chunk size; 0 = the whole image batch at once
+  int64_t images = 0;  // chunk size; 0 = the whole image batch at once
   std::function<void()> between_chunks;
 };
 

@@ -60,7 +60,9 @@ template <typename Metric>
 class Family {
  public:
   Family(std::string name, std::string help, std::vector<std::string> label_names, std::vector<double> buckets = {})
-      : name_(std::move(name)), help_(std::move(help)), label_names_(std::move(label_names)),
+      : name_(std::move(name)),
+        help_(std::move(help)),
+        label_names_(std::move(label_names)),
         buckets_(std::move(buckets)) {}
   // The child for these label values (created on first use); values.size() must equal the label names'.
   Metric& with(const std::vector<std::string>& values);

@@ -113,7 +113,7 @@ void RequestQueue::sweep_locked(Clock::time_point now, std::vector<Dropped>& dro
 }
 
 std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, const BatchLimits& limits,
-                                                        int class_below) {
+                                                         int class_below) {
   struct Ranked {
     size_t index;
     int cls;

@@ -27,11 +27,10 @@
 // Tests: tests/unit/serving/request_queue_test.cpp.
 #pragma once
 
-#include <limits>
-
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -97,7 +96,7 @@ class RequestQueue {
   };
   void sweep_locked(Clock::time_point now, std::vector<Dropped>& dropped);
   std::vector<PendingRequestPtr> take_locked(Clock::time_point now, const BatchLimits& limits,
-                                            int class_below = std::numeric_limits<int>::max());
+                                             int class_below = std::numeric_limits<int>::max());
   void publish_depth_locked();
   void deliver(std::vector<Dropped>& dropped);
 

@@ -5,10 +5,10 @@
 // strings (our decoder, PIL-exact resize and our tokenizer). Tolerances (relative to each tensor's scale):
 // 1e-4 for F32 storage, 1e-3 for F16/BF16 storage, as the issue sets.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "core/arena.h"
 #include "engine/clip_executor.h"

@@ -14,7 +14,9 @@
 
 namespace mmserve::testing {
 
-inline std::string fixture(const std::string& relative) { return std::string(MMSERVE_FIXTURES_DIR) + "/" + relative; }
+inline std::string fixture(const std::string& relative) {
+  return std::string(MMSERVE_FIXTURES_DIR) + "/" + relative;
+}
 
 class Golden {
  public:

@@ -2,13 +2,13 @@
 // stdout, exit codes and stderr messages checked. Covers embed (against HF's goldens), tokenize, inspect,
 // demo-model, and the bad-input paths: each must print a clear error and exit non-zero, never crash.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "../conformance/golden.h"
 
@@ -87,7 +87,8 @@ TEST(Cli, EmbedMatchesHfGoldens) {
 }
 
 TEST(Cli, TokenizeGivesHfIds) {
-  Result r = run({"tokenize", "--model", fixture("clip-tiny-quickgelu-f32"), "--text", "a photo of a cat", "--text", ""});
+  Result r =
+      run({"tokenize", "--model", fixture("clip-tiny-quickgelu-f32"), "--text", "a photo of a cat", "--text", ""});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   nlohmann::json out = nlohmann::json::parse(r.out);
   EXPECT_EQ(out["input_ids"][0].get<std::vector<int>>(), (std::vector<int>{49406, 320, 1125, 539, 320, 2368, 49407}));

@@ -22,9 +22,9 @@ std::string blas_coretype_fix(const std::string& chosen_core, bool cpu_has_avx2,
   std::string core = chosen_core;
   std::transform(core.begin(), core.end(), core.begin(), [](unsigned char c) { return std::tolower(c); });
   // OpenBLAS's x86-64 cores without AVX2 kernels: what it falls back to for CPUs it does not know.
-  static const std::set<std::string> kGeneric = {"prescott", "core2",   "penryn",     "dunnington", "nehalem",
-                                                  "atom",     "katmai",  "coppermine", "northwood",  "banias",
-                                                  "opteron",  "barcelona", "bobcat",   "sandybridge", "unknown", ""};
+  static const std::set<std::string> kGeneric = {
+      "prescott",  "core2",  "penryn",  "dunnington", "nehalem", "atom",        "katmai",  "coppermine",
+      "northwood", "banias", "opteron", "barcelona",  "bobcat",  "sandybridge", "unknown", ""};
   if (!kGeneric.count(core)) return "";
   if (cpu_has_avx512) return "SkylakeX";
   if (cpu_has_avx2) return "Haswell";
@@ -41,8 +41,10 @@ void reexec_with_blas_coretype_if_needed(char** argv) {
   if (fix.empty()) return;
   setenv("OPENBLAS_CORETYPE", fix.c_str(), 1);
   execv("/proc/self/exe", argv);
-  std::fprintf(stderr, "mmserve: warning: OpenBLAS chose its generic '%s' kernels and re-executing with "
-               "OPENBLAS_CORETYPE=%s failed; set it yourself for full speed\n", blas_core_name().c_str(), fix.c_str());
+  std::fprintf(stderr,
+               "mmserve: warning: OpenBLAS chose its generic '%s' kernels and re-executing with "
+               "OPENBLAS_CORETYPE=%s failed; set it yourself for full speed\n",
+               blas_core_name().c_str(), fix.c_str());
 }
 
 }  // namespace mmserve::kernels

@@ -19,7 +19,9 @@ TEST(BlasCore, RecognisedCoresAreLeftAlone) {
   EXPECT_EQ(blas_coretype_fix("Cooperlake", true, true), "");
 }
 
-TEST(BlasCore, ReportsTheLinkedLibrarysChoice) { EXPECT_FALSE(blas_core_name().empty()); }
+TEST(BlasCore, ReportsTheLinkedLibrarysChoice) {
+  EXPECT_FALSE(blas_core_name().empty());
+}
 
 }  // namespace
 }  // namespace mmserve::kernels

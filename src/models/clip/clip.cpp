@@ -51,8 +51,10 @@ StatusOr<ClipTextConfig> parse_text(const JsonObject& o) {
   c.layer_norm_eps = static_cast<float>(eps);
   ASSIGN_OR_RETURN(c.hidden_act, parse_activation(o));
   ASSIGN_OR_RETURN(c.eos_token_id, o.get_int_or("eos_token_id", c.eos_token_id));
-  for (auto [key, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
-                            {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
+  for (auto [key, value] : {std::pair{"vocab_size", c.vocab_size},
+                            {"hidden_size", c.hidden_size},
+                            {"intermediate_size", c.intermediate_size},
+                            {"num_hidden_layers", c.num_hidden_layers},
                             {"num_attention_heads", c.num_attention_heads},
                             {"max_position_embeddings", c.max_position_embeddings}}) {
     RETURN_IF_ERROR(require_positive(o.label(), key, value));
@@ -76,10 +78,13 @@ StatusOr<ClipVisionConfig> parse_vision(const JsonObject& o) {
   ASSIGN_OR_RETURN(double eps, o.get_double_or("layer_norm_eps", c.layer_norm_eps));
   c.layer_norm_eps = static_cast<float>(eps);
   ASSIGN_OR_RETURN(c.hidden_act, parse_activation(o));
-  for (auto [key, value] : {std::pair{"hidden_size", c.hidden_size}, {"intermediate_size", c.intermediate_size},
+  for (auto [key, value] : {std::pair{"hidden_size", c.hidden_size},
+                            {"intermediate_size", c.intermediate_size},
                             {"num_hidden_layers", c.num_hidden_layers},
-                            {"num_attention_heads", c.num_attention_heads}, {"image_size", c.image_size},
-                            {"patch_size", c.patch_size}, {"num_channels", c.num_channels}}) {
+                            {"num_attention_heads", c.num_attention_heads},
+                            {"image_size", c.image_size},
+                            {"patch_size", c.patch_size},
+                            {"num_channels", c.num_channels}}) {
     RETURN_IF_ERROR(require_positive(o.label(), key, value));
   }
   if (c.hidden_size % c.num_attention_heads != 0) {
@@ -99,7 +104,9 @@ struct FloatAllocator {
   StatusOr<Tensor> take(const std::vector<int64_t>& shape) { return arena.allocate_tensor(DType::kF32, shape); }
 };
 
-size_t padded_bytes(int64_t floats) { return (static_cast<size_t>(floats) * 4 + 63) / 64 * 64; }
+size_t padded_bytes(int64_t floats) {
+  return (static_cast<size_t>(floats) * 4 + 63) / 64 * 64;
+}
 
 }  // namespace
 
@@ -134,7 +141,8 @@ std::vector<WeightSpec> clip_weight_specs(const ClipConfig& c) {
   auto blocks = [&](const std::string& prefix, int64_t layers, int64_t hidden, int64_t inter) {
     for (int64_t i = 0; i < layers; ++i) {
       const std::string p = prefix + ".encoder.layers." + std::to_string(i);
-      for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) linear(p + ".self_attn." + proj, hidden, hidden);
+      for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"})
+        linear(p + ".self_attn." + proj, hidden, hidden);
       norm(p + ".layer_norm1", hidden);
       norm(p + ".layer_norm2", hidden);
       linear(p + ".mlp.fc1", inter, hidden);
@@ -148,8 +156,8 @@ std::vector<WeightSpec> clip_weight_specs(const ClipConfig& c) {
   blocks("text_model", t.num_hidden_layers, t.hidden_size, t.intermediate_size);
   norm("text_model.final_layer_norm", t.hidden_size);
   specs.push_back({"vision_model.embeddings.class_embedding", {v.hidden_size}});
-  specs.push_back({"vision_model.embeddings.patch_embedding.weight",
-                   {v.hidden_size, v.num_channels, v.patch_size, v.patch_size}});
+  specs.push_back(
+      {"vision_model.embeddings.patch_embedding.weight", {v.hidden_size, v.num_channels, v.patch_size, v.patch_size}});
   specs.push_back({"vision_model.embeddings.position_embedding.weight", {v.num_patches() + 1, v.hidden_size}});
   norm("vision_model.pre_layrnorm", v.hidden_size);
   blocks("vision_model", v.num_hidden_layers, v.hidden_size, v.intermediate_size);
@@ -189,8 +197,8 @@ Status ClipModel::bind_weights() {
       for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
         std::memcpy(w.qkv_weight.data_as<float>() + part * hidden * hidden,
                     get(std::string(".self_attn.") + proj + ".weight").data(), hidden * hidden * sizeof(float));
-        std::memcpy(w.qkv_bias.data_as<float>() + part * hidden, get(std::string(".self_attn.") + proj + ".bias").data(),
-                    hidden * sizeof(float));
+        std::memcpy(w.qkv_bias.data_as<float>() + part * hidden,
+                    get(std::string(".self_attn.") + proj + ".bias").data(), hidden * sizeof(float));
         ++part;
       }
       w.out_weight = get(".self_attn.out_proj.weight");
@@ -217,8 +225,8 @@ size_t ClipModel::image_workspace_bytes(int64_t batch) const {
   const EncoderBlockConfig bc =
       block_config(v.hidden_size, v.num_attention_heads, v.intermediate_size, v.layer_norm_eps, v.hidden_act);
   return padded_bytes(batch * seq * v.hidden_size) + padded_bytes(batch * patches * v.hidden_size) +
-         padded_bytes(kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size, v.image_size,
-                                                          v.patch_size)) +
+         padded_bytes(
+             kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size, v.image_size, v.patch_size)) +
          padded_bytes(encoder_block_scratch_floats(bc, batch * seq)) + padded_bytes(batch * v.hidden_size);
 }
 

@@ -8,7 +8,9 @@
 
 namespace mmserve::models {
 
-static int64_t round_up_16(int64_t n) { return (n + 15) / 16 * 16; }  // keeps every slice 64-byte aligned
+static int64_t round_up_16(int64_t n) {
+  return (n + 15) / 16 * 16;
+}  // keeps every slice 64-byte aligned
 
 int64_t encoder_block_scratch_floats(const EncoderBlockConfig& c, int64_t rows) {
   return round_up_16(rows * c.hidden) * 2 + round_up_16(rows * 3 * c.hidden) + round_up_16(rows * c.intermediate);

@@ -38,10 +38,10 @@ struct EncoderBlockConfig {
 
 // Scratch for one block over `rows` = batch * seq tokens.
 struct EncoderBlockScratch {
-  Tensor normed;  // [rows, H]
-  Tensor qkv;     // [rows, 3H]
-  Tensor context; // [rows, H]
-  Tensor mlp;     // [rows, I]
+  Tensor normed;   // [rows, H]
+  Tensor qkv;      // [rows, 3H]
+  Tensor context;  // [rows, H]
+  Tensor mlp;      // [rows, I]
 };
 int64_t encoder_block_scratch_floats(const EncoderBlockConfig& config, int64_t rows);
 // Carves the scratch out of `floats` (encoder_block_scratch_floats() of them, 64-byte aligned).

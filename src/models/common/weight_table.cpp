@@ -13,10 +13,6 @@ std::string shape_to_string(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-static bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 Status check_weights(const WeightStore& store, const std::vector<WeightSpec>& specs,
                      const WeightCheckOptions& options) {
   std::vector<std::string> missing, misshaped, unexpected;
@@ -29,14 +25,14 @@ Status check_weights(const WeightStore& store, const std::vector<WeightSpec>& sp
       continue;
     }
     if (info->shape != spec.shape) {
-      misshaped.push_back(spec.name + " " + shape_to_string(info->shape) + " (expected " +
-                          shape_to_string(spec.shape) + ")");
+      misshaped.push_back(spec.name + " " + shape_to_string(info->shape) + " (expected " + shape_to_string(spec.shape) +
+                          ")");
     }
   }
   for (const std::string& name : store.names()) {
     if (listed.count(name)) continue;
     bool ignored = false;
-    for (const std::string& suffix : options.ignored_suffixes) ignored = ignored || ends_with(name, suffix);
+    for (const std::string& suffix : options.ignored_suffixes) ignored = ignored || name.ends_with(suffix);
     if (!ignored) unexpected.push_back(name);
   }
   if (missing.empty() && misshaped.empty() && unexpected.empty()) return ok_status();
@@ -85,7 +81,9 @@ StatusOr<std::unique_ptr<F32Weights>> F32Weights::load(const WeightStore& store,
   return weights;
 }
 
-F32Weights::~F32Weights() { std::free(buffer_); }
+F32Weights::~F32Weights() {
+  std::free(buffer_);
+}
 
 Tensor F32Weights::get(const std::string& name) const {
   auto it = index_.find(name);

@@ -1,10 +1,10 @@
 // Unit tests of the models layer: the weight table check (every problem reported at once), CLIP config
 // parsing (defaults, wrong types, impossible values), architecture detection, the demo writer.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "models/clip/clip.h"
@@ -29,9 +29,10 @@ fs::path write_small_checkpoint() {
   fs::path d = temp_dir("ckpt");
   static const float a[6] = {1, 2, 3, 4, 5, 6};
   static const uint16_t b[4] = {0x3f80, 0x4000, 0xbf80, 0x0000};  // bf16 1, 2, -1, 0
-  static const uint16_t extra[1] = {0x3c00};                       // f16 1.0
-  Status s = write_safetensors((d / "model.safetensors").string(),
-                               {{"a", DType::kF32, {2, 3}, a}, {"b", DType::kBF16, {4}, b}, {"extra", DType::kF16, {1}, extra}});
+  static const uint16_t extra[1] = {0x3c00};                      // f16 1.0
+  Status s = write_safetensors(
+      (d / "model.safetensors").string(),
+      {{"a", DType::kF32, {2, 3}, a}, {"b", DType::kBF16, {4}, b}, {"extra", DType::kF16, {1}, extra}});
   EXPECT_TRUE(s.ok()) << s.to_string();
   return d;
 }
@@ -105,8 +106,8 @@ TEST(ClipConfig, ErrorsNameTheKey) {
   auto bad_type = parse_clip_config(nlohmann::json::parse(R"({"vision_config": {"patch_size": "32"}})"), "config.json");
   EXPECT_EQ(bad_type.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_type.status().message().find("patch_size"), std::string::npos) << bad_type.status().message();
-  auto heads = parse_clip_config(nlohmann::json::parse(R"({"text_config": {"hidden_size": 10, "num_attention_heads": 3}})"),
-                                 "config.json");
+  auto heads = parse_clip_config(
+      nlohmann::json::parse(R"({"text_config": {"hidden_size": 10, "num_attention_heads": 3}})"), "config.json");
   EXPECT_NE(heads.status().message().find("not divisible"), std::string::npos) << heads.status().message();
   auto act = parse_clip_config(nlohmann::json::parse(R"({"text_config": {"hidden_act": "swish42"}})"), "config.json");
   EXPECT_EQ(act.status().code(), StatusCode::kUnimplemented);
