@@ -1,12 +1,18 @@
-// clip_throughput: images/s and texts/s of mmserve's CPU CLIP at given batch sizes, on a real HF checkpoint
-// (bench/run_clip_cpu_bench.sh writes a random-weight ViT-B/32 with HF and times HF on the same weights in
-// the same run). Prints one JSON object: {"threads": N, "results": [{"tower", "batch", "median_ms", "per_s"}]}.
+// clip_throughput: images/s and texts/s of mmserve's CLIP at given batch sizes, on a real HF checkpoint
+// (bench/run_clip_cpu_bench.sh and run_clip_gpu_bench.sh write random-weight checkpoints with HF and time HF
+// on the same weights in the same run). Prints one JSON object:
+// {"threads": N, "device", "dtype", "results": [{"tower", "batch", "median_ms", "per_s"}]}.
 //
 //   clip_throughput --model DIR [--threads N] [--batches 1,16] [--iters 20] [--seq 77]
+//                   [--device cpu|cuda[:N]] [--dtype bf16|f16|f32] [--tower vision|text|both] [--input device|host]
+// On cuda, images are timed from pixels already on the GPU (`--input device`, as HF's benchmark gives
+// torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels. Each call
+// includes the copy of the embeddings back to the host and the stream synchronisation.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -14,6 +20,9 @@
 #include <vector>
 
 #include "engine/clip_executor.h"
+#if MMSERVE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
 #include "kernels/common/blas_core.h"
 
 namespace {
@@ -42,6 +51,7 @@ int main(int argc, char** argv) {
   mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);
   std::string model_dir;
   int threads = 0, iters = 20, seq = 77;
+  std::string device_name = "cpu", dtype_name = "", tower = "both", input = "device";
   std::vector<int64_t> batches = {1, 16};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -54,6 +64,14 @@ int main(int argc, char** argv) {
       iters = std::atoi(next().c_str());
     else if (a == "--seq")
       seq = std::atoi(next().c_str());
+    else if (a == "--device")
+      device_name = next();
+    else if (a == "--dtype")
+      dtype_name = next();
+    else if (a == "--tower")
+      tower = next();
+    else if (a == "--input")
+      input = next();
     else if (a == "--batches") {
       batches.clear();
       std::string list = next();
@@ -74,6 +92,24 @@ int main(int argc, char** argv) {
   mmserve::engine::ExecutorOptions options;
   options.threads = threads;
   options.batch_size_max = *std::max_element(batches.begin(), batches.end());
+  auto device = mmserve::parse_device(device_name);
+  if (!device.ok()) {
+    std::fprintf(stderr, "%s\n", device.status().to_string().c_str());
+    return 2;
+  }
+  options.device = *device;
+  if (!dtype_name.empty()) {
+    std::string upper = dtype_name;
+    for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    auto dtype = mmserve::dtype_from_safetensors(upper);
+    if (!dtype) {
+      std::fprintf(stderr, "unknown dtype %s\n", dtype_name.c_str());
+      return 2;
+    }
+    options.dtype = *dtype;
+  }
+  // Exactly the measured batch sizes get graphs (plus the largest).
+  options.batch_buckets = batches;
   auto executor = mmserve::engine::ClipExecutor::create(model_dir, options);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", executor.status().to_string().c_str());
@@ -85,13 +121,35 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal;
   nlohmann::json results = nlohmann::json::array();
   for (int64_t batch : batches) {
-    std::vector<float> pixels(static_cast<size_t>(batch * 3 * size * size));
-    for (float& p : pixels) p = normal(rng);
-    double ms = time_ms(iters, [&] {
-      auto r = exec.embed_images(pixels, batch);
-      if (!r.ok()) std::abort();
-    });
-    results.push_back({{"tower", "vision"}, {"batch", batch}, {"median_ms", ms}, {"per_s", batch * 1000.0 / ms}});
+    double ms = 0;
+    if (tower != "text") {
+      std::vector<float> pixels(static_cast<size_t>(batch * 3 * size * size));
+      for (float& p : pixels) p = normal(rng);
+      const float* device_pixels = nullptr;
+#if MMSERVE_HAS_CUDA
+      if (!options.device.is_cpu() && input == "device") {
+        void* p = nullptr;
+        if (cudaMalloc(&p, pixels.size() * sizeof(float)) != cudaSuccess ||
+            cudaMemcpy(p, pixels.data(), pixels.size() * sizeof(float), cudaMemcpyHostToDevice) != cudaSuccess) {
+          std::fprintf(stderr, "cudaMalloc/cudaMemcpy of the pixels failed\n");
+          return 1;
+        }
+        device_pixels = static_cast<const float*>(p);
+      }
+#endif
+      ms = time_ms(iters, [&] {
+        auto r = device_pixels ? exec.embed_images_on_device(device_pixels, batch) : exec.embed_images(pixels, batch);
+        if (!r.ok()) {
+          std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+          std::exit(1);
+        }
+      });
+#if MMSERVE_HAS_CUDA
+      if (device_pixels) cudaFree(const_cast<float*>(device_pixels));
+#endif
+      results.push_back({{"tower", "vision"}, {"batch", batch}, {"median_ms", ms}, {"per_s", batch * 1000.0 / ms}});
+    }
+    if (tower == "vision") continue;
     // Texts of `seq` tokens: BOS, words, EOS (the padded length HF's processor gives with padding="max_length").
     std::vector<std::vector<int32_t>> ids(static_cast<size_t>(batch));
     for (auto& row : ids) {
@@ -101,12 +159,20 @@ int main(int argc, char** argv) {
     }
     ms = time_ms(iters, [&] {
       auto r = exec.embed_texts(ids);
-      if (!r.ok()) std::abort();
+      if (!r.ok()) {
+        std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
+        std::exit(1);
+      }
     });
     results.push_back({{"tower", "text"}, {"batch", batch}, {"median_ms", ms}, {"per_s", batch * 1000.0 / ms}});
   }
   const char* coretype = std::getenv("OPENBLAS_CORETYPE");
+  std::fprintf(stderr, "clip_throughput: %s\n", exec.describe().c_str());
   std::printf("%s\n", nlohmann::json({{"impl", "mmserve"},
+                                      {"device", options.device.to_string()},
+                                      {"dtype", mmserve::dtype_name(exec.dtype())},
+                                      {"input", options.device.is_cpu() ? "host" : input},
+                                      {"memory_bytes", exec.memory_bytes()},
                                       {"threads", threads},
                                       {"blas_core", mmserve::kernels::blas_core_name()},
                                       {"openblas_coretype", coretype ? coretype : ""},

@@ -6,7 +6,9 @@ function(mmserve_test name)
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
   target_compile_definitions(${name} PRIVATE MMSERVE_FIXTURES_DIR="${MMSERVE_FIXTURES_DIR}"
                                              MMSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 600)
+  # A GTEST_SKIP (e.g. a GPU test on a machine without a GPU) shows as "Skipped" in ctest, with its reason
+  # in the output, never as a pass.
+  gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 600 SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
 endfunction()
 
 # mmserve_bench(NAME SOURCES... LIBS...): a Google Benchmark binary (not run by `make test`).

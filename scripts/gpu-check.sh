@@ -1,50 +1,115 @@
 #!/usr/bin/env bash
-# The one script for the GPU host: unpack the build carried from the dev machine (or build, if the toolchain
-# and -dev packages are there), run the tests, run the benchmarks against their baselines in the same run,
-# and print a short summary table last. Results: a temp folder, archived into $OUT/gpu-check.tgz when $OUT is set.
+# The one script for the GPU host: unpack the build carried from the dev machine, run the GPU tests (and a
+# compute-sanitizer memcheck over them), the kernel micro-benchmarks, the CLIP benchmarks against HF
+# transformers and torch.compile in the same run, and the server under load; print a short summary table
+# last. Results: a temp folder, archived into $OUT/gpu-check.tgz when $OUT is set (the device tool).
 #
 # On the dev machine:  make gpu-build && scripts/pack-gpu-build.sh     (writes .carry/gpu-build.tgz)
-# On the GPU host:     scripts/gpu-check.sh
-# Today the engine runs on the CPU (the CUDA backend is issue 4), so the GPU host is used for its 16 cores
-# and for HF transformers, the reference and baseline.
+# On the GPU host:     STAGES="tests kernels" scripts/gpu-check.sh      (one device call; ~10 minutes at most)
+#                      STAGES="clip" scripts/gpu-check.sh               (HF/torch.compile comparison, ~8 min)
+#                      STAGES="server" scripts/gpu-check.sh
+# Stages: tests (every carried gtest binary), memcheck (compute-sanitizer over the GPU tests), kernels
+# (kernels_cuda_bench), clip (bench/run_clip_gpu_bench.sh), server (bench/server_gpu.sh), cpu (the CPU CLIP
+# bench of issue 2). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# Results go to a work folder; when $OUT is set (the device tool), one archive of it lands there.
+STAGES=${STAGES:-tests memcheck kernels}
 RES=$(mktemp -d /tmp/gpu-check.XXXX)
 BIN=/tmp/mmserve-bin
 rm -rf "$BIN" && mkdir -p "$BIN"
 if [ -f .carry/gpu-build.tgz ]; then
-  tar xzf .carry/gpu-build.tgz -C "$BIN"
+  tar xf .carry/gpu-build.tgz -C "$BIN"
 else
   echo "no .carry/gpu-build.tgz: run 'make gpu-build && scripts/pack-gpu-build.sh' on the dev machine" >&2
   exit 1
 fi
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NVLink multicast stays off on these shared hosts (also for every child process).
+export NCCL_NVLS_ENABLE=0
 summary=()
+failed=0
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test"
 
-# Tests: every carried gtest binary, from the source tree (fixtures are read from tests/fixtures).
-tests_failed=0
-for t in "$BIN"/tests/*; do
-  if "$t" --gtest_brief=1 > "$RES/$(basename "$t").log" 2>&1; then
-    summary+=("test $(basename "$t"): pass")
-  else
-    summary+=("test $(basename "$t"): FAIL (see $(basename "$t").log)")
-    tests_failed=1
-  fi
-done
-
-# Benchmarks against their baselines.
-THREADS=${THREADS:-$(nproc)}
-if bench/run_clip_cpu_bench.sh "$BIN" "$RES/clip_cpu" "$THREADS" > "$RES/clip_cpu_table.md" 2> "$RES/clip_cpu_bench.err"; then
-  summary+=("bench clip cpu ($THREADS threads): ok")
-else
-  summary+=("bench clip cpu: FAIL (see clip_cpu_bench.err)")
+if has tests; then
+  # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
+  if [ "${TESTS:-all}" = gpu ]; then list=$(for n in $GPU_TESTS; do echo "$BIN/tests/$n"; done); else list=$(ls "$BIN"/tests/*); fi
+  for t in $list; do
+    name=$(basename "$t")
+    if "$t" --gtest_brief=1 > "$RES/$name.log" 2>&1; then
+      skipped=$(grep -c '^\[  SKIPPED \]' "$RES/$name.log" || true)
+      summary+=("test $name: pass$([ "$skipped" != 0 ] && echo " ($skipped skipped)")")
+    else
+      summary+=("test $name: FAIL (see $name.log)")
+      grep -E '^\[  FAILED  \]|Failure|error' "$RES/$name.log" | head -n 12 >&2
+      failed=1
+    fi
+  done
+  # The conformance figures (relative error, cosine per dtype), for docs/perf/clip_gpu.md.
+  grep -E 'relative error' "$RES/clip_cuda_conformance_test.log" > "$RES/conformance_figures.txt" 2>/dev/null || true
 fi
 
-echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown-commit)}) ===="
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no GPU visible"
-printf '%s\n' "${summary[@]}"
-cat "$RES/clip_cpu_table.md" 2>/dev/null
-echo "results: $RES"
+if has memcheck; then
+  if command -v compute-sanitizer >/dev/null; then
+    for name in $GPU_TESTS; do
+      # Graphs off: memcheck then sees every kernel launch on its own (it checks graph launches too, but
+      # reports them less precisely). The heavy parameterised cases are enough at one dtype.
+      if MMSERVE_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --leak-check full --error-exitcode 3 \
+          "$BIN/tests/$name" --gtest_brief=1 > "$RES/memcheck_$name.log" 2>&1; then
+        summary+=("memcheck $name: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$RES/memcheck_$name.log" | tail -1))")
+      else
+        summary+=("memcheck $name: ERRORS (see memcheck_$name.log)")
+        grep -E 'Invalid|ERROR SUMMARY|at 0x' "$RES/memcheck_$name.log" | head -n 12 >&2
+        failed=1
+      fi
+    done
+  else
+    summary+=("memcheck: compute-sanitizer not found")
+  fi
+fi
+
+if has kernels; then
+  if "$BIN/kernels_cuda_bench" --json "$RES/kernels_cuda.json" > "$RES/kernels_cuda_table.md" 2> "$RES/kernels_cuda.err"; then
+    summary+=("bench kernels: ok")
+  else
+    summary+=("bench kernels: FAIL (see kernels_cuda.err)")
+  fi
+  # torch's fused SDPA backends on the same attention shapes (the baseline for our attention kernel).
+  python3 bench/attention_torch.py --json "$RES/attention_torch.json" > "$RES/attention_torch_table.md" \
+    2> "$RES/attention_torch.err" || summary+=("bench attention torch: FAIL (see attention_torch.err)")
+fi
+
+if has clip; then
+  if bench/run_clip_gpu_bench.sh "$BIN" "$RES/clip_gpu" > "$RES/clip_gpu_table.md" 2> "$RES/clip_gpu.err"; then
+    summary+=("bench clip gpu: ok")
+  else
+    summary+=("bench clip gpu: FAIL (see clip_gpu.err)")
+  fi
+fi
+
+if has server; then
+  if bench/server_gpu.sh "$BIN" "$RES/server_gpu" > "$RES/server_gpu_table.md" 2> "$RES/server_gpu.err"; then
+    summary+=("bench server gpu: ok")
+  else
+    summary+=("bench server gpu: FAIL (see server_gpu.err)")
+  fi
+fi
+
+if has cpu; then
+  THREADS=${THREADS:-$(nproc)}
+  if bench/run_clip_cpu_bench.sh "$BIN" "$RES/clip_cpu" "$THREADS" > "$RES/clip_cpu_table.md" 2> "$RES/clip_cpu_bench.err"; then
+    summary+=("bench clip cpu ($THREADS threads): ok")
+  else
+    summary+=("bench clip cpu: FAIL (see clip_cpu_bench.err)")
+  fi
+fi
+
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
-exit $tests_failed
+echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
+printf '%s\n' "${summary[@]}"
+for f in conformance_figures.txt kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+  [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
+done
+echo "results: $RES"
+exit $failed

@@ -8,11 +8,19 @@ B=${1:-build/gpu-host}
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/tests" "$STAGE/lib"
 cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
-find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+[ -x "$B/src/kernels/kernels_cuda_bench" ] && cp "$B/src/kernels/kernels_cuda_bench" "$STAGE/"
+# PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
+if [ "${PACK:-all}" = gpu ]; then
+  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test; do
+    find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
+  done
+else
+  find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name '*_test' -exec cp {} "$STAGE/tests/" \;
+fi
 # libgomp is not guaranteed on the host; everything else non-system is linked statically.
 cp -L "$(g++ -print-file-name=libgomp.so.1)" "$STAGE/lib/"
 find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry
-tar czf .carry/gpu-build.tgz -C "$STAGE" .
+XZ_OPT=-9 tar cJf .carry/gpu-build.tgz -C "$STAGE" .   # xz: the carried size is limited
 rm -rf "$STAGE"
 ls -la .carry/gpu-build.tgz

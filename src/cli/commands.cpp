@@ -79,7 +79,7 @@ int run_embed(const EmbedArgs& args) {
     auto tokenizer = text::ClipTokenizer::from_model_dir(args.model_dir);
     if (!tokenizer.ok()) return fail(tokenizer.status().message());
     text::EncodeOptions encode_options;
-    encode_options.max_length = static_cast<int>(exec.model().config().text.max_position_embeddings);
+    encode_options.max_length = static_cast<int>(exec.config().text.max_position_embeddings);
     std::vector<std::vector<int32_t>> ids;
     for (const std::string& t : args.texts) {
       auto encoded = (*tokenizer)->encode(t, encode_options);

@@ -45,6 +45,7 @@ struct ServeArgs {
   std::string access_log;           // file for JSON access-log lines; empty = stderr
   bool allow_url_fetch = false;     // images by URL: off (only data URLs and bytes)
   std::vector<std::string> models;  // --model NAME: load only these (default: all)
+  std::string device;               // --device: every model on this device (default: each model's mmserve.yaml)
 };
 int run_serve(const ServeArgs& args);
 

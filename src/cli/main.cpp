@@ -66,6 +66,8 @@ int main(int argc, char** argv) {
   serve_cmd->add_flag("--allow-url-fetch", serve.allow_url_fetch,
                       "answer image URLs with 501 'not implemented' instead of 400 'disabled' (nothing is fetched)");
   serve_cmd->add_option("--model", serve.models, "load only these models (repeatable)");
+  serve_cmd->add_option("--device", serve.device,
+                        "run every model on this device: cpu, cuda or cuda:N (default: each model's mmserve.yaml)");
   // ---- end serve ----
 
   // ---- bench (options owned by src/cli/bench_command.cpp's author: add flags only inside this block) ----

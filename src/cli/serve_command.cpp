@@ -23,6 +23,7 @@
 
 #include "api/http_server.h"
 #include "cli/commands.h"
+#include "core/tensor.h"
 #include "models/clip/clip_demo.h"
 #include "serving/inference_server.h"
 
@@ -59,6 +60,10 @@ StatusOr<serving::ServerConfig> server_config(const ServeArgs& args) {
   }
   if (!args.model_repository.empty()) config.model_repository = args.model_repository;
   if (!args.models.empty()) config.models_to_load = args.models;
+  if (!args.device.empty()) {
+    ASSIGN_OR_RETURN(mmserve::Device device, mmserve::parse_device(args.device));
+    config.device_override = device.to_string();
+  }
   if (args.policy != kDefaults.policy || args.config_file.empty()) {
     config.policy = args.policy == "fifo" ? serving::SchedulingPolicy::kFifo : serving::SchedulingPolicy::kQos;
   }

@@ -87,9 +87,8 @@ class [[nodiscard]] StatusOr {
  public:
   StatusOr(const T& value) : value_(value) {}             // NOLINT(google-explicit-constructor)
   StatusOr(T&& value) : value_(std::move(value)) {}       // NOLINT(google-explicit-constructor)
-  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
-    if (status_.ok()) status_ = Status(StatusCode::kInternal, "StatusOr built from an OK status");
-  }
+  StatusOr(Status status)  // NOLINT(google-explicit-constructor)
+      : status_(status.ok() ? Status(StatusCode::kInternal, "StatusOr built from an OK status") : std::move(status)) {}
 
   bool ok() const { return value_.has_value(); }
   const Status& status() const { return status_; }

@@ -2,32 +2,91 @@
 #include "engine/clip_executor.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/gemm/gemm.h"
 
 namespace mmserve::engine {
 
+namespace {
+std::string mib(int64_t bytes) {
+  return std::to_string((bytes + (1 << 19)) >> 20) + " MiB";
+}
+}  // namespace
+
 StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& model_dir,
                                                              const ExecutorOptions& options) {
-  if (!options.device.is_cpu()) {
-    return unimplemented("device " + options.device.to_string() +
-                         ": this build runs CLIP on the CPU only (the CUDA backend is a separate issue)");
-  }
   if (options.batch_size_max <= 0) return invalid_argument("batch_size_max must be positive");
-  if (options.threads > 0) kernels::set_cpu_threads(options.threads);
   auto executor = std::unique_ptr<ClipExecutor>(new ClipExecutor());
   executor->options_ = options;
-  ASSIGN_OR_RETURN(executor->model_, models::ClipModel::load(model_dir));
-  // Size the arena once for the largest image batch; text batches are smaller for every real CLIP.
-  executor->arena_.reserve(
-      std::max(executor->model_->image_workspace_bytes(options.batch_size_max),
-               executor->model_->text_workspace_bytes(options.batch_size_max,
-                                                      executor->model_->config().text.max_position_embeddings)));
+  if (options.device.is_cpu()) {
+    if (options.dtype && *options.dtype != DType::kF32) {
+      return unimplemented(std::string("the CPU path computes in f32 (dtype ") + dtype_name(*options.dtype) +
+                           " needs device cuda)");
+    }
+    if (options.threads > 0) kernels::set_cpu_threads(options.threads);
+    ASSIGN_OR_RETURN(executor->model_, models::ClipModel::load(model_dir));
+    const models::ClipModel& model = *executor->model_;
+    executor->config_ = model.config();
+    executor->logit_scale_ = model.logit_scale();
+    // Size the arena once for the largest image batch; text batches are smaller for every real CLIP.
+    executor->arena_.reserve(std::max(
+        model.image_workspace_bytes(options.batch_size_max),
+        model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
+    return executor;
+  }
+#if MMSERVE_HAS_CUDA
+  models::ClipCudaOptions cuda;
+  cuda.device = options.device.index;
+  cuda.dtype = options.dtype.value_or(DType::kBF16);
+  cuda.use_graphs = options.cuda_graphs;
+  cuda.buckets.clear();
+  if (options.batch_buckets.empty()) {
+    for (int64_t b = 1; b < options.batch_size_max; b *= 2) cuda.buckets.push_back(b);
+  } else {
+    for (int64_t b : options.batch_buckets) {
+      if (b > 0 && b < options.batch_size_max) cuda.buckets.push_back(b);
+    }
+  }
+  cuda.buckets.push_back(options.batch_size_max);
+  ASSIGN_OR_RETURN(executor->cuda_model_, models::ClipCudaModel::load(model_dir, cuda));
+  executor->config_ = executor->cuda_model_->config();
+  executor->logit_scale_ = executor->cuda_model_->logit_scale();
+  executor->dtype_ = cuda.dtype;
   return executor;
+#else
+  return unimplemented("device " + options.device.to_string() +
+                       ": this build has no CUDA backend (build with nvcc present, -DMMSERVE_CUDA=ON)");
+#endif
+}
+
+int64_t ClipExecutor::memory_bytes() const {
+#if MMSERVE_HAS_CUDA
+  if (cuda_model_) {
+    const models::ClipCudaMemory& m = cuda_model_->memory();
+    return static_cast<int64_t>(m.weight_bytes + m.activation_bytes + m.workspace_bytes + m.graph_bytes);
+  }
+#endif
+  return static_cast<int64_t>(model_->weight_bytes() + arena_.capacity());
+}
+
+std::string ClipExecutor::describe() const {
+  std::string text = options_.device.to_string() + " " + dtype_name(dtype_);
+#if MMSERVE_HAS_CUDA
+  if (cuda_model_) {
+    const models::ClipCudaMemory& m = cuda_model_->memory();
+    text += ": weights " + mib(m.weight_bytes) + ", activations " + mib(m.activation_bytes) + " (max batch " +
+            std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) +
+            ", graphs " + mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes);
+    return text;
+  }
+#endif
+  text += ": weights " + mib(model_->weight_bytes()) + ", activations " + mib(arena_.capacity());
+  return text;
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images(const std::vector<float>& pixels, int64_t n) {
-  const int64_t size = image_size(), channels = model_->config().vision.num_channels;
+  const int64_t size = image_size(), channels = config_.vision.num_channels;
   if (n < 0 || static_cast<int64_t>(pixels.size()) != n * channels * size * size) {
     return invalid_argument("expected " + std::to_string(n) + " images of [" + std::to_string(channels) + ", " +
                             std::to_string(size) + ", " + std::to_string(size) + "] pixel values");
@@ -36,17 +95,40 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(const std::vector<float>
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images(const float* pixels, int64_t n) {
-  const int64_t size = image_size(), channels = model_->config().vision.num_channels;
+  const int64_t size = image_size(), channels = config_.vision.num_channels;
   const int64_t per_image = channels * size * size, dim = embedding_dim();
   if (n < 0) return invalid_argument("negative image count");
   std::vector<float> embeds(static_cast<size_t>(n * dim));
   for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
     const int64_t count = std::min(options_.batch_size_max, n - begin);
+#if MMSERVE_HAS_CUDA
+    if (cuda_model_) {
+      RETURN_IF_ERROR(cuda_model_->encode_images(pixels + begin * per_image, count, embeds.data() + begin * dim));
+      continue;
+    }
+#endif
     Tensor in(const_cast<float*>(pixels) + begin * per_image, DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
   }
   return embeds;
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_images_on_device(const float* device_pixels, int64_t n) {
+#if MMSERVE_HAS_CUDA
+  if (cuda_model_) {
+    const int64_t per_image = config_.vision.num_channels * image_size() * image_size(), dim = embedding_dim();
+    if (n < 0) return invalid_argument("negative image count");
+    std::vector<float> embeds(static_cast<size_t>(n * dim));
+    for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
+      const int64_t count = std::min(options_.batch_size_max, n - begin);
+      RETURN_IF_ERROR(cuda_model_->encode_images_on_device(device_pixels + begin * per_image, count,
+                                                           embeds.data() + begin * dim));
+    }
+    return embeds;
+  }
+#endif
+  return failed_precondition("embed_images_on_device needs a cuda executor");
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_texts(const std::vector<std::vector<int32_t>>& ids) {
@@ -55,6 +137,12 @@ StatusOr<std::vector<float>> ClipExecutor::embed_texts(const std::vector<std::ve
   for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
     const int64_t count = std::min(options_.batch_size_max, n - begin);
     std::vector<std::vector<int32_t>> chunk(ids.begin() + begin, ids.begin() + begin + count);
+#if MMSERVE_HAS_CUDA
+    if (cuda_model_) {
+      RETURN_IF_ERROR(cuda_model_->encode_texts(chunk, embeds.data() + begin * dim));
+      continue;
+    }
+#endif
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(model_->encode_texts(chunk, out, arena_));
   }
@@ -63,12 +151,12 @@ StatusOr<std::vector<float>> ClipExecutor::embed_texts(const std::vector<std::ve
 
 std::vector<float> ClipExecutor::logits_per_image(const std::vector<float>& image_embeds, int64_t images,
                                                   const std::vector<float>& text_embeds, int64_t texts) const {
+  // On the host for both devices: [images, texts] is tiny next to the towers.
   std::vector<float> logits(static_cast<size_t>(images * texts));
   const int64_t dim = embedding_dim();
-  Tensor img(const_cast<float*>(image_embeds.data()), DType::kF32, {images, dim});
-  Tensor txt(const_cast<float*>(text_embeds.data()), DType::kF32, {texts, dim});
-  Tensor out(logits.data(), DType::kF32, {images, texts});
-  model_->logits_per_image(img, txt, out);
+  if (images == 0 || texts == 0) return logits;
+  kernels::gemm(false, true, images, texts, dim, std::exp(logit_scale_), image_embeds.data(), dim, text_embeds.data(),
+                dim, 0.0f, logits.data(), texts);
   return logits;
 }
 

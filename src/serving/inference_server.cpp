@@ -43,6 +43,7 @@ class InferenceServerImpl final : public InferenceServer {
     context.aging_ms_per_level = config_.aging_ms_per_level;
     context.max_image_pixels = config_.max_image_pixels;
     context.qos = config_.qos;
+    context.device_override = config_.device_override;
     ASSIGN_OR_RETURN(repository_, ModelRepository::open(config_.model_repository, context));
     return ok_status();
   }

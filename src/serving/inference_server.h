@@ -33,6 +33,7 @@ struct ServerConfig {
   int preprocess_queue = 1024;             // bounded: beyond it requests get 429
   int64_t max_image_pixels = 64LL * 1024 * 1024;
   QosWeights qos;
+  std::string device_override;  // `serve --device`: replaces every model's `device` ("" = each its own)
 };
 
 // The server-wide YAML (`mmserve serve --config FILE`); every key is optional, unknown keys and wrong types

@@ -1,6 +1,6 @@
 // Per-model serving configuration: the optional `mmserve.yaml` beside a model's config.json, with defaults.
 //
-//   device: cpu                 # cpu | cuda | cuda:N (cuda lands with the CUDA backend)
+//   device: cpu                 # cpu | cuda | cuda:N (cuda: the CUDA backend, CUDA graphs per batch bucket)
 //   dtype: auto                 # auto | f32 | f16 | bf16
 //   instances: 1                # executors (each with its own engine thread)
 //   max_batch_size: 64

@@ -2,6 +2,8 @@
 // so nothing throws. Tests: tests/unit/serving/inference_server_test.cpp.
 #include "serving/model_repository.h"
 
+#include <cstdio>
+
 #include <filesystem>
 
 namespace mmserve::serving {
@@ -136,6 +138,7 @@ Status ModelRepository::load(const std::string& name) {
     set_state_locked(entry, ModelState::kLoading, "");
   }
   auto config = load_model_config(dir);
+  if (config.ok() && !context_.device_override.empty()) config->device = context_.device_override;
   StatusOr<std::shared_ptr<ModelRuntime>> runtime = config.ok()
                                                         ? ModelRuntime::load(name, dir, *config, context_)
                                                         : StatusOr<std::shared_ptr<ModelRuntime>>(config.status());
@@ -152,6 +155,8 @@ Status ModelRepository::load(const std::string& name) {
   entry.status.load_seconds = entry.runtime->load_seconds();
   entry.status.memory_bytes = entry.runtime->memory_bytes();
   set_state_locked(entry, ModelState::kReady, "");
+  std::fprintf(stderr, "mmserve: loaded model %s (%s) in %.2f s on %s\n", name.c_str(),
+               entry.status.architecture.c_str(), entry.status.load_seconds, entry.runtime->description().c_str());
   return ok_status();
 }
 

@@ -51,13 +51,14 @@ StatusOr<std::shared_ptr<ModelRuntime>> ModelRuntime::load(const std::string& na
 
 Status ModelRuntime::load_instances(const std::string& dir) {
   ASSIGN_OR_RETURN(Device device, parse_device(config_.device));
-  if (!device.is_cpu()) {
-    return unimplemented("device " + config_.device +
-                         ": this build serves on the CPU only (the CUDA backend is a separate issue); set device: cpu");
-  }
-  if (config_.dtype != "auto" && config_.dtype != "f32") {
+  std::optional<DType> dtype;  // "auto": the device's default (f32 on cpu, bf16 on cuda)
+  if (config_.dtype != "auto") dtype = *dtype_from_safetensors(config_.dtype == "f32"    ? "F32"
+                                                               : config_.dtype == "f16" ? "F16"
+                                                                                        : "BF16");
+  if (device.is_cpu() && dtype && *dtype != DType::kF32) {
     return unimplemented("dtype " + config_.dtype +
-                         ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32");
+                         ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32, "
+                         "or device: cuda");
   }
   ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
   MMSERVE_CHECK(family == models::Family::kClip, "only CLIP is registered");
@@ -78,24 +79,23 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.device = device;
   options.threads = config_.threads;
   options.batch_size_max = config_.max_batch_size;
+  options.dtype = dtype;
+  options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   for (int i = 0; i < config_.instances; ++i) {
     ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
     if (i == 0) {
-      // What ClipExecutor::create reserves: the arena for the largest chunk of either tower.
-      const models::ClipModel& model = executor->model();
-      const int64_t arena = static_cast<int64_t>(
-          std::max(model.image_workspace_bytes(options.batch_size_max),
-                   model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
-      memory_bytes_ = (static_cast<int64_t>(model.weight_bytes()) + arena) * config_.instances;
+      // What the executor holds: weights + the activations of its largest chunk (+ graphs on cuda).
+      memory_bytes_ = executor->memory_bytes() * config_.instances;
       if (quota > 0 && memory_bytes_ > quota) {
         return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need " +
-                                  mib(memory_bytes_) + " (weights + arena for max_batch_size " +
+                                  mib(memory_bytes_) + " (weights + activations for max_batch_size " +
                                   std::to_string(config_.max_batch_size) + ") but memory_quota_mb is " +
                                   std::to_string(config_.memory_quota_mb));
       }
+      description_ = executor->describe();
       embedding_dim_ = executor->embedding_dim();
       image_size_ = executor->image_size();
-      max_text_tokens_ = model.config().text.max_position_embeddings;
+      max_text_tokens_ = executor->config().text.max_position_embeddings;
       if (image_config.do_center_crop &&
           (image_config.crop_height != image_size_ || image_config.crop_width != image_size_)) {
         return invalid_argument("preprocessor_config.json crops to " + std::to_string(image_config.crop_width) + "x" +
@@ -104,7 +104,7 @@ Status ModelRuntime::load_instances(const std::string& dir) {
       }
       PreprocessorOptions pre;
       pre.image_size = image_size_;
-      pre.image_tokens = model.config().vision.num_patches();
+      pre.image_tokens = executor->config().vision.num_patches();
       pre.max_text_tokens = static_cast<int>(max_text_tokens_);
       pre.max_image_pixels = context_.max_image_pixels;
       pre.qos = context_.qos;

@@ -40,6 +40,7 @@ struct RuntimeContext {
   double aging_ms_per_level = 500;
   int64_t max_image_pixels = 64LL * 1024 * 1024;
   QosWeights qos;
+  std::string device_override;  // non-empty: every model runs on this device, whatever its mmserve.yaml says
 };
 
 class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
@@ -67,6 +68,8 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   ModelMetadata metadata() const;
   int64_t memory_bytes() const { return memory_bytes_; }
   double load_seconds() const { return load_seconds_; }
+  // Device, dtype and memory breakdown of one instance (the executor's describe()), for the load log.
+  const std::string& description() const { return description_; }
 
  private:
   ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context);
@@ -88,6 +91,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   std::string architecture_;
   int64_t embedding_dim_ = 0, image_size_ = 0, max_text_tokens_ = 0;
   int64_t memory_bytes_ = 0;
+  std::string description_;
   double load_seconds_ = 0;
   std::unique_ptr<RequestPreprocessor> preprocessor_;
   std::vector<std::unique_ptr<engine::ClipExecutor>> executors_;  // each driven only by its engine thread

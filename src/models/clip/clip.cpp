@@ -110,6 +110,15 @@ size_t padded_bytes(int64_t floats) {
 
 }  // namespace
 
+int64_t clip_pooling_position(const std::vector<int32_t>& ids, int64_t eos_token_id) {
+  if (ids.empty()) return 0;
+  if (eos_token_id == 2) {
+    return std::max_element(ids.begin(), ids.end()) - ids.begin();  // first maximum, as torch.argmax
+  }
+  auto it = std::find(ids.begin(), ids.end(), static_cast<int32_t>(eos_token_id));
+  return it == ids.end() ? 0 : it - ids.begin();  // HF: argmax of an all-false mask is 0
+}
+
 StatusOr<ClipConfig> parse_clip_config(const nlohmann::json& json, const std::string& label) {
   ASSIGN_OR_RETURN(JsonObject root, JsonObject::wrap(json, label));
   ClipConfig config;
@@ -366,15 +375,7 @@ Status ClipModel::encode_texts(const std::vector<std::vector<int32_t>>& ids, Ten
   // Pool at the EOS token (HF's two rules), then project.
   std::vector<int64_t> eos_rows(static_cast<size_t>(batch));
   for (int64_t b = 0; b < batch; ++b) {
-    const std::vector<int32_t>& row = ids[b];
-    int64_t position = 0;
-    if (t.eos_token_id == 2) {
-      position = std::max_element(row.begin(), row.end()) - row.begin();  // first maximum, as torch.argmax
-    } else {
-      auto it = std::find(row.begin(), row.end(), static_cast<int32_t>(t.eos_token_id));
-      position = it == row.end() ? 0 : it - row.begin();  // HF: argmax of an all-false mask is 0
-    }
-    eos_rows[b] = b * seq + position;
+    eos_rows[b] = b * seq + clip_pooling_position(ids[b], t.eos_token_id);
   }
   kernels::gather_rows(rows, eos_rows.data(), batch, pooled);
   dump("text.pooler_output", pooled);

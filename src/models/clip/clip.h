@@ -56,6 +56,10 @@ struct ClipConfig {
 
 // Parses a CLIPModel config.json (HF defaults for absent keys; errors name the key).
 StatusOr<ClipConfig> parse_clip_config(const nlohmann::json& json, const std::string& label);
+// The token position the text tower pools at, by HF's two rules: eos_token_id == 2 (old configs) takes the
+// first largest id (the EOS id is the largest in CLIP's vocabulary), otherwise the first eos_token_id; 0 if
+// there is none. Shared by the CPU and CUDA paths.
+int64_t clip_pooling_position(const std::vector<int32_t>& ids, int64_t eos_token_id);
 // The weight table of a CLIPModel with this config.
 std::vector<WeightSpec> clip_weight_specs(const ClipConfig& config);
 
@@ -82,6 +86,11 @@ class ClipModel {
                       bool normalize = true, const TraceFn& trace = nullptr) const;
   // logits_per_image [images, texts] = exp(logit_scale) * image_embeds @ text_embeds^T (both normalised).
   void logits_per_image(const Tensor& image_embeds, const Tensor& text_embeds, Tensor& logits) const;
+
+  // The f32 weights, read by the CUDA model when it uploads them (fused QKV included).
+  Tensor weight(const std::string& name) const { return weights_->get(name); }
+  const std::vector<EncoderBlockWeights>& text_blocks() const { return text_blocks_; }
+  const std::vector<EncoderBlockWeights>& vision_blocks() const { return vision_blocks_; }
 
   // Bytes of activations a batch needs (to size arenas up front).
   size_t image_workspace_bytes(int64_t batch) const;

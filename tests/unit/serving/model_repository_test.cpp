@@ -156,7 +156,7 @@ TEST_F(ModelLifecycle, BrokenModelsFailWithAReasonWhileTheServerStaysUp) {
   copy_model(root_ / "no-weights");
   fs::remove(root_ / "no-weights" / "model.safetensors");
   add_model("bad-yaml", "max_batch_size: lots\n");
-  add_model("on-gpu", "device: cuda\n");
+  add_model("on-gpu", "device: cuda:99\n");  // no such GPU, with or without a CUDA build
   InferenceServer& server = start();
   EXPECT_TRUE(server.live());
   EXPECT_FALSE(server.ready()) << "wanted models failed";
@@ -164,7 +164,7 @@ TEST_F(ModelLifecycle, BrokenModelsFailWithAReasonWhileTheServerStaysUp) {
   const std::pair<const char*, const char*> failures[] = {{"bad-json", "config.json"},
                                                           {"no-weights", "safetensors"},
                                                           {"bad-yaml", "max_batch_size"},
-                                                          {"on-gpu", "CPU only"}};
+                                                          {"on-gpu", "cuda:99"}};
   for (const auto& [name, why] : failures) {
     const ModelStatus s = status_of(name);
     EXPECT_EQ(s.state, ModelState::kFailed) << name;
@@ -173,7 +173,6 @@ TEST_F(ModelLifecycle, BrokenModelsFailWithAReasonWhileTheServerStaysUp) {
     EXPECT_EQ(r.status().code(), StatusCode::kUnavailable) << name;
     EXPECT_NE(r.status().message().find("FAILED"), std::string::npos) << r.status().message();
   }
-  EXPECT_NE(status_of("on-gpu").reason.find("UNIMPLEMENTED"), std::string::npos);
   EXPECT_TRUE(server.infer(request("clip", {text_input("still serving")})).ok());
 
   // Fixing the directory and loading again recovers.

@@ -1,0 +1,159 @@
+// GEMM on the GPU through cuBLASLt (see gemm_cuda.h).
+#include "kernels/gemm/gemm_cuda.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/cuda/cuda_status.h"
+
+namespace mmserve::kernels {
+
+namespace {
+
+StatusOr<cudaDataType_t> cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      return unimplemented(std::string("GEMM on the GPU takes f32, f16 or bf16, not ") + dtype_name(dtype));
+  }
+}
+
+}  // namespace
+
+// Everything cuBLASLt needs for one shape: descriptors, layouts and the chosen algorithm. Created once per
+// shape (the heuristic query costs tens of microseconds), reused for every call after.
+struct CublasLtGemm::Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t w_layout = nullptr, a_layout = nullptr, d_layout = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  ~Plan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (w_layout) cublasLtMatrixLayoutDestroy(w_layout);
+    if (a_layout) cublasLtMatrixLayoutDestroy(a_layout);
+    if (d_layout) cublasLtMatrixLayoutDestroy(d_layout);
+  }
+};
+
+StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(void* workspace, size_t workspace_bytes) {
+  auto gemm = std::unique_ptr<CublasLtGemm>(new CublasLtGemm());
+  CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
+  gemm->workspace_ = workspace;
+  gemm->workspace_bytes_ = workspace ? workspace_bytes : 0;
+  return gemm;
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  plans_.clear();
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const GemmCudaArgs& args) {
+  // The algorithm depends on alignment too: a pointer's alignment is part of the key (256-byte aligned
+  // pointers from the arena are the common case; a slice may be less aligned).
+  auto alignment = [](const void* p) -> int64_t {
+    const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+    int64_t a = 256;
+    while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+    return a;
+  };
+  const int64_t align = std::min({alignment(args.a), alignment(args.w), alignment(args.d)});
+  const Key key{args.m,
+                args.n,
+                args.k,
+                args.lda * 1000003 + args.ldw,
+                args.ldd,
+                align,
+                static_cast<int>(args.in_dtype),
+                static_cast<int>(args.out_dtype),
+                args.bias != nullptr,
+                args.beta != 0.0f};
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return it->second.get();
+
+  ASSIGN_OR_RETURN(cudaDataType_t in_type, cuda_type(args.in_dtype));
+  ASSIGN_OR_RETURN(cudaDataType_t out_type, cuda_type(args.out_dtype));
+  auto plan = std::make_unique<Plan>();
+  // f32 inputs: CUBLAS_COMPUTE_32F (true f32, the precise path); 16-bit inputs accumulate in f32 too.
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  // Column-major view: D^T [n, m] = W [n, k] (stored row-major = column-major [k, n], so op T) times
+  // A^T [k, m] (A row-major [m, k] = column-major [k, m], op N).
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  if (args.bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    const int32_t bias_type = out_type;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                          &bias_type, sizeof(bias_type)));
+  }
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, in_type, args.k, args.n, args.ldw));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a_layout, in_type, args.k, args.m, args.lda));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d_layout, out_type, args.n, args.m, args.ldd));
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = workspace_bytes_;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
+  const uint32_t align_bytes = static_cast<uint32_t>(align);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attr, &align_bytes, sizeof(align_bytes));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->a_layout, plan->d_layout,
+                                            plan->d_layout, preference, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  CUBLAS_RETURN_IF_ERROR(status);
+  if (found == 0) {
+    return unimplemented("cuBLASLt has no algorithm for GEMM m=" + std::to_string(args.m) +
+                         " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) + " " +
+                         dtype_name(args.in_dtype) + "->" + dtype_name(args.out_dtype));
+  }
+  plan->algo = result.algo;
+  Plan* raw = plan.get();
+  plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
+  if (args.m < 0 || args.n <= 0 || args.k <= 0) {
+    return invalid_argument("GEMM sizes must be positive (m=" + std::to_string(args.m) +
+                            " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) + ")");
+  }
+  if (args.m == 0) return ok_status();
+  if (!args.a || !args.w || !args.d) return invalid_argument("GEMM with a null matrix pointer");
+  if (args.lda < args.k || args.ldw < args.k || args.ldd < args.n) {
+    return invalid_argument("GEMM leading dimensions too small for its shape");
+  }
+  if (args.out_dtype != args.in_dtype && args.out_dtype != DType::kF32) {
+    return unimplemented(std::string("GEMM output must be the input dtype or f32, not ") + dtype_name(args.out_dtype));
+  }
+  // One lock over plan lookup, the bias pointer (an attribute of the shared descriptor) and the enqueue.
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Plan * plan, plan_for(args));
+  if (args.bias) {
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
+                                                          sizeof(args.bias)));
+  }
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &args.alpha, args.w, plan->w_layout, args.a,
+                                        plan->a_layout, &args.beta, args.d, plan->d_layout, args.d, plan->d_layout,
+                                        &plan->algo, workspace_, workspace_bytes_, stream));
+  return ok_status();
+}
+
+}  // namespace mmserve::kernels

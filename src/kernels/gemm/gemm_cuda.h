@@ -1,0 +1,73 @@
+// GEMM on the GPU through cuBLASLt (the CUDA twin of gemm.h's `linear`): the projections of every model.
+//
+//   D[M, N] = alpha * A[M, K] @ W[N, K]^T + beta * D + bias[N]
+// Row-major, device pointers, leading dimensions in elements. A and W share a dtype (f32, f16 or bf16); D is
+// that dtype or f32 (16-bit inputs with an f32 output is how the encoder keeps its residual stream in f32:
+// the output projections write x += ... with beta = 1). Accumulation is always f32; f32 inputs use plain
+// f32 math (no TF32), so the f32 path stays a precise reference. bias (nullable) has D's dtype, [N].
+// cuBLASLt is column-major, so the call computes D^T = W A^T: D^T is [N, M] column-major with ld = ldd,
+// which is row-major D. Algorithms come from cuBLASLt's heuristic, cached per shape, so a forward captured
+// into a CUDA graph makes no heuristic calls and no allocations (the workspace is given at creation).
+// Tests: gemm_cuda_test.cpp (vs the CPU GEMM over odd shapes, every dtype, bias, beta); bench:
+// gemm_cuda_bench.cpp (the CLIP shapes, TFLOP/s against the card's bf16 ceiling).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "core/dtype.h"
+#include "core/status.h"
+
+namespace mmserve::kernels {
+
+struct GemmCudaArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* w = nullptr;
+  int64_t ldw = 0;
+  DType in_dtype = DType::kBF16;  // A and W
+  void* d = nullptr;
+  int64_t ldd = 0;
+  DType out_dtype = DType::kBF16;  // in_dtype or f32
+  const void* bias = nullptr;      // [n] in out_dtype, or nullptr
+  float alpha = 1.0f;
+  float beta = 0.0f;  // beta != 0 reads D before writing it (the residual add)
+};
+
+class CublasLtGemm {
+ public:
+  // `workspace` (device, may be null when bytes is 0) is used by every call; 32 MiB lets cuBLASLt pick its
+  // fastest Hopper kernels.
+  static StatusOr<std::unique_ptr<CublasLtGemm>> create(void* workspace, size_t workspace_bytes);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  // Enqueues the GEMM on `stream`. kInvalidArgument for inconsistent arguments, kUnimplemented for a dtype
+  // combination this wrapper does not take. Thread-safe (the plan cache is locked; a CUDA graph capture
+  // calls this from one thread).
+  Status run(const GemmCudaArgs& args, cudaStream_t stream);
+
+  static constexpr size_t kDefaultWorkspaceBytes = 32u << 20;
+
+ private:
+  struct Plan;
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, bool>;
+  CublasLtGemm() = default;
+  StatusOr<Plan*> plan_for(const GemmCudaArgs& args);  // called with mutex_ held
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  std::mutex mutex_;
+  std::map<Key, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace mmserve::kernels

@@ -1,0 +1,163 @@
+// cuBLASLt GEMM against the CPU GEMM (its twin), over odd shapes, every dtype pair, bias and beta.
+//
+// Inputs are rounded through the input dtype before the CPU reference sees them, so the only differences
+// are accumulation order (f32 both sides: ~1e-6 relative) and, for 16-bit outputs, the final rounding of D
+// (half an ulp: 2^-9 relative for bf16, 2^-12 for f16). Tolerances are set from those, times a safety margin.
+#include "kernels/gemm/gemm_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/gemm/gemm.h"
+#include "kernels/testing/cuda_test_util.h"
+
+namespace mmserve::kernels {
+namespace {
+
+using cuda_test::DeviceVector;
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+struct Case {
+  int64_t m, n, k;
+  DType in, out;
+  bool bias;
+  float beta;
+  int64_t pad = 0;  // extra elements per row in every leading dimension (strided operands)
+};
+
+double tolerance(DType out, int64_t k) {
+  const double accumulate = 1e-6 * std::sqrt(static_cast<double>(k)) * 4;
+  if (out == DType::kBF16) return 8e-3 + accumulate;
+  if (out == DType::kF16) return 1e-3 + accumulate;
+  return 2e-5 + accumulate;
+}
+
+void run_case(CublasLtGemm& gemm, const Case& c) {
+  SCOPED_TRACE(testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " " << dtype_name(c.in) << "->"
+                                  << dtype_name(c.out) << " bias=" << c.bias << " beta=" << c.beta
+                                  << " pad=" << c.pad);
+  const int64_t lda = c.k + c.pad, ldw = c.k + c.pad, ldd = c.n + c.pad;
+  std::vector<float> a = cuda_test::round_through(random_values(c.m * lda, 1), c.in);
+  std::vector<float> w = cuda_test::round_through(random_values(c.n * ldw, 2), c.in);
+  std::vector<float> d0 = cuda_test::round_through(random_values(c.m * ldd, 3), c.out);
+  std::vector<float> bias = cuda_test::round_through(random_values(c.n, 4), c.out);
+
+  // CPU twin: D = A W^T (+ beta D0) (+ bias).
+  std::vector<float> want = d0;
+  kernels::gemm(false, true, c.m, c.n, c.k, 1.0f, a.data(), lda, w.data(), ldw, c.beta, want.data(), ldd);
+  if (c.bias) {
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) want[i * ldd + j] += bias[j];
+  }
+
+  DeviceVector<uint8_t> da(cuda_test::encode(a, c.in)), dw(cuda_test::encode(w, c.in));
+  DeviceVector<uint8_t> dd(cuda_test::encode(d0, c.out)), db(cuda_test::encode(bias, c.out));
+  GemmCudaArgs args;
+  args.m = c.m, args.n = c.n, args.k = c.k;
+  args.a = da.get(), args.lda = lda, args.w = dw.get(), args.ldw = ldw, args.in_dtype = c.in;
+  args.d = dd.get(), args.ldd = ldd, args.out_dtype = c.out;
+  args.bias = c.bias ? db.get() : nullptr;
+  args.beta = c.beta;
+  Status s = gemm.run(args, nullptr);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<float> got = cuda_test::decode(dd.download(), c.out);
+
+  double max_ref = 1e-3;
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) max_ref = std::max(max_ref, std::fabs(static_cast<double>(want[i * ldd + j])));
+  const double tol = tolerance(c.out, c.k) * max_ref;
+  for (int64_t i = 0; i < c.m; ++i) {
+    for (int64_t j = 0; j < c.n; ++j) {
+      ASSERT_NEAR(got[i * ldd + j], want[i * ldd + j], tol) << "at " << i << "," << j;
+    }
+    // Padding columns of D are never written.
+    for (int64_t j = c.n; j < ldd; ++j) ASSERT_EQ(got[i * ldd + j], d0[i * ldd + j]) << "pad at " << i << "," << j;
+  }
+}
+
+class GemmCudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    MMSERVE_REQUIRE_GPU();
+    ASSERT_CUDA_OK(cudaMalloc(&workspace_, CublasLtGemm::kDefaultWorkspaceBytes));
+    auto gemm = CublasLtGemm::create(workspace_, CublasLtGemm::kDefaultWorkspaceBytes);
+    ASSERT_TRUE(gemm.ok()) << gemm.status().to_string();
+    gemm_ = std::move(gemm).value();
+  }
+  void TearDown() override {
+    gemm_.reset();
+    if (workspace_) cudaFree(workspace_);
+  }
+  void* workspace_ = nullptr;
+  std::unique_ptr<CublasLtGemm> gemm_;
+};
+
+TEST_F(GemmCudaTest, OddShapesEveryDtype) {
+  for (DType in : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (DType out : {in, DType::kF32}) {
+      for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+               {1, 1, 1}, {1, 512, 768}, {3, 5, 7}, {17, 33, 65}, {50, 768, 768}, {129, 2304, 768}, {77, 64, 3072}}) {
+        run_case(*gemm_, {m, n, k, in, out, false, 0.0f});
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+TEST_F(GemmCudaTest, BiasAndResidualAccumulate) {
+  for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
+    run_case(*gemm_, {37, 96, 64, in, in, true, 0.0f});                // qkv / fc1: bias, 16-bit out
+    run_case(*gemm_, {37, 96, 64, in, DType::kF32, true, 1.0f});       // out_proj / fc2: x += ... + b
+    run_case(*gemm_, {200, 768, 3072, in, DType::kF32, true, 1.0f});   // ViT-B fc2 shape
+    run_case(*gemm_, {5, 8, 16, in, DType::kF32, false, 0.5f});        // arbitrary beta
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(GemmCudaTest, StridedOperands) {
+  // Leading dimensions past the logical width (a slice of a fused [rows, 3H] projection, say); the
+  // alignment of such rows can be below 16 bytes, which the plan cache must key on.
+  for (DType in : {DType::kF32, DType::kBF16}) {
+    run_case(*gemm_, {9, 24, 40, in, in, true, 0.0f, 8});
+    run_case(*gemm_, {9, 24, 40, in, DType::kF32, true, 1.0f, 3});
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST_F(GemmCudaTest, SameShapeReusesPlanWithNewPointers) {
+  // The plan cache is keyed by shape; a second call with other buffers (and another bias) must use them.
+  run_case(*gemm_, {16, 32, 48, DType::kBF16, DType::kBF16, true, 0.0f});
+  run_case(*gemm_, {16, 32, 48, DType::kBF16, DType::kBF16, true, 0.0f});
+}
+
+TEST_F(GemmCudaTest, BadArgumentsAreStatusNotCrash) {
+  GemmCudaArgs args;
+  args.m = 4, args.n = 4, args.k = 4;
+  EXPECT_EQ(gemm_->run(args, nullptr).code(), StatusCode::kInvalidArgument);  // null pointers
+  DeviceVector<float> buf(64);
+  args.a = args.w = args.d = buf.get();
+  args.lda = args.ldw = args.ldd = 2;  // too small
+  EXPECT_EQ(gemm_->run(args, nullptr).code(), StatusCode::kInvalidArgument);
+  args.lda = args.ldw = args.ldd = 4;
+  args.in_dtype = DType::kI8;
+  EXPECT_EQ(gemm_->run(args, nullptr).code(), StatusCode::kUnimplemented);
+  args.in_dtype = DType::kBF16;
+  args.out_dtype = DType::kF16;
+  EXPECT_EQ(gemm_->run(args, nullptr).code(), StatusCode::kUnimplemented);
+  args.n = 0;
+  EXPECT_EQ(gemm_->run(args, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mmserve::kernels

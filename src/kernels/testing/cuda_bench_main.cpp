@@ -1,0 +1,96 @@
+// kernels_cuda_bench: every CUDA kernel's micro-benchmark in one run, as a markdown table (see cuda_bench.h).
+//
+//   kernels_cuda_bench [--json FILE]
+// Ceilings printed for reference: dense bf16 GEMM measured on an H200 (~770 TFLOP/s on random data) and
+// HBM3e ~4.8 TB/s (datasheet); achieved / ceiling is what docs/perf/clip_gpu.md reports per layer type.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/testing/cuda_bench.h"
+
+namespace mmserve::kernels {
+
+double CudaBench::run(const std::string& op, const std::string& shape, double flops, double bytes,
+                      const std::function<void()>& launch, int warmup, int iterations) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < warmup; ++i) launch();
+  cudaStreamSynchronize(stream_);
+  std::vector<float> ms(static_cast<size_t>(iterations));
+  for (int i = 0; i < iterations; ++i) {
+    cudaEventRecord(start, stream_);
+    launch();
+    cudaEventRecord(stop, stream_);
+    cudaEventSynchronize(stop);
+    cudaEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  const double us = 1e3 * ms[ms.size() / 2];
+  const cudaError_t error = cudaGetLastError();
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s %s: %s\n", op.c_str(), shape.c_str(), cudaGetErrorString(error));
+  }
+  rows_.push_back({op, shape, us, flops, bytes});
+  return us;
+}
+
+}  // namespace mmserve::kernels
+
+int main(int argc, char** argv) {
+  using namespace mmserve::kernels;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "kernels_cuda_bench: no CUDA device\n");
+    return 1;
+  }
+  const char* json_path = nullptr;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) json_path = argv[i + 1];
+  }
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  CudaBench bench(stream);
+  bench_gemm_cuda(bench);
+  bench_attention_cuda(bench);
+  bench_layer_norm_cuda(bench);
+  bench_activation_cuda(bench);
+  bench_embedding_cuda(bench);
+  bench_patch_embed_cuda(bench);
+  bench_l2_normalize_cuda(bench);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  const double kBf16Ceiling = 770e12, kHbm = 4.8e12;
+  std::printf("\n%s: ceilings bf16 GEMM %.0f TFLOP/s (measured), HBM %.1f TB/s (datasheet)\n\n", prop.name,
+              kBf16Ceiling * 1e-12, kHbm * 1e-12);
+  std::printf("| op | shape | us | TFLOP/s | %% of bf16 ceiling | GB/s | %% of HBM |\n|---|---|---|---|---|---|---|\n");
+  FILE* json = json_path ? std::fopen(json_path, "w") : nullptr;
+  if (json) std::fprintf(json, "[\n");
+  for (size_t i = 0; i < bench.rows().size(); ++i) {
+    const CudaBenchRow& r = bench.rows()[i];
+    const double s = r.us * 1e-6;
+    const double tflops = r.flops > 0 ? r.flops / s * 1e-12 : 0, gbs = r.bytes > 0 ? r.bytes / s * 1e-9 : 0;
+    std::printf("| %s | %s | %.1f | %s | %s | %s | %s |\n", r.op.c_str(), r.shape.c_str(), r.us,
+                r.flops > 0 ? std::to_string(tflops).substr(0, 6).c_str() : "-",
+                r.flops > 0 ? std::to_string(100 * tflops * 1e12 / kBf16Ceiling).substr(0, 5).c_str() : "-",
+                r.bytes > 0 ? std::to_string(gbs).substr(0, 7).c_str() : "-",
+                r.bytes > 0 ? std::to_string(100 * gbs * 1e9 / kHbm).substr(0, 5).c_str() : "-");
+    if (json) {
+      std::fprintf(json, "  {\"op\": \"%s\", \"shape\": \"%s\", \"us\": %.3f, \"tflops\": %.3f, \"gbs\": %.3f}%s\n",
+                   r.op.c_str(), r.shape.c_str(), r.us, tflops, gbs, i + 1 < bench.rows().size() ? "," : "");
+    }
+  }
+  if (json) {
+    std::fprintf(json, "]\n");
+    std::fclose(json);
+  }
+  cudaStreamDestroy(stream);
+  return 0;
+}

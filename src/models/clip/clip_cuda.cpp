@@ -1,0 +1,523 @@
+// CLIP on an NVIDIA GPU (see clip_cuda.h). The forward below mirrors clip.cpp step by step; each step is
+// one kernel or one cuBLASLt GEMM.
+#include "models/clip/clip_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/activation/activation_cuda.h"
+#include "kernels/attention/attention_cuda.h"
+#include "kernels/embedding/embedding_cuda.h"
+#include "kernels/l2_normalize/l2_normalize_cuda.h"
+#include "kernels/layer_norm/layer_norm_cuda.h"
+#include "kernels/patch_embed/patch_embed_cuda.h"
+
+namespace mmserve::models {
+
+using kernels::GemmCudaArgs;
+
+// Device pointers into weight_arena_. Norms are f32; matrices, embeddings and the biases of GEMMs with a
+// 16-bit output are in the compute dtype; biases of GEMMs that write the f32 residual stream are f32.
+struct ClipCudaModel::BlockWeights {
+  const float *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+  const void *qkv_w = nullptr, *qkv_b = nullptr;  // [3H, H], [3H] (dtype)
+  const void* out_w = nullptr;                    // [H, H] (dtype)
+  const float* out_b = nullptr;                   // [H] f32
+  const void *fc1_w = nullptr, *fc1_b = nullptr;  // [I, H], [I] (dtype)
+  const void* fc2_w = nullptr;                    // [H, I] (dtype)
+  const float* fc2_b = nullptr;                   // [H] f32
+};
+
+struct ClipCudaModel::Weights {
+  std::vector<BlockWeights> text, vision;
+  const void *token_embedding = nullptr, *text_positions = nullptr;
+  const float *final_ln_w = nullptr, *final_ln_b = nullptr;
+  const void *class_embedding = nullptr, *patch_weight = nullptr, *vision_positions = nullptr;
+  const float *pre_ln_w = nullptr, *pre_ln_b = nullptr, *post_ln_w = nullptr, *post_ln_b = nullptr;
+  const void *visual_projection = nullptr, *text_projection = nullptr;
+};
+
+// Activation buffers, sized for the largest bucket of either tower (they run one at a time).
+struct ClipCudaModel::Activations {
+  float* pixels = nullptr;       // [B, C, S, S]
+  void* patches = nullptr;       // [B * P, C * p * p] (dtype)
+  float* patch_out = nullptr;    // [B * P, H]
+  float* x = nullptr;            // [rows, H] the residual stream
+  void* normed = nullptr;        // [rows, H] (dtype)
+  void* qkv = nullptr;           // [rows, 3H] (dtype)
+  void* context = nullptr;       // [rows, H] (dtype)
+  void* mlp = nullptr;           // [rows, I] (dtype)
+  void* pooled = nullptr;        // [B, H] (dtype)
+  float* embeds = nullptr;       // [B, projection_dim]
+  int32_t* class_rows = nullptr; // [B]: b * (P + 1), constant
+  int32_t* text_ints = nullptr;  // [B * T ids | B lengths | B pooling rows], one copy per call
+  void* workspace = nullptr;     // cuBLASLt
+};
+
+namespace {
+
+// Bytes each activation buffer of one tower needs at batch `b` (the plan; also the per-bucket report).
+struct TowerNeeds {
+  size_t pixels = 0, patches = 0, patch_out = 0, x = 0, normed = 0, qkv = 0, context = 0, mlp = 0, pooled = 0,
+         embeds = 0, ints = 0;
+  size_t total() const {
+    size_t sum = 0;
+    for (size_t s : {pixels, patches, patch_out, x, normed, qkv, context, mlp, pooled, embeds, ints}) {
+      sum += DeviceArena::aligned(s);
+    }
+    return sum;
+  }
+};
+
+TowerNeeds vision_needs(const ClipConfig& c, int64_t b, size_t e) {
+  const ClipVisionConfig& v = c.vision;
+  const int64_t p = v.num_patches(), rows = b * (p + 1), h = v.hidden_size;
+  TowerNeeds n;
+  n.pixels = sizeof(float) * b * v.num_channels * v.image_size * v.image_size;
+  n.patches = e * b * p * v.num_channels * v.patch_size * v.patch_size;
+  n.patch_out = sizeof(float) * b * p * h;
+  n.x = sizeof(float) * rows * h;
+  n.normed = e * rows * h;
+  n.qkv = e * rows * 3 * h;
+  n.context = e * rows * h;
+  n.mlp = e * rows * v.intermediate_size;
+  n.pooled = e * b * h;
+  n.embeds = sizeof(float) * b * c.projection_dim;
+  n.ints = sizeof(int32_t) * b;
+  return n;
+}
+
+TowerNeeds text_needs(const ClipConfig& c, int64_t b, size_t e) {
+  const ClipTextConfig& t = c.text;
+  const int64_t rows = b * t.max_position_embeddings, h = t.hidden_size;
+  TowerNeeds n;
+  n.x = sizeof(float) * rows * h;
+  n.normed = e * rows * h;
+  n.qkv = e * rows * 3 * h;
+  n.context = e * rows * h;
+  n.mlp = e * rows * t.intermediate_size;
+  n.pooled = e * b * h;
+  n.embeds = sizeof(float) * b * c.projection_dim;
+  n.ints = sizeof(int32_t) * (rows + 2 * b);
+  return n;
+}
+
+}  // namespace
+
+ClipCudaModel::~ClipCudaModel() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+}
+
+StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& model_dir,
+                                                             const ClipCudaOptions& options) {
+  if (options.dtype != DType::kF32 && options.dtype != DType::kF16 && options.dtype != DType::kBF16) {
+    return invalid_argument(std::string("CLIP on the GPU computes in f32, f16 or bf16, not ") +
+                            dtype_name(options.dtype));
+  }
+  if (options.buckets.empty()) return invalid_argument("at least one batch bucket is needed");
+  for (int64_t b : options.buckets) {
+    if (b <= 0 || b > 4096) return invalid_argument("batch bucket " + std::to_string(b) + " is outside [1, 4096]");
+  }
+  RETURN_IF_ERROR(set_cuda_device(options.device));
+  auto model = std::unique_ptr<ClipCudaModel>(new ClipCudaModel());
+  model->options_ = options;
+  // MMSERVE_CUDA_GRAPHS=0 runs every forward eagerly (compute-sanitizer runs, kernel debugging).
+  if (const char* graphs = std::getenv("MMSERVE_CUDA_GRAPHS"); graphs && std::string(graphs) == "0") {
+    model->options_.use_graphs = false;
+  }
+  model->buckets_ = options.buckets;
+  std::sort(model->buckets_.begin(), model->buckets_.end());
+  model->buckets_.erase(std::unique(model->buckets_.begin(), model->buckets_.end()), model->buckets_.end());
+  {
+    // The host model parses and checks the checkpoint (same errors as the CPU path) and fuses QKV; its f32
+    // copy is freed once the weights are on the GPU.
+    ASSIGN_OR_RETURN(std::unique_ptr<ClipModel> host, ClipModel::load(model_dir));
+    model->config_ = host->config();
+    model->logit_scale_ = host->logit_scale();
+    const ClipConfig& c = model->config_;
+    if (!kernels::attention_cuda_supported(options.dtype, c.vision.num_patches() + 1,
+                                           c.vision.hidden_size / c.vision.num_attention_heads) ||
+        !kernels::attention_cuda_supported(options.dtype, c.text.max_position_embeddings,
+                                           c.text.hidden_size / c.text.num_attention_heads)) {
+      return unimplemented(model_dir + ": the fused attention kernel does not take this model's sequence " +
+                           "length or head size");
+    }
+    if (c.vision.image_size % c.vision.patch_size != 0) {
+      return unimplemented(model_dir + ": image_size must be a multiple of patch_size");
+    }
+    RETURN_IF_ERROR(model->stream_.init());
+    RETURN_IF_ERROR(model->upload_weights(*host));
+  }
+  RETURN_IF_ERROR(model->plan_activations());
+  ASSIGN_OR_RETURN(model->gemm_,
+                   kernels::CublasLtGemm::create(model->act_->workspace, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  RETURN_IF_ERROR(model->capture_graphs());
+  return model;
+}
+
+Status ClipCudaModel::upload_weights(const ClipModel& host) {
+  const DType dt = options_.dtype;
+  // Two passes over one list of (source, dtype, destination): sum the sizes, make one allocation, copy.
+  struct Job {
+    Tensor source;
+    DType dtype;
+    const void** target;
+  };
+  std::vector<Job> jobs;
+  weights_ = std::make_unique<Weights>();
+  Weights& w = *weights_;
+  auto add = [&](const Tensor& t, DType dtype, const void** target) { jobs.push_back({t, dtype, target}); };
+  auto add_f32 = [&](const Tensor& t, const float** target) {
+    jobs.push_back({t, DType::kF32, reinterpret_cast<const void**>(target)});
+  };
+  auto blocks = [&](const std::vector<EncoderBlockWeights>& src, std::vector<BlockWeights>& dst) {
+    dst.resize(src.size());
+    for (size_t i = 0; i < src.size(); ++i) {
+      add_f32(src[i].ln1_weight, &dst[i].ln1_w);
+      add_f32(src[i].ln1_bias, &dst[i].ln1_b);
+      add_f32(src[i].ln2_weight, &dst[i].ln2_w);
+      add_f32(src[i].ln2_bias, &dst[i].ln2_b);
+      add(src[i].qkv_weight, dt, &dst[i].qkv_w);
+      add(src[i].qkv_bias, dt, &dst[i].qkv_b);
+      add(src[i].out_weight, dt, &dst[i].out_w);
+      add_f32(src[i].out_bias, &dst[i].out_b);
+      add(src[i].fc1_weight, dt, &dst[i].fc1_w);
+      add(src[i].fc1_bias, dt, &dst[i].fc1_b);
+      add(src[i].fc2_weight, dt, &dst[i].fc2_w);
+      add_f32(src[i].fc2_bias, &dst[i].fc2_b);
+    }
+  };
+  blocks(host.text_blocks(), w.text);
+  blocks(host.vision_blocks(), w.vision);
+  add(host.weight("text_model.embeddings.token_embedding.weight"), dt, &w.token_embedding);
+  add(host.weight("text_model.embeddings.position_embedding.weight"), dt, &w.text_positions);
+  add_f32(host.weight("text_model.final_layer_norm.weight"), &w.final_ln_w);
+  add_f32(host.weight("text_model.final_layer_norm.bias"), &w.final_ln_b);
+  add(host.weight("vision_model.embeddings.class_embedding"), dt, &w.class_embedding);
+  add(host.weight("vision_model.embeddings.patch_embedding.weight"), dt, &w.patch_weight);
+  add(host.weight("vision_model.embeddings.position_embedding.weight"), dt, &w.vision_positions);
+  add_f32(host.weight("vision_model.pre_layrnorm.weight"), &w.pre_ln_w);
+  add_f32(host.weight("vision_model.pre_layrnorm.bias"), &w.pre_ln_b);
+  add_f32(host.weight("vision_model.post_layernorm.weight"), &w.post_ln_w);
+  add_f32(host.weight("vision_model.post_layernorm.bias"), &w.post_ln_b);
+  add(host.weight("visual_projection.weight"), dt, &w.visual_projection);
+  add(host.weight("text_projection.weight"), dt, &w.text_projection);
+
+  size_t total = 0;
+  for (const Job& j : jobs) total += DeviceArena::aligned(storage_bytes(j.dtype, j.source.numel()));
+  RETURN_IF_ERROR(weight_arena_.init(total));
+  memory_.weight_bytes = total;
+  std::vector<uint16_t> half;
+  for (const Job& j : jobs) {
+    const int64_t n = j.source.numel();
+    ASSIGN_OR_RETURN(void* dst, weight_arena_.allocate(storage_bytes(j.dtype, n)));
+    const float* src = j.source.data_as<float>();
+    if (j.dtype == DType::kF32) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else {
+      half.resize(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) half[i] = j.dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    }
+    *j.target = dst;
+  }
+  return ok_status();
+}
+
+Status ClipCudaModel::plan_activations() {
+  const size_t e = dtype_size(options_.dtype);
+  const int64_t b = max_batch();
+  const TowerNeeds v = vision_needs(config_, b, e), t = text_needs(config_, b, e);
+  for (int64_t bucket : buckets_) {
+    memory_.vision_bucket_bytes[bucket] = vision_needs(config_, bucket, e).total();
+    memory_.text_bucket_bytes[bucket] = text_needs(config_, bucket, e).total();
+  }
+  // Each buffer takes the larger of the two towers' needs.
+  const size_t sizes[] = {v.pixels,
+                          v.patches,
+                          v.patch_out,
+                          std::max(v.x, t.x),
+                          std::max(v.normed, t.normed),
+                          std::max(v.qkv, t.qkv),
+                          std::max(v.context, t.context),
+                          std::max(v.mlp, t.mlp),
+                          std::max(v.pooled, t.pooled),
+                          std::max(v.embeds, t.embeds),
+                          v.ints,
+                          t.ints,
+                          kernels::CublasLtGemm::kDefaultWorkspaceBytes};
+  size_t total = 0;
+  for (size_t s : sizes) total += DeviceArena::aligned(s);
+  RETURN_IF_ERROR(activation_arena_.init(total));
+  memory_.activation_bytes = total - kernels::CublasLtGemm::kDefaultWorkspaceBytes;
+  memory_.workspace_bytes = kernels::CublasLtGemm::kDefaultWorkspaceBytes;
+  act_ = std::make_unique<Activations>();
+  Activations& a = *act_;
+  void* p[13];
+  for (int i = 0; i < 13; ++i) {
+    ASSIGN_OR_RETURN(p[i], activation_arena_.allocate(sizes[i]));
+  }
+  a.pixels = static_cast<float*>(p[0]);
+  a.patches = p[1];
+  a.patch_out = static_cast<float*>(p[2]);
+  a.x = static_cast<float*>(p[3]);
+  a.normed = p[4];
+  a.qkv = p[5];
+  a.context = p[6];
+  a.mlp = p[7];
+  a.pooled = p[8];
+  a.embeds = static_cast<float*>(p[9]);
+  a.class_rows = static_cast<int32_t*>(p[10]);
+  a.text_ints = static_cast<int32_t*>(p[11]);
+  a.workspace = p[12];
+  // Inputs start as zeros (a bucket's padding rows are then finite), and the class rows are constant.
+  CUDA_RETURN_IF_ERROR(cudaMemset(a.pixels, 0, sizes[0]));
+  CUDA_RETURN_IF_ERROR(cudaMemset(a.text_ints, 0, sizes[11]));
+  std::vector<int32_t> class_rows(static_cast<size_t>(b));
+  for (int64_t i = 0; i < b; ++i) class_rows[i] = static_cast<int32_t>(i * (config_.vision.num_patches() + 1));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(a.class_rows, class_rows.data(), b * sizeof(int32_t), cudaMemcpyHostToDevice));
+
+  RETURN_IF_ERROR(pinned_in_.init(t.ints));
+  RETURN_IF_ERROR(pinned_out_.init(sizeof(float) * b * config_.projection_dim));
+  memory_.pinned_bytes = pinned_in_.size() + pinned_out_.size();
+  return ok_status();
+}
+
+Status ClipCudaModel::encoder_block(const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch, int64_t hidden,
+                                    int64_t heads, int64_t intermediate, float eps, kernels::Activation activation,
+                                    bool causal, const int32_t* kv_lengths) {
+  const DType dt = options_.dtype;
+  const Activations& a = *act_;
+  cudaStream_t s = stream_.get();
+  // normed = layer_norm1(x)
+  kernels::LayerNormCudaArgs ln;
+  ln.x = a.x, ln.x_ld = hidden, ln.weight = w.ln1_w, ln.bias = w.ln1_b, ln.eps = eps, ln.rows = rows;
+  ln.cols = hidden, ln.y = a.normed, ln.y_dtype = dt, ln.y_ld = hidden;
+  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  // qkv = normed @ [Wq; Wk; Wv]^T + b
+  GemmCudaArgs g;
+  g.m = rows, g.n = 3 * hidden, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.qkv_w, g.ldw = hidden;
+  g.in_dtype = dt, g.d = a.qkv, g.ldd = 3 * hidden, g.out_dtype = dt, g.bias = w.qkv_b;
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  // context = attention(q, k, v)
+  kernels::AttentionCudaArgs at;
+  at.qkv = a.qkv, at.qkv_ld = 3 * hidden, at.out = a.context, at.out_ld = hidden, at.dtype = dt;
+  at.batch = batch, at.seq = seq, at.heads = heads, at.head_dim = hidden / heads;
+  at.scale = 1.0f / std::sqrt(static_cast<float>(hidden / heads)), at.causal = causal, at.kv_lengths = kv_lengths;
+  RETURN_IF_ERROR(kernels::attention_cuda(at, s));
+  // x += context @ Wo^T + bo  (f32 output, beta = 1: the residual add)
+  g = GemmCudaArgs{};
+  g.m = rows, g.n = hidden, g.k = hidden, g.a = a.context, g.lda = hidden, g.w = w.out_w, g.ldw = hidden;
+  g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.out_b, g.beta = 1.0f;
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  // normed = layer_norm2(x)
+  ln.weight = w.ln2_w, ln.bias = w.ln2_b;
+  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  // mlp = act(normed @ W1^T + b1)
+  g = GemmCudaArgs{};
+  g.m = rows, g.n = intermediate, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.fc1_w, g.ldw = hidden;
+  g.in_dtype = dt, g.d = a.mlp, g.ldd = intermediate, g.out_dtype = dt, g.bias = w.fc1_b;
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  RETURN_IF_ERROR(kernels::activation_cuda(activation, a.mlp, dt, rows * intermediate, s));
+  // x += mlp @ W2^T + b2
+  g = GemmCudaArgs{};
+  g.m = rows, g.n = hidden, g.k = intermediate, g.a = a.mlp, g.lda = intermediate, g.w = w.fc2_w;
+  g.ldw = intermediate, g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.fc2_b;
+  g.beta = 1.0f;
+  return gemm_->run(g, s);
+}
+
+Status ClipCudaModel::vision_forward(int64_t batch) {
+  const ClipVisionConfig& v = config_.vision;
+  const DType dt = options_.dtype;
+  const Activations& a = *act_;
+  const Weights& w = *weights_;
+  cudaStream_t s = stream_.get();
+  const int64_t patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size, rows = batch * seq;
+  const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
+  // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
+  RETURN_IF_ERROR(kernels::im2col_patches_cuda(a.pixels, batch, v.num_channels, v.image_size, v.patch_size, a.patches,
+                                               dt, s));
+  GemmCudaArgs g;
+  g.m = batch * patches, g.n = hidden, g.k = patch_cols, g.a = a.patches, g.lda = patch_cols, g.w = w.patch_weight;
+  g.ldw = patch_cols, g.in_dtype = dt, g.d = a.patch_out, g.ldd = hidden, g.out_dtype = DType::kF32;
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  RETURN_IF_ERROR(kernels::assemble_vision_embeddings_cuda(a.patch_out, w.class_embedding, w.vision_positions, dt,
+                                                           batch, patches, hidden, a.x, s));
+  kernels::LayerNormCudaArgs ln;
+  ln.x = a.x, ln.x_ld = hidden, ln.weight = w.pre_ln_w, ln.bias = w.pre_ln_b, ln.eps = v.layer_norm_eps;
+  ln.rows = rows, ln.cols = hidden, ln.y = a.x, ln.y_dtype = DType::kF32, ln.y_ld = hidden;
+  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  for (const BlockWeights& block : w.vision) {
+    RETURN_IF_ERROR(encoder_block(block, rows, seq, batch, hidden, v.num_attention_heads, v.intermediate_size,
+                                  v.layer_norm_eps, v.hidden_act, /*causal=*/false, /*kv_lengths=*/nullptr));
+  }
+  // Pool the class tokens through post_layernorm (one gathered layer norm), then project.
+  ln = kernels::LayerNormCudaArgs{};
+  ln.x = a.x, ln.x_ld = hidden, ln.row_index = a.class_rows, ln.weight = w.post_ln_w, ln.bias = w.post_ln_b;
+  ln.eps = v.layer_norm_eps, ln.rows = batch, ln.cols = hidden, ln.y = a.pooled, ln.y_dtype = dt, ln.y_ld = hidden;
+  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  g = GemmCudaArgs{};
+  g.m = batch, g.n = config_.projection_dim, g.k = hidden, g.a = a.pooled, g.lda = hidden, g.w = w.visual_projection;
+  g.ldw = hidden, g.in_dtype = dt, g.d = a.embeds, g.ldd = config_.projection_dim, g.out_dtype = DType::kF32;
+  return gemm_->run(g, s);
+}
+
+Status ClipCudaModel::text_forward(int64_t batch) {
+  const ClipTextConfig& t = config_.text;
+  const DType dt = options_.dtype;
+  const Activations& a = *act_;
+  const Weights& w = *weights_;
+  cudaStream_t s = stream_.get();
+  const int64_t seq = t.max_position_embeddings, hidden = t.hidden_size, rows = batch * seq;
+  const int32_t* ids = a.text_ints;
+  const int32_t* lengths = ids + rows;
+  const int32_t* pool_rows = lengths + batch;
+  RETURN_IF_ERROR(kernels::token_position_embedding_cuda(ids, batch, seq, w.token_embedding, w.text_positions, dt,
+                                                         t.vocab_size, hidden, a.x, s));
+  for (const BlockWeights& block : w.text) {
+    RETURN_IF_ERROR(encoder_block(block, rows, seq, batch, hidden, t.num_attention_heads, t.intermediate_size,
+                                  t.layer_norm_eps, t.hidden_act, /*causal=*/true, lengths));
+  }
+  // final_layer_norm is per row, so only the pooled (EOS) rows need it: gather + normalise in one launch.
+  kernels::LayerNormCudaArgs ln;
+  ln.x = a.x, ln.x_ld = hidden, ln.row_index = pool_rows, ln.weight = w.final_ln_w, ln.bias = w.final_ln_b;
+  ln.eps = t.layer_norm_eps, ln.rows = batch, ln.cols = hidden, ln.y = a.pooled, ln.y_dtype = dt, ln.y_ld = hidden;
+  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  GemmCudaArgs g;
+  g.m = batch, g.n = config_.projection_dim, g.k = hidden, g.a = a.pooled, g.lda = hidden, g.w = w.text_projection;
+  g.ldw = hidden, g.in_dtype = dt, g.d = a.embeds, g.ldd = config_.projection_dim, g.out_dtype = DType::kF32;
+  return gemm_->run(g, s);
+}
+
+Status ClipCudaModel::capture_graphs() {
+  cudaStream_t s = stream_.get();
+  // Eager runs first: they check every kernel accepts the shapes and let cuBLASLt choose (and us cache)
+  // every algorithm, so the captures below make no heuristic calls.
+  for (int64_t bucket : buckets_) {
+    RETURN_IF_ERROR(vision_forward(bucket));
+    RETURN_IF_ERROR(text_forward(bucket));
+  }
+  RETURN_IF_ERROR(stream_.synchronize());
+  if (!options_.use_graphs) return ok_status();
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
+  for (int64_t bucket : buckets_) {
+    for (Tower tower : {Tower::kVision, Tower::kText}) {
+      cudaGraph_t graph = nullptr;
+      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      Status forward = tower == Tower::kVision ? vision_forward(bucket) : text_forward(bucket);
+      const cudaError_t end = cudaStreamEndCapture(s, &graph);
+      if (!forward.ok()) {
+        if (graph) cudaGraphDestroy(graph);
+        return forward.with_context("capturing the CUDA graph");
+      }
+      CUDA_RETURN_IF_ERROR(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      CUDA_RETURN_IF_ERROR(instantiated);
+      graphs_[{static_cast<int>(tower), bucket}] = exec;
+      CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+    }
+  }
+  RETURN_IF_ERROR(stream_.synchronize());
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
+  memory_.graph_bytes = free_before > free_after ? free_before - free_after : 0;
+  return ok_status();
+}
+
+int64_t ClipCudaModel::bucket_for(int64_t n) const {
+  for (int64_t b : buckets_) {
+    if (b >= n) return b;
+  }
+  return buckets_.back();
+}
+
+Status ClipCudaModel::run(Tower tower, int64_t bucket, int64_t n, float* embeds, bool normalize) {
+  cudaStream_t s = stream_.get();
+  auto it = graphs_.find({static_cast<int>(tower), bucket});
+  if (it != graphs_.end()) {
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, s));
+  } else {
+    RETURN_IF_ERROR(tower == Tower::kVision ? vision_forward(bucket) : text_forward(bucket));
+  }
+  const int64_t dim = config_.projection_dim;
+  if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(act_->embeds, n, dim, s));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(pinned_out_.data(), act_->embeds, n * dim * sizeof(float), cudaMemcpyDeviceToHost, s));
+  RETURN_IF_ERROR(stream_.synchronize());
+  std::memcpy(embeds, pinned_out_.data(), n * dim * sizeof(float));
+  return ok_status();
+}
+
+Status ClipCudaModel::encode_images(const float* pixels, int64_t n, float* embeds, bool normalize) {
+  if (n < 0 || n > max_batch()) {
+    return invalid_argument("image batch of " + std::to_string(n) + " (the GPU model takes 0.." +
+                            std::to_string(max_batch()) + " per call)");
+  }
+  if (n == 0) return ok_status();
+  const ClipVisionConfig& v = config_.vision;
+  const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, pixels, bytes, cudaMemcpyHostToDevice, stream_.get()));
+  return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
+}
+
+Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize) {
+  if (n < 0 || n > max_batch()) {
+    return invalid_argument("image batch of " + std::to_string(n) + " (the GPU model takes 0.." +
+                            std::to_string(max_batch()) + " per call)");
+  }
+  if (n == 0) return ok_status();
+  const ClipVisionConfig& v = config_.vision;
+  const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
+  if (device_pixels != act_->pixels) {
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(act_->pixels, device_pixels, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+  }
+  return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
+}
+
+Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids, float* embeds, bool normalize) {
+  const ClipTextConfig& t = config_.text;
+  const int64_t n = static_cast<int64_t>(ids.size()), seq = t.max_position_embeddings;
+  if (n > max_batch()) {
+    return invalid_argument("text batch of " + std::to_string(n) + " (the GPU model takes 0.." +
+                            std::to_string(max_batch()) + " per call)");
+  }
+  if (n == 0) return ok_status();
+  const int64_t bucket = bucket_for(n), rows = bucket * seq;
+  // Pinned layout, as text_forward reads it: [bucket * seq ids | bucket lengths | bucket pooling rows].
+  int32_t* in = pinned_in_.data_as<int32_t>();
+  std::fill(in, in + rows + 2 * bucket, 0);
+  for (int64_t b = 0; b < bucket; ++b) {
+    in[rows + b] = 1;                                          // padding rows: one visible key, finite output
+    in[rows + bucket + b] = static_cast<int32_t>(b * seq);     // and pool their first token
+  }
+  for (int64_t b = 0; b < n; ++b) {
+    const std::vector<int32_t>& row = ids[b];
+    if (row.empty()) return invalid_argument("text " + std::to_string(b) + " has no tokens");
+    if (static_cast<int64_t>(row.size()) > seq) {
+      return invalid_argument("text " + std::to_string(b) + " has " + std::to_string(row.size()) +
+                              " tokens; the model takes at most " + std::to_string(seq));
+    }
+    for (int32_t id : row) {
+      if (id < 0 || id >= t.vocab_size) {
+        return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                                std::to_string(t.vocab_size) + ")");
+      }
+    }
+    std::copy(row.begin(), row.end(), in + b * seq);
+    in[rows + b] = static_cast<int32_t>(row.size());
+    in[rows + bucket + b] = static_cast<int32_t>(b * seq + clip_pooling_position(row, t.eos_token_id));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->text_ints, in, (rows + 2 * bucket) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+  return run(Tower::kText, bucket, n, embeds, normalize);
+}
+
+}  // namespace mmserve::models
