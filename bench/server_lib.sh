@@ -15,7 +15,11 @@ free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 # make_model REPO NAME ARCH YAML_TEXT: a demo CLIP (random weights, real tokenizer; ARCH small = the demo,
 # vit-b32 = ViT-B/32's shapes) as REPO/NAME with that mmserve.yaml.
 make_model() {
-  "$MMSERVE" demo-model --overwrite --architecture "$3" --output "$1/$2" >/dev/null 2>&1
+  "$MMSERVE" demo-model --overwrite --architecture "$3" --output "$1/$2" >"$OUT/demo_model_$2.log" 2>&1 || {
+    echo "mmserve demo-model failed:" >&2
+    cat "$OUT/demo_model_$2.log" >&2
+    exit 1
+  }
   printf '%s\n' "$4" >"$1/$2/mmserve.yaml"
 }
 

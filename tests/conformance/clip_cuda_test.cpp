@@ -44,6 +44,8 @@ struct Case {
   double min_cosine;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.dir << " in " << dtype_name(c.dtype); }
+
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = std::string(info.param.dir) + "_" + dtype_name(info.param.dtype);
   for (char& c : name) {
