@@ -9,10 +9,10 @@
 // torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels. Each call
 // includes the copy of the embeddings back to the host and the stream synchronisation.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cctype>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>

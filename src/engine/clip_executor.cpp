@@ -30,9 +30,9 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
     executor->config_ = model.config();
     executor->logit_scale_ = model.logit_scale();
     // Size the arena once for the largest image batch; text batches are smaller for every real CLIP.
-    executor->arena_.reserve(std::max(
-        model.image_workspace_bytes(options.batch_size_max),
-        model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
+    executor->arena_.reserve(
+        std::max(model.image_workspace_bytes(options.batch_size_max),
+                 model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
     return executor;
   }
 #if MMSERVE_HAS_CUDA
@@ -76,8 +76,8 @@ std::string ClipExecutor::describe() const {
   if (cuda_model_) {
     const models::ClipCudaMemory& m = cuda_model_->memory();
     text += ": weights " + mib(m.weight_bytes) + ", activations " + mib(m.activation_bytes) + " (max batch " +
-            std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) +
-            ", graphs " + mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes);
+            std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) + ", graphs " +
+            mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes);
     return text;
   }
 #endif
@@ -122,8 +122,8 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images_on_device(const float* d
     std::vector<float> embeds(static_cast<size_t>(n * dim));
     for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
       const int64_t count = std::min(options_.batch_size_max, n - begin);
-      RETURN_IF_ERROR(cuda_model_->encode_images_on_device(device_pixels + begin * per_image, count,
-                                                           embeds.data() + begin * dim));
+      RETURN_IF_ERROR(
+          cuda_model_->encode_images_on_device(device_pixels + begin * per_image, count, embeds.data() + begin * dim));
     }
     return embeds;
   }

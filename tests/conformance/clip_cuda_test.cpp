@@ -44,7 +44,9 @@ struct Case {
   double min_cosine;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.dir << " in " << dtype_name(c.dtype); }
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.dir << " in " << dtype_name(c.dtype);
+}
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   std::string name = std::string(info.param.dir) + "_" + dtype_name(info.param.dtype);
@@ -191,16 +193,16 @@ TEST_P(ClipCudaConformance, BadRequestsAreErrors) {
   EXPECT_TRUE(exec->embed_texts(golden_ids()).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, ClipCudaConformance,
-    ::testing::Values(Case{"clip-tiny-quickgelu-f32", DType::kF32, 1e-4, 0.99999}, Case{"clip-tiny-gelu-bf16", DType::kF32, 1e-3, 0.99999},
-                      Case{"clip-tiny-gelu-f16-sharded", DType::kF32, 1e-3, 0.99999},
-                      Case{"clip-tiny-quickgelu-f32", DType::kF16, 1e-2, 0.9999},
-                      Case{"clip-tiny-gelu-f16-sharded", DType::kF16, 1e-2, 0.9999},
-                      Case{"clip-tiny-quickgelu-f32", DType::kBF16, 1e-2, 0.9999},
-                      Case{"clip-tiny-gelu-bf16", DType::kBF16, 1e-2, 0.9999},
-                      Case{"clip-tiny-gelu-f16-sharded", DType::kBF16, 1e-2, 0.9999}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, ClipCudaConformance,
+                         ::testing::Values(Case{"clip-tiny-quickgelu-f32", DType::kF32, 1e-4, 0.99999},
+                                           Case{"clip-tiny-gelu-bf16", DType::kF32, 1e-3, 0.99999},
+                                           Case{"clip-tiny-gelu-f16-sharded", DType::kF32, 1e-3, 0.99999},
+                                           Case{"clip-tiny-quickgelu-f32", DType::kF16, 1e-2, 0.9999},
+                                           Case{"clip-tiny-gelu-f16-sharded", DType::kF16, 1e-2, 0.9999},
+                                           Case{"clip-tiny-quickgelu-f32", DType::kBF16, 1e-2, 0.9999},
+                                           Case{"clip-tiny-gelu-bf16", DType::kBF16, 1e-2, 0.9999},
+                                           Case{"clip-tiny-gelu-f16-sharded", DType::kBF16, 1e-2, 0.9999}),
+                         case_name);
 
 TEST(ClipCudaExecutor, DeviceAndDtypeErrors) {
   MMSERVE_REQUIRE_GPU();

@@ -41,8 +41,8 @@ const char* cublas_status_name(cublasStatus_t status) {
 
 Status cublas_status(cublasStatus_t status, const char* what, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return ok_status();
-  const std::string message =
-      where(what, file, line) + ": " + cublas_status_name(status) + " (" + std::to_string(static_cast<int>(status)) + ")";
+  const std::string message = where(what, file, line) + ": " + cublas_status_name(status) + " (" +
+                              std::to_string(static_cast<int>(status)) + ")";
   if (status == CUBLAS_STATUS_ALLOC_FAILED) return resource_exhausted("cuBLAS: " + message);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED) return unimplemented("cuBLAS: " + message);
   return internal_error("cuBLAS: " + message);

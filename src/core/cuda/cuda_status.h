@@ -25,18 +25,17 @@ bool cuda_device_available(std::string* reason = nullptr);
 
 }  // namespace mmserve
 
-#define CUDA_RETURN_IF_ERROR(call)                                                         \
-  do {                                                                                     \
-    cudaError_t _mm_cuda_error = (call);                                                   \
-    if (_mm_cuda_error != cudaSuccess)                                                     \
-      return ::mmserve::cuda_status(_mm_cuda_error, #call, __FILE__, __LINE__);            \
+#define CUDA_RETURN_IF_ERROR(call)                                                                               \
+  do {                                                                                                           \
+    cudaError_t _mm_cuda_error = (call);                                                                         \
+    if (_mm_cuda_error != cudaSuccess) return ::mmserve::cuda_status(_mm_cuda_error, #call, __FILE__, __LINE__); \
   } while (0)
 
-#define CUBLAS_RETURN_IF_ERROR(call)                                                       \
-  do {                                                                                     \
-    cublasStatus_t _mm_cublas_status = (call);                                             \
-    if (_mm_cublas_status != CUBLAS_STATUS_SUCCESS)                                        \
-      return ::mmserve::cublas_status(_mm_cublas_status, #call, __FILE__, __LINE__);       \
+#define CUBLAS_RETURN_IF_ERROR(call)                                                 \
+  do {                                                                               \
+    cublasStatus_t _mm_cublas_status = (call);                                       \
+    if (_mm_cublas_status != CUBLAS_STATUS_SUCCESS)                                  \
+      return ::mmserve::cublas_status(_mm_cublas_status, #call, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: a bad launch configuration is reported by cudaGetLastError.

@@ -21,8 +21,7 @@ Status DeviceArena::init(size_t capacity_bytes) {
   const cudaError_t error = cudaMalloc(&p, capacity_bytes);
   if (error != cudaSuccess) {
     cudaGetLastError();
-    return cuda_status(error, ("cudaMalloc(" + std::to_string(capacity_bytes) + " bytes)").c_str(), __FILE__,
-                       __LINE__);
+    return cuda_status(error, ("cudaMalloc(" + std::to_string(capacity_bytes) + " bytes)").c_str(), __FILE__, __LINE__);
   }
   base_ = static_cast<uint8_t*>(p);
   capacity_ = capacity_bytes;
@@ -81,7 +80,8 @@ Status CudaEvent::init() {
 
 Status set_cuda_device(int index) {
   std::string reason;
-  if (!cuda_device_available(&reason)) return failed_precondition("device cuda:" + std::to_string(index) + ": " + reason);
+  if (!cuda_device_available(&reason))
+    return failed_precondition("device cuda:" + std::to_string(index) + ": " + reason);
   int count = 0;
   CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   if (index < 0 || index >= count) {

@@ -12,14 +12,10 @@ namespace {
 
 StatusOr<cudaDataType_t> cuda_type(DType dtype) {
   switch (dtype) {
-    case DType::kF32:
-      return CUDA_R_32F;
-    case DType::kF16:
-      return CUDA_R_16F;
-    case DType::kBF16:
-      return CUDA_R_16BF;
-    default:
-      return unimplemented(std::string("GEMM on the GPU takes f32, f16 or bf16, not ") + dtype_name(dtype));
+    case DType::kF32: return CUDA_R_32F;
+    case DType::kF16: return CUDA_R_16F;
+    case DType::kBF16: return CUDA_R_16BF;
+    default: return unimplemented(std::string("GEMM on the GPU takes f32, f16 or bf16, not ") + dtype_name(dtype));
   }
 }
 
@@ -92,8 +88,8 @@ StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const GemmCudaArgs& args) {
     CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     const int32_t bias_type = out_type;
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                          &bias_type, sizeof(bias_type)));
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
   }
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, in_type, args.k, args.n, args.ldw));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a_layout, in_type, args.k, args.m, args.lda));
@@ -102,8 +98,8 @@ StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const GemmCudaArgs& args) {
   cublasLtMatmulPreference_t preference = nullptr;
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
   const uint64_t workspace_bytes = workspace_bytes_;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
-      preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes, sizeof(workspace_bytes));
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                               &workspace_bytes, sizeof(workspace_bytes));
   const uint32_t align_bytes = static_cast<uint32_t>(align);
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
@@ -147,8 +143,8 @@ Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(Plan * plan, plan_for(args));
   if (args.bias) {
-    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias,
-                                                          sizeof(args.bias)));
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
   }
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &args.alpha, args.w, plan->w_layout, args.a,
                                         plan->a_layout, &args.beta, args.d, plan->d_layout, args.d, plan->d_layout,

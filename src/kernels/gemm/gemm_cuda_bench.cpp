@@ -58,8 +58,8 @@ void bench_gemm_cuda(CudaBench& bench) {
     const double flops = 2.0 * s.m * s.n * s.k;
     const double bytes = 2.0 * (s.m * s.k + s.n * s.k) + out_size * s.m * s.n * (s.beta != 0 ? 2 : 1);
     char shape[160];
-    std::snprintf(shape, sizeof shape, "%s bf16->%s M=%ld N=%ld K=%ld", s.what, dtype_name(s.out), (long)s.m,
-                  (long)s.n, (long)s.k);
+    std::snprintf(shape, sizeof shape, "%s bf16->%s M=%ld N=%ld K=%ld", s.what, dtype_name(s.out), (long)s.m, (long)s.n,
+                  (long)s.k);
     Status status = ok_status();
     bench.run("gemm", shape, flops, bytes, [&] {
       Status st = gemm.run(args, bench.stream());

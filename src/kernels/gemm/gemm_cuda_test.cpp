@@ -44,8 +44,7 @@ double tolerance(DType out, int64_t k) {
 
 void run_case(CublasLtGemm& gemm, const Case& c) {
   SCOPED_TRACE(testing::Message() << "m=" << c.m << " n=" << c.n << " k=" << c.k << " " << dtype_name(c.in) << "->"
-                                  << dtype_name(c.out) << " bias=" << c.bias << " beta=" << c.beta
-                                  << " pad=" << c.pad);
+                                  << dtype_name(c.out) << " bias=" << c.bias << " beta=" << c.beta << " pad=" << c.pad);
   const int64_t lda = c.k + c.pad, ldw = c.k + c.pad, ldd = c.n + c.pad;
   std::vector<float> a = cuda_test::round_through(random_values(c.m * lda, 1), c.in);
   std::vector<float> w = cuda_test::round_through(random_values(c.n * ldw, 2), c.in);
@@ -117,10 +116,10 @@ TEST_F(GemmCudaTest, OddShapesEveryDtype) {
 
 TEST_F(GemmCudaTest, BiasAndResidualAccumulate) {
   for (DType in : {DType::kF32, DType::kBF16, DType::kF16}) {
-    run_case(*gemm_, {37, 96, 64, in, in, true, 0.0f});                // qkv / fc1: bias, 16-bit out
-    run_case(*gemm_, {37, 96, 64, in, DType::kF32, true, 1.0f});       // out_proj / fc2: x += ... + b
-    run_case(*gemm_, {200, 768, 3072, in, DType::kF32, true, 1.0f});   // ViT-B fc2 shape
-    run_case(*gemm_, {5, 8, 16, in, DType::kF32, false, 0.5f});        // arbitrary beta
+    run_case(*gemm_, {37, 96, 64, in, in, true, 0.0f});               // qkv / fc1: bias, 16-bit out
+    run_case(*gemm_, {37, 96, 64, in, DType::kF32, true, 1.0f});      // out_proj / fc2: x += ... + b
+    run_case(*gemm_, {200, 768, 3072, in, DType::kF32, true, 1.0f});  // ViT-B fc2 shape
+    run_case(*gemm_, {5, 8, 16, in, DType::kF32, false, 0.5f});       // arbitrary beta
     if (HasFatalFailure()) return;
   }
 }

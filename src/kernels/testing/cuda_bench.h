@@ -15,11 +15,11 @@
 namespace mmserve::kernels {
 
 struct CudaBenchRow {
-  std::string op;      // "gemm", "attention", ...
-  std::string shape;   // "bf16 M=12800 N=2304 K=768"
-  double us = 0;       // median microseconds per call
-  double flops = 0;    // floating-point operations per call (0 for memory-bound ops)
-  double bytes = 0;    // bytes read + written per call (0 when not meaningful)
+  std::string op;     // "gemm", "attention", ...
+  std::string shape;  // "bf16 M=12800 N=2304 K=768"
+  double us = 0;      // median microseconds per call
+  double flops = 0;   // floating-point operations per call (0 for memory-bound ops)
+  double bytes = 0;   // bytes read + written per call (0 when not meaningful)
 };
 
 class CudaBench {

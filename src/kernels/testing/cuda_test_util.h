@@ -17,11 +17,10 @@
 
 // First line of every GPU test: without a usable GPU the test is reported as SKIPPED with the reason (ctest
 // counts it as skipped, never as passed).
-#define MMSERVE_REQUIRE_GPU()                                                 \
-  do {                                                                        \
-    std::string _mm_reason;                                                   \
-    if (!::mmserve::cuda_device_available(&_mm_reason))                       \
-      GTEST_SKIP() << "GPU test skipped: " << _mm_reason;                     \
+#define MMSERVE_REQUIRE_GPU()                                                                               \
+  do {                                                                                                      \
+    std::string _mm_reason;                                                                                 \
+    if (!::mmserve::cuda_device_available(&_mm_reason)) GTEST_SKIP() << "GPU test skipped: " << _mm_reason; \
   } while (0)
 
 #define ASSERT_CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << #call

@@ -43,19 +43,19 @@ struct ClipCudaModel::Weights {
 
 // Activation buffers, sized for the largest bucket of either tower (they run one at a time).
 struct ClipCudaModel::Activations {
-  float* pixels = nullptr;       // [B, C, S, S]
-  void* patches = nullptr;       // [B * P, C * p * p] (dtype)
-  float* patch_out = nullptr;    // [B * P, H]
-  float* x = nullptr;            // [rows, H] the residual stream
-  void* normed = nullptr;        // [rows, H] (dtype)
-  void* qkv = nullptr;           // [rows, 3H] (dtype)
-  void* context = nullptr;       // [rows, H] (dtype)
-  void* mlp = nullptr;           // [rows, I] (dtype)
-  void* pooled = nullptr;        // [B, H] (dtype)
-  float* embeds = nullptr;       // [B, projection_dim]
-  int32_t* class_rows = nullptr; // [B]: b * (P + 1), constant
-  int32_t* text_ints = nullptr;  // [B * T ids | B lengths | B pooling rows], one copy per call
-  void* workspace = nullptr;     // cuBLASLt
+  float* pixels = nullptr;        // [B, C, S, S]
+  void* patches = nullptr;        // [B * P, C * p * p] (dtype)
+  float* patch_out = nullptr;     // [B * P, H]
+  float* x = nullptr;             // [rows, H] the residual stream
+  void* normed = nullptr;         // [rows, H] (dtype)
+  void* qkv = nullptr;            // [rows, 3H] (dtype)
+  void* context = nullptr;        // [rows, H] (dtype)
+  void* mlp = nullptr;            // [rows, I] (dtype)
+  void* pooled = nullptr;         // [B, H] (dtype)
+  float* embeds = nullptr;        // [B, projection_dim]
+  int32_t* class_rows = nullptr;  // [B]: b * (P + 1), constant
+  int32_t* text_ints = nullptr;   // [B * T ids | B lengths | B pooling rows], one copy per call
+  void* workspace = nullptr;      // cuBLASLt
 };
 
 namespace {
@@ -153,8 +153,8 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
     RETURN_IF_ERROR(model->upload_weights(*host));
   }
   RETURN_IF_ERROR(model->plan_activations());
-  ASSIGN_OR_RETURN(model->gemm_,
-                   kernels::CublasLtGemm::create(model->act_->workspace, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  ASSIGN_OR_RETURN(model->gemm_, kernels::CublasLtGemm::create(model->act_->workspace,
+                                                               kernels::CublasLtGemm::kDefaultWorkspaceBytes));
   RETURN_IF_ERROR(model->capture_graphs());
   return model;
 }
@@ -340,8 +340,8 @@ Status ClipCudaModel::vision_forward(int64_t batch) {
   const int64_t patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size, rows = batch * seq;
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
   // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
-  RETURN_IF_ERROR(kernels::im2col_patches_cuda(a.pixels, batch, v.num_channels, v.image_size, v.patch_size, a.patches,
-                                               dt, s));
+  RETURN_IF_ERROR(
+      kernels::im2col_patches_cuda(a.pixels, batch, v.num_channels, v.image_size, v.patch_size, a.patches, dt, s));
   GemmCudaArgs g;
   g.m = batch * patches, g.n = hidden, g.k = patch_cols, g.a = a.patches, g.lda = patch_cols, g.w = w.patch_weight;
   g.ldw = patch_cols, g.in_dtype = dt, g.d = a.patch_out, g.ldd = hidden, g.out_dtype = DType::kF32;
@@ -476,8 +476,7 @@ Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_
   const ClipVisionConfig& v = config_.vision;
   const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
   if (device_pixels != act_->pixels) {
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(act_->pixels, device_pixels, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, device_pixels, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
   }
   return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
 }
@@ -495,8 +494,8 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
   int32_t* in = pinned_in_.data_as<int32_t>();
   std::fill(in, in + rows + 2 * bucket, 0);
   for (int64_t b = 0; b < bucket; ++b) {
-    in[rows + b] = 1;                                          // padding rows: one visible key, finite output
-    in[rows + bucket + b] = static_cast<int32_t>(b * seq);     // and pool their first token
+    in[rows + b] = 1;                                       // padding rows: one visible key, finite output
+    in[rows + bucket + b] = static_cast<int32_t>(b * seq);  // and pool their first token
   }
   for (int64_t b = 0; b < n; ++b) {
     const std::vector<int32_t>& row = ids[b];

@@ -36,7 +36,7 @@ namespace mmserve::models {
 
 struct ClipCudaOptions {
   int device = 0;
-  DType dtype = DType::kBF16;                          // f32, f16 or bf16
+  DType dtype = DType::kBF16;                               // f32, f16 or bf16
   std::vector<int64_t> buckets = {1, 2, 4, 8, 16, 32, 64};  // batch sizes with a graph; the largest is the max batch
   bool use_graphs = true;  // false (or env MMSERVE_CUDA_GRAPHS=0): every call runs the kernels eagerly
 };
