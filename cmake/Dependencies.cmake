@@ -38,3 +38,14 @@ mmserve_find_lib(png "" NAMES png16 STATIC_NAMES libpng16.a DEPS "mm::zlib;m")
 mmserve_find_lib(webp "" NAMES webp STATIC_NAMES libwebp.a DEPS "pthread;m")
 mmserve_find_lib(utf8proc "" NAMES utf8proc STATIC_NAMES libutf8proc.a)
 mmserve_find_lib(pcre2 "" NAMES pcre2-8 STATIC_NAMES libpcre2-8.a)
+
+# Audio (frontends/audio): libsndfile decodes WAV/FLAC/Ogg/MP3, libsamplerate resamples to 16 kHz. Debian 12
+# ships neither as a static archive, nor libsndfile's own MP3 dependencies (libmpg123, libmp3lame), so both
+# are linked shared even with MMSERVE_STATIC_DEPS: a host that runs a static build needs libsndfile1 and
+# libsamplerate0 (and what libsndfile.so.1 pulls in: FLAC, Ogg, Vorbis, Opus, mpg123, LAME) installed or carried.
+mmserve_find_lib(sndfile "" NAMES sndfile)
+mmserve_find_lib(samplerate "" NAMES samplerate)
+# libogg/libvorbis (installed with libsndfile1-dev) check Vorbis headers before libsndfile sees them; shared,
+# because libsndfile.so.1 loads the same libraries anyway.
+mmserve_find_lib(ogg "" NAMES ogg)
+mmserve_find_lib(vorbis "" NAMES vorbis DEPS "mm::ogg")

@@ -20,7 +20,12 @@ fi
 # libgomp is not guaranteed on the host; everything else non-system is linked statically.
 cp -L "$(g++ -print-file-name=libgomp.so.1)" "$STAGE/lib/"
 # The server's HTTP and YAML libraries (Debian shared objects; Ubuntu 24.04 has other sonames or none).
-for lib in $(ldd "$B/src/cli/mmserve" | awk '/libyaml-cpp|libcpp-httplib|libbrotli/ {print $3}'); do cp -L "$lib" "$STAGE/lib/"; done
+# ... and the audio tests' libsndfile with its codecs (Debian ships them shared only).
+for bin in "$B/src/cli/mmserve" "$STAGE"/tests/*; do
+  for lib in $(ldd "$bin" | awk '/libyaml-cpp|libcpp-httplib|libbrotli|libsndfile|libsamplerate|libvorbis|libogg|libFLAC|libopus|libmpg123|libmp3lame/ {print $3}'); do
+    cp -L "$lib" "$STAGE/lib/"
+  done
+done
 find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry
 XZ_OPT=-9 tar cJf .carry/gpu-build.tgz -C "$STAGE" .   # xz: the carried size is limited

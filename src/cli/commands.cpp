@@ -9,6 +9,7 @@
 #include "frontends/image/image.h"
 #include "frontends/image/preprocess.h"
 #include "frontends/text/clip_tokenizer.h"
+#include "frontends/text/whisper_tokenizer.h"
 #include "models/clip/clip_demo.h"
 #include "models/registry.h"
 
@@ -41,6 +42,9 @@ int run_embed(const EmbedArgs& args) {
   if (args.images.empty() && args.texts.empty()) return fail("nothing to embed: give at least one --image or --text");
   auto family = models::detect_family(args.model_dir);
   if (!family.ok()) return fail(family.status().message());
+  if (Status servable = models::check_servable(*family); !servable.ok()) {
+    return fail(args.model_dir + ": " + servable.message());
+  }
 
   engine::ExecutorOptions options;
   options.threads = args.threads;
@@ -100,7 +104,40 @@ int run_embed(const EmbedArgs& args) {
   return 0;
 }
 
+namespace {
+
+// Whisper: HF's WhisperTokenizer ids - the prefix tokens the directory configures (default <|startoftranscript|>
+// <|notimestamps|>), the text with special-token text recognised, <|endoftext|>; no truncation.
+int run_tokenize_whisper(const TokenizeArgs& args) {
+  auto tokenizer = text::WhisperTokenizer::from_model_dir(args.model_dir);
+  if (!tokenizer.ok()) return fail(tokenizer.status().message());
+  const text::WhisperTokenizer& t = **tokenizer;
+  auto prefix = t.hf_prefix_tokens();
+  if (!prefix.ok()) return fail(prefix.status().message());
+  nlohmann::json ids = nlohmann::json::array();
+  for (const std::string& text : args.texts) {
+    auto encoded = t.encode(text, text::AllowSpecial::kAll);
+    if (!encoded.ok()) return fail("--text '" + text + "': " + encoded.status().message());
+    if (args.no_special) {
+      ids.push_back(*encoded);
+      continue;
+    }
+    std::vector<int32_t> row = *prefix;
+    row.insert(row.end(), encoded->begin(), encoded->end());
+    row.push_back(t.eot());
+    ids.push_back(row);
+  }
+  print_json({{"input_ids", ids}});
+  return 0;
+}
+
+}  // namespace
+
 int run_tokenize(const TokenizeArgs& args) {
+  // A directory without a config.json (a bare tokenizer) is read as CLIP's, as before.
+  if (auto family = models::detect_family(args.model_dir); family.ok() && *family == models::Family::kWhisper) {
+    return run_tokenize_whisper(args);
+  }
   auto tokenizer = text::ClipTokenizer::from_model_dir(args.model_dir);
   if (!tokenizer.ok()) return fail(tokenizer.status().message());
   text::EncodeOptions options;
@@ -128,8 +165,10 @@ int run_inspect(const std::string& model_dir) {
                         {"bytes_on_disk", summary->bytes_on_disk},
                         {"bytes_in_memory_cpu_f32", summary->bytes_in_memory}};
   auto family = models::detect_family(model_dir);
-  out["supported"] = family.ok();
-  if (!family.ok()) out["unsupported_reason"] = family.status().message();
+  const Status servable = family.ok() ? models::check_servable(*family) : family.status();
+  if (family.ok()) out["family"] = models::family_name(*family);
+  out["supported"] = servable.ok();
+  if (!servable.ok()) out["unsupported_reason"] = servable.message();
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -20,11 +20,30 @@ StatusOr<Family> detect_family(const std::string& model_dir) {
   std::string model_type =
       json.contains("model_type") && json["model_type"].is_string() ? json["model_type"].get<std::string>() : "";
   if (architecture == "CLIPModel" || (architecture.empty() && model_type == "clip")) return Family::kClip;
+  if (architecture == "WhisperForConditionalGeneration" || (architecture.empty() && model_type == "whisper")) {
+    return Family::kWhisper;
+  }
   if (architecture.empty() && model_type.empty()) {
     return invalid_argument(path + ": neither \"architectures\" nor \"model_type\" is set");
   }
   return unimplemented(path + ": architecture '" + (architecture.empty() ? model_type : architecture) +
-                       "' is not supported (supported: CLIPModel)");
+                       "' is not supported (supported: CLIPModel, WhisperForConditionalGeneration)");
+}
+
+const char* family_name(Family family) {
+  switch (family) {
+    case Family::kClip: return "clip";
+    case Family::kWhisper: return "whisper";
+  }
+  return "unknown";
+}
+
+Status check_servable(Family family) {
+  switch (family) {
+    case Family::kClip: return ok_status();
+    case Family::kWhisper: return unimplemented("Whisper serving is not implemented yet");
+  }
+  return internal_error("unknown model family");
 }
 
 StatusOr<ModelSummary> inspect_model_dir(const std::string& model_dir) {

@@ -61,7 +61,8 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                          "or device: cuda");
   }
   ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
-  MMSERVE_CHECK(family == models::Family::kClip, "only CLIP is registered");
+  RETURN_IF_ERROR(models::check_servable(family).with_context(dir));
+  MMSERVE_CHECK(family == models::Family::kClip, "check_servable admits only CLIP");
   ASSIGN_OR_RETURN(models::ModelSummary summary, models::inspect_model_dir(dir));
   architecture_ = summary.architecture;
 

@@ -42,21 +42,30 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(BpeConfig config) {
   model->vocab_ = std::move(config.vocab);
 
   const std::string& prefix = config.continuing_subword_prefix;
+  if (!config.merge_ranks.empty() && config.merge_ranks.size() != config.merges.size()) {
+    return invalid_argument(std::to_string(config.merges.size()) + " merges but " +
+                            std::to_string(config.merge_ranks.size()) + " merge ranks");
+  }
   model->merges_.reserve(config.merges.size());
-  for (size_t rank = 0; rank < config.merges.size(); ++rank) {
-    const auto& [a, b] = config.merges[rank];
-    const std::string line = "merge " + std::to_string(rank + 1) + " (\"" + a + " " + b + "\")";
+  std::string merged;
+  for (size_t i = 0; i < config.merges.size(); ++i) {
+    // Plain references, not a structured binding: clang 14 (the fuzz build) cannot capture those in a lambda.
+    const std::string& a = config.merges[i].first;
+    const std::string& b = config.merges[i].second;
+    const auto line = [&] { return "merge " + std::to_string(i + 1) + " (\"" + a + " " + b + "\")"; };
+    const int32_t rank = config.merge_ranks.empty() ? static_cast<int32_t>(i) : config.merge_ranks[i];
+    if (rank < 0) return invalid_argument(line() + ": negative rank " + std::to_string(rank));
     const auto a_id = model->token_to_id(a);
-    if (!a_id) return invalid_argument(line + ": \"" + a + "\" is not in the vocabulary");
+    if (!a_id) return invalid_argument(line() + ": \"" + a + "\" is not in the vocabulary");
     const auto b_id = model->token_to_id(b);
-    if (!b_id) return invalid_argument(line + ": \"" + b + "\" is not in the vocabulary");
+    if (!b_id) return invalid_argument(line() + ": \"" + b + "\" is not in the vocabulary");
     const std::string_view b_rest =
         std::string_view(b).substr(b.compare(0, prefix.size(), prefix) == 0 ? prefix.size() : 0);
-    const std::string merged = a + std::string(b_rest);
+    merged.assign(a).append(b_rest);
     const auto new_id = model->token_to_id(merged);
-    if (!new_id) return invalid_argument(line + ": the result \"" + merged + "\" is not in the vocabulary");
+    if (!new_id) return invalid_argument(line() + ": the result \"" + merged + "\" is not in the vocabulary");
     // A repeated pair keeps its last rank, as HF's HashMap collect does.
-    model->merges_[pair_key(*a_id, *b_id)] = {static_cast<int32_t>(rank), *new_id};
+    model->merges_[pair_key(*a_id, *b_id)] = {rank, *new_id};
   }
 
   if (config.unk_token) {

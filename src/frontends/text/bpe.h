@@ -3,9 +3,10 @@
 // A word is split into characters; the last one gets `end_of_word_suffix` ("</w>" for CLIP), every one but
 // the first gets `continuing_subword_prefix`; a character missing from the vocabulary becomes the unknown token
 // (each on its own unless fuse_unk). Then the pair with the lowest merge rank is merged, leftmost first on a
-// tie, until no pair has a merge: HF's priority-queue algorithm, ported step for step. Results are cached per
-// word (bounded, shared-mutex guarded), so `tokenize` is const and safe from many threads.
-// Tests: tests/unit/frontends/text/bpe_test.cpp.
+// tie, until no pair has a merge: HF's priority-queue algorithm, ported step for step. With explicit merge
+// ranks (BpeConfig::merge_ranks) the same loop is tiktoken's `_byte_pair_merge` (tiktoken_ranks.h says why).
+// Results are cached per word (bounded, shared-mutex guarded), so `tokenize` is const and safe from many
+// threads. Tests: tests/unit/frontends/text/bpe_test.cpp, whisper_tokenizer_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,10 @@ using Vocab = std::unordered_map<std::string, int32_t, StringHash, std::equal_to
 struct BpeConfig {
   Vocab vocab;
   std::vector<std::pair<std::string, std::string>> merges;  // in rank order
+  // Optional, one per merge: its rank when that is not its index. tiktoken ranks a pair by the rank of the
+  // merged token, so every split of a token into two tokens is a merge with that token's rank (see
+  // tiktoken_ranks.h). Empty: merge i has rank i (HF).
+  std::vector<int32_t> merge_ranks;
   std::optional<std::string> unk_token;
   std::string continuing_subword_prefix;
   std::string end_of_word_suffix;

@@ -213,6 +213,15 @@ StatusOr<PreTokenizer> PreTokenizer::clip() {
   return p;
 }
 
+PreTokenizer PreTokenizer::gpt2(bool add_prefix_space) {
+  PreTokenizer p;
+  Step step;
+  step.byte_level = true;
+  step.add_prefix_space = add_prefix_space;
+  p.steps_.push_back(std::move(step));
+  return p;
+}
+
 StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j, const std::string& label) {
   PreTokenizer p;
   if (!j.is_null()) RETURN_IF_ERROR(add_from_json(j, label, p.steps_));

@@ -30,6 +30,8 @@ class Normalizer {
   static StatusOr<Normalizer> from_json(const nlohmann::json& j, const std::string& label);
   // Normalises valid UTF-8 text (the result is valid UTF-8 too).
   StatusOr<std::string> apply(std::string_view text) const;
+  // True when apply() returns its input unchanged (no steps).
+  bool empty() const { return steps_.empty(); }
 
  private:
   enum class Kind { kNfc, kLowercase, kReplace };
@@ -47,6 +49,9 @@ class PreTokenizer {
   enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
   static StatusOr<PreTokenizer> clip();
+  // GPT-2's (and Whisper's): ByteLevel(add_prefix_space, use_regex=true) - GPT-2's regex
+  // `'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`, then bytes to GPT-2's alphabet.
+  static PreTokenizer gpt2(bool add_prefix_space = false);
   // `j` is tokenizer.json's "pre_tokenizer" (null: the whole span is one word).
   static StatusOr<PreTokenizer> from_json(const nlohmann::json& j, const std::string& label);
   // Splits one normalized span into the words BPE sees, appended to `words` (byte-level spelled when a

@@ -117,14 +117,23 @@ TEST(ClipConfig, ErrorsNameTheKey) {
   EXPECT_FALSE(not_object.ok());
 }
 
-TEST(Registry, DetectsClipAndRefusesOthers) {
+TEST(Registry, DetectsClipAndWhisperAndRefusesOthers) {
   fs::path d = temp_dir("registry");
   std::ofstream(d / "config.json") << R"({"architectures": ["CLIPModel"]})";
-  EXPECT_TRUE(detect_family(d.string()).ok());
+  EXPECT_EQ(detect_family(d.string()).value(), Family::kClip);
+  EXPECT_TRUE(check_servable(Family::kClip).ok());
   std::ofstream(d / "config.json") << R"({"architectures": ["WhisperForConditionalGeneration"]})";
-  auto whisper = detect_family(d.string());
-  EXPECT_EQ(whisper.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(whisper.status().message().find("WhisperForConditionalGeneration"), std::string::npos);
+  EXPECT_EQ(detect_family(d.string()).value(), Family::kWhisper);
+  std::ofstream(d / "config.json") << R"({"model_type": "whisper"})";
+  EXPECT_EQ(detect_family(d.string()).value(), Family::kWhisper);
+  // Detected (its tokenizer works) but not served yet.
+  const Status whisper = check_servable(Family::kWhisper);
+  EXPECT_EQ(whisper.code(), StatusCode::kUnimplemented);
+  EXPECT_NE(whisper.message().find("Whisper serving is not implemented yet"), std::string::npos);
+  std::ofstream(d / "config.json") << R"({"architectures": ["BertModel"]})";
+  auto bert = detect_family(d.string());
+  EXPECT_EQ(bert.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(bert.status().message().find("BertModel"), std::string::npos);
   std::ofstream(d / "config.json") << "{}";
   EXPECT_EQ(detect_family(d.string()).status().code(), StatusCode::kInvalidArgument);
   fs::remove(d / "config.json");
