@@ -10,7 +10,8 @@
 #                      STAGES="server" scripts/gpu-check.sh
 # Stages: tests (every carried gtest binary), memcheck (compute-sanitizer over the GPU tests), kernels
 # (kernels_cuda_bench), clip (bench/run_clip_gpu_bench.sh), server (bench/server_gpu.sh), cpu (the CPU CLIP
-# bench of issue 2). Default: "tests memcheck kernels".
+# bench of issue 2), whisper-fixtures (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens,
+# returned inside the archive under fixtures/whisper). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -96,6 +97,17 @@ if has server; then
     summary+=("bench server gpu: ok")
   else
     summary+=("bench server gpu: FAIL (see server_gpu.err)")
+  fi
+fi
+
+if has whisper-fixtures; then
+  # The Whisper goldens (issue 5) from HF transformers and tiktoken; the archive brings them back to commit.
+  if python3 tools/reference/make_whisper_tokens.py --out "$RES/fixtures" > "$RES/whisper_tokens.log" 2>&1 &&
+     python3 tools/reference/make_whisper_fixtures.py --out "$RES/fixtures" > "$RES/whisper_fixtures.log" 2>&1; then
+    summary+=("whisper fixtures: ok ($(du -sh "$RES/fixtures/whisper" | cut -f1))")
+  else
+    summary+=("whisper fixtures: FAIL (see whisper_tokens.log, whisper_fixtures.log)")
+    tail -n 20 "$RES/whisper_tokens.log" "$RES/whisper_fixtures.log" >&2
   fi
 fi
 
