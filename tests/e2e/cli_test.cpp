@@ -100,6 +100,41 @@ TEST(Cli, TokenizeGivesHfIds) {
             (std::vector<int>{320, 1125, 539, 320, 2368, 49407}));
 }
 
+// `mmserve tokenize` on a Whisper model directory (HF's tokenizer files, written by
+// tools/reference/make_whisper_fixtures.py) against tiktoken's ids from tools/reference/make_whisper_tokens.py:
+// HF's default is [<|startoftranscript|>, <|notimestamps|>, text ids..., <|endoftext|>]. Skipped until the GPU
+// host has generated the fixtures.
+TEST(Cli, TokenizeWhisperGivesTiktokenIds) {
+  const std::string model = fixture("whisper/whisper-tiny-mel80-f32");
+  const std::string golden_path = fixture("whisper/whisper_tokens.json");
+  if (!std::filesystem::exists(model + "/config.json") || !std::filesystem::exists(golden_path)) {
+    GTEST_SKIP() << "golden not generated yet: run tools/reference/make_whisper_{tokens,fixtures}.py on the GPU host";
+  }
+  std::ifstream in(golden_path);
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const nlohmann::json& entry : golden["entries"]) {
+    const std::string text = entry["text"].get<std::string>();
+    if (entry.value("allowed_special", true) == false || text.empty() || text.size() > 200 ||
+        text.find("<|") != std::string::npos || text[0] == '-' || checked >= 20) {
+      continue;  // plain, short, flag-safe texts: the CLI takes one argument per text
+    }
+    Result r = run({"tokenize", "--model", model, "--no-special", "--text", text});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["input_ids"][0].get<std::vector<int>>(),
+              entry["tiktoken_multilingual"].get<std::vector<int>>())
+        << text;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  Result with_special = run({"tokenize", "--model", model, "--text", "Hello world"});
+  ASSERT_EQ(with_special.exit_code, 0) << with_special.err;
+  const std::vector<int> ids = nlohmann::json::parse(with_special.out)["input_ids"][0].get<std::vector<int>>();
+  ASSERT_GE(ids.size(), 3u);
+  EXPECT_EQ(ids.front(), 50258);  // <|startoftranscript|>
+  EXPECT_EQ(ids.back(), 50257);   // <|endoftext|>
+}
+
 TEST(Cli, InspectReportsArchitectureAndSize) {
   Result r = run({"inspect", "--model", fixture("clip-tiny-gelu-f16-sharded")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
