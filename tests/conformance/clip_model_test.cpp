@@ -51,18 +51,7 @@ class ClipConformance : public ::testing::TestWithParam<Case> {
     model_ = std::move(*model);
   }
 
-  // The unpadded rows of HF's input_ids (attention_mask marks the real tokens).
-  std::vector<std::vector<int32_t>> golden_ids() const {
-    const std::vector<int64_t> ids = golden_->i64("input_ids"), mask = golden_->i64("attention_mask");
-    const std::vector<int64_t> shape = golden_->shape("input_ids");
-    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(shape[0]));
-    for (int64_t r = 0; r < shape[0]; ++r) {
-      for (int64_t c = 0; c < shape[1]; ++c) {
-        if (mask[r * shape[1] + c]) rows[r].push_back(static_cast<int32_t>(ids[r * shape[1] + c]));
-      }
-    }
-    return rows;
-  }
+  std::vector<std::vector<int32_t>> golden_ids() const { return golden_->unpadded_ids(); }
 
   std::string dir_;
   nlohmann::json meta_;

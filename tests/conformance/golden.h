@@ -47,6 +47,19 @@ class Golden {
   }
   const SafetensorsFile& file() const { return *file_; }
 
+  // The unpadded rows of HF's `input_ids` (its `attention_mask` marks the real tokens).
+  std::vector<std::vector<int32_t>> unpadded_ids() const {
+    const std::vector<int64_t> ids = i64("input_ids"), mask = i64("attention_mask");
+    const std::vector<int64_t> dims = shape("input_ids");
+    std::vector<std::vector<int32_t>> rows(static_cast<size_t>(dims[0]));
+    for (int64_t r = 0; r < dims[0]; ++r) {
+      for (int64_t c = 0; c < dims[1]; ++c) {
+        if (mask[r * dims[1] + c]) rows[r].push_back(static_cast<int32_t>(ids[r * dims[1] + c]));
+      }
+    }
+    return rows;
+  }
+
  private:
   const TensorInfo& info(const std::string& name) const {
     const TensorInfo* t = file_->find(name);

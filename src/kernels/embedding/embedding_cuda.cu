@@ -14,6 +14,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/embedding/embedding_cuda.h"
+#include "kernels/common/cuda_convert.cuh"
 
 namespace mmserve::kernels {
 namespace {
@@ -21,21 +22,6 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kRowsPerBlock = 8;
 constexpr int kBlockThreads = kWarp * kRowsPerBlock;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ __forceinline__ float to_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
 
 // blockDim = (32, kRowsPerBlock): threadIdx.y picks the token, threadIdx.x is the lane.
 template <typename T, int kVec>

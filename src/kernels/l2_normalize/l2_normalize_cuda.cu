@@ -13,6 +13,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/l2_normalize/l2_normalize_cuda.h"
+#include "kernels/common/cuda_convert.cuh"
 
 namespace mmserve::kernels {
 namespace {
@@ -22,11 +23,6 @@ constexpr int kRowsPerBlock = 4;
 constexpr int kBlockThreads = kWarp * kRowsPerBlock;
 
 template <int kVec>
-struct alignas(sizeof(float) * kVec) Pack {
-  float v[kVec];
-};
-
-template <int kVec>
 __global__ void __launch_bounds__(kBlockThreads) l2_normalize_kernel(float* x, int64_t rows, int64_t cols) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   if (row >= rows) return;  // the whole warp leaves together
@@ -34,7 +30,7 @@ __global__ void __launch_bounds__(kBlockThreads) l2_normalize_kernel(float* x, i
   float* r = x + row * cols;
   double squares = 0.0;
   for (int64_t j = static_cast<int64_t>(lane) * kVec; j < cols; j += kWarp * kVec) {
-    const Pack<kVec> pack = *reinterpret_cast<const Pack<kVec>*>(r + j);
+    const Pack<float, kVec> pack = *reinterpret_cast<const Pack<float, kVec>*>(r + j);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) squares += static_cast<double>(pack.v[k]) * static_cast<double>(pack.v[k]);
   }
@@ -43,10 +39,10 @@ __global__ void __launch_bounds__(kBlockThreads) l2_normalize_kernel(float* x, i
   if (squares == 0.0) return;  // same value in every lane
   const double inv_norm = 1.0 / sqrt(squares);
   for (int64_t j = static_cast<int64_t>(lane) * kVec; j < cols; j += kWarp * kVec) {
-    Pack<kVec> pack = *reinterpret_cast<const Pack<kVec>*>(r + j);
+    Pack<float, kVec> pack = *reinterpret_cast<const Pack<float, kVec>*>(r + j);
 #pragma unroll
     for (int k = 0; k < kVec; ++k) pack.v[k] = static_cast<float>(static_cast<double>(pack.v[k]) * inv_norm);
-    *reinterpret_cast<Pack<kVec>*>(r + j) = pack;
+    *reinterpret_cast<Pack<float, kVec>*>(r + j) = pack;
   }
 }
 

@@ -26,36 +26,14 @@ namespace {
 using cuda_test::DeviceVector;
 using test_util::random_floats;
 
-constexpr float kSentinel = 768.0f;
-constexpr int64_t kGuard = 8;
+using cuda_test::DeviceArray;
+using cuda_test::kSentinel;
 
-// `values` (f32) on the device, `shift` elements past the (256-byte aligned) start of the allocation, with
-// sentinels before and kGuard after, so writes out of bounds show up.
-class DeviceRows {
+// The rows as f32 on the device (sentinel-guarded, see cuda_test::DeviceArray).
+class DeviceRows : public DeviceArray {
  public:
-  DeviceRows(const std::vector<float>& values, int64_t shift)
-      : shift_(shift), count_(static_cast<int64_t>(values.size())), floats_(padded(values, shift)) {}
-  float* data() const { return floats_.get() == nullptr ? nullptr : floats_.get() + shift_; }
-  bool allocated() const { return floats_.get() != nullptr; }
-  std::vector<float> download() const {
-    const std::vector<float> all = floats_.download();
-    for (int64_t i = 0; i < shift_; ++i) EXPECT_EQ(all[i], kSentinel) << "written before the start";
-    for (int64_t i = shift_ + count_; i < static_cast<int64_t>(all.size()); ++i) {
-      EXPECT_EQ(all[i], kSentinel) << "written past the end";
-    }
-    return {all.begin() + shift_, all.begin() + shift_ + count_};
-  }
-
- private:
-  static std::vector<float> padded(const std::vector<float>& values, int64_t shift) {
-    std::vector<float> all(shift, kSentinel);
-    all.insert(all.end(), values.begin(), values.end());
-    all.insert(all.end(), kGuard, kSentinel);
-    return all;
-  }
-
-  int64_t shift_, count_;
-  DeviceVector<float> floats_;
+  DeviceRows(const std::vector<float>& values, int64_t shift) : DeviceArray(values, DType::kF32, shift) {}
+  float* data() const { return static_cast<float*>(DeviceArray::data()); }
 };
 
 // Rows cycle through: random in [-1, 1], all zero, scaled by 1e-30, scaled by 1e30.

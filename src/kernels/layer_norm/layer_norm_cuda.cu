@@ -18,6 +18,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/layer_norm/layer_norm_cuda.h"
+#include "kernels/common/cuda_convert.cuh"
 
 namespace mmserve::kernels {
 namespace {
@@ -27,27 +28,6 @@ constexpr int kWarpRowsPerBlock = 4;  // warp path: 128-thread blocks
 constexpr int kBlockThreads = 256;    // block path and fallback: one row per block
 constexpr int kWarpColsMax = 1024;    // widest row the warp path takes (32 lanes x 32 floats)
 constexpr int kBlockColsMax = 8192;   // widest row the block path takes (256 threads x 32 floats)
-
-// kVec consecutive elements moved as one access of kVec * sizeof(T) bytes (<= 16).
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 struct Params {
   const float* x;

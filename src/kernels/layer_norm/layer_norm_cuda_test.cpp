@@ -36,42 +36,9 @@ namespace {
 using cuda_test::DeviceVector;
 using test_util::random_floats;
 
-constexpr float kSentinel = 768.0f;  // exact in every dtype; no layer norm output here comes near it
-constexpr int64_t kGuard = 8;        // sentinel elements after each device array
-
-// `values` in `dtype` on the device, `shift` elements past the (256-byte aligned) start of the allocation,
-// with sentinels before and kGuard after, so writes out of bounds show up.
-class DeviceArray {
- public:
-  DeviceArray(const std::vector<float>& values, DType dtype, int64_t shift)
-      : dtype_(dtype),
-        shift_(shift),
-        count_(static_cast<int64_t>(values.size())),
-        bytes_(padded(values, dtype, shift)) {}
-  void* data() const { return bytes_.get() == nullptr ? nullptr : bytes_.get() + shift_ * dtype_size(dtype_); }
-  bool allocated() const { return bytes_.get() != nullptr; }
-  // The values (decoded to f32); the guard sentinels must be intact.
-  std::vector<float> download() const {
-    const std::vector<float> all = cuda_test::decode(bytes_.download(), dtype_);
-    for (int64_t i = 0; i < shift_; ++i) EXPECT_EQ(all[i], kSentinel) << "written before the start";
-    for (int64_t i = shift_ + count_; i < static_cast<int64_t>(all.size()); ++i) {
-      EXPECT_EQ(all[i], kSentinel) << "written past the end";
-    }
-    return {all.begin() + shift_, all.begin() + shift_ + count_};
-  }
-
- private:
-  static std::vector<uint8_t> padded(const std::vector<float>& values, DType dtype, int64_t shift) {
-    std::vector<float> all(shift, kSentinel);
-    all.insert(all.end(), values.begin(), values.end());
-    all.insert(all.end(), kGuard, kSentinel);
-    return cuda_test::encode(all, dtype);
-  }
-
-  DType dtype_;
-  int64_t shift_, count_;
-  DeviceVector<uint8_t> bytes_;
-};
+using cuda_test::DeviceArray;
+using cuda_test::kGuard;
+using cuda_test::kSentinel;
 
 struct LayerNormCudaCase {
   int64_t rows = 0, cols = 0;

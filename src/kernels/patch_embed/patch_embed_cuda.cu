@@ -20,6 +20,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/patch_embed/patch_embed_cuda.h"
+#include "kernels/common/cuda_convert.cuh"
 
 namespace mmserve::kernels {
 namespace {
@@ -29,36 +30,6 @@ constexpr int kIm2colThreadsMax = 256;
 constexpr int64_t kIm2colBlocksMax = 65536;
 constexpr int kAssembleRowsPerBlock = 8;
 constexpr int kAssembleThreads = kWarp * kAssembleRowsPerBlock;
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ __forceinline__ float to_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
 
 struct Im2colShape {
   int64_t rows;  // batch * patches_per_image

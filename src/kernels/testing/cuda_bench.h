@@ -8,9 +8,14 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+#include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace mmserve::kernels {
 
@@ -35,6 +40,26 @@ class CudaBench {
   cudaStream_t stream_;
   std::vector<CudaBenchRow> rows_;
 };
+
+// `count` values uniform in [-1, 1] (never time on zeros) in a new device allocation of `dtype`, or nullptr.
+inline void* device_random(DType dtype, int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  const size_t size = dtype_size(dtype);
+  std::vector<uint8_t> bytes(static_cast<size_t>(count) * size);
+  for (int64_t i = 0; i < count; ++i) {
+    const float v = dist(rng);
+    const uint16_t h = dtype == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+    std::memcpy(bytes.data() + i * size, dtype == DType::kF32 ? static_cast<const void*>(&v) : &h, size);
+  }
+  void* device = nullptr;
+  if (cudaMalloc(&device, bytes.size()) != cudaSuccess) return nullptr;
+  if (cudaMemcpy(device, bytes.data(), bytes.size(), cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaFree(device);
+    return nullptr;
+  }
+  return device;
+}
 
 void bench_gemm_cuda(CudaBench& bench);
 void bench_attention_cuda(CudaBench& bench);

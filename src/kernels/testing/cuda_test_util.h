@@ -85,4 +85,43 @@ inline std::vector<float> round_through(const std::vector<float>& values, DType 
   return decode(encode(values, dtype), dtype);
 }
 
+
+// Guards for out-of-bounds writes: the value sits around every test array (exact in f32, f16 and bf16, and far
+// from anything the kernels under test produce from their inputs).
+constexpr float kSentinel = 768.0f;
+constexpr int64_t kGuard = 8;  // sentinel elements after each array
+
+// `values` in `dtype` on the device, `shift` elements past the (256-byte aligned) start of the allocation,
+// with sentinels before and kGuard after; download() checks them, so writes out of bounds show up.
+class DeviceArray {
+ public:
+  DeviceArray(const std::vector<float>& values, DType dtype, int64_t shift)
+      : dtype_(dtype),
+        shift_(shift),
+        count_(static_cast<int64_t>(values.size())),
+        bytes_(padded(values, dtype, shift)) {}
+  void* data() const { return bytes_.get() == nullptr ? nullptr : bytes_.get() + shift_ * dtype_size(dtype_); }
+  bool allocated() const { return bytes_.get() != nullptr; }
+  std::vector<float> download() const {
+    const std::vector<float> all = cuda_test::decode(bytes_.download(), dtype_);
+    for (int64_t i = 0; i < shift_; ++i) EXPECT_EQ(all[i], kSentinel) << "written before the start";
+    for (int64_t i = shift_ + count_; i < static_cast<int64_t>(all.size()); ++i) {
+      EXPECT_EQ(all[i], kSentinel) << "written past the end";
+    }
+    return {all.begin() + shift_, all.begin() + shift_ + count_};
+  }
+
+ private:
+  static std::vector<uint8_t> padded(const std::vector<float>& values, DType dtype, int64_t shift) {
+    std::vector<float> all(shift, kSentinel);
+    all.insert(all.end(), values.begin(), values.end());
+    all.insert(all.end(), kGuard, kSentinel);
+    return cuda_test::encode(all, dtype);
+  }
+
+  DType dtype_;
+  int64_t shift_, count_;
+  DeviceVector<uint8_t> bytes_;
+};
+
 }  // namespace mmserve::kernels::cuda_test

@@ -456,18 +456,15 @@ Status ClipCudaModel::run(Tower tower, int64_t bucket, int64_t n, float* embeds,
 }
 
 Status ClipCudaModel::encode_images(const float* pixels, int64_t n, float* embeds, bool normalize) {
-  if (n < 0 || n > max_batch()) {
-    return invalid_argument("image batch of " + std::to_string(n) + " (the GPU model takes 0.." +
-                            std::to_string(max_batch()) + " per call)");
-  }
-  if (n == 0) return ok_status();
-  const ClipVisionConfig& v = config_.vision;
-  const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, pixels, bytes, cudaMemcpyHostToDevice, stream_.get()));
-  return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
+  return copy_and_encode_images(pixels, cudaMemcpyHostToDevice, n, embeds, normalize);
 }
 
 Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize) {
+  return copy_and_encode_images(device_pixels, cudaMemcpyDeviceToDevice, n, embeds, normalize);
+}
+
+Status ClipCudaModel::copy_and_encode_images(const float* pixels, cudaMemcpyKind kind, int64_t n, float* embeds,
+                                             bool normalize) {
   if (n < 0 || n > max_batch()) {
     return invalid_argument("image batch of " + std::to_string(n) + " (the GPU model takes 0.." +
                             std::to_string(max_batch()) + " per call)");
@@ -475,8 +472,8 @@ Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_
   if (n == 0) return ok_status();
   const ClipVisionConfig& v = config_.vision;
   const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
-  if (device_pixels != act_->pixels) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, device_pixels, bytes, cudaMemcpyDeviceToDevice, stream_.get()));
+  if (pixels != act_->pixels) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, pixels, bytes, kind, stream_.get()));
   }
   return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
 }

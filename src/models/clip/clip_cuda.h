@@ -92,6 +92,8 @@ class ClipCudaModel {
   Status encoder_block(const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch, int64_t hidden, int64_t heads,
                        int64_t intermediate, float eps, kernels::Activation act, bool causal,
                        const int32_t* kv_lengths);
+  // Both encode_images entry points: validates n, copies the pixels into the activation buffer, runs.
+  Status copy_and_encode_images(const float* pixels, cudaMemcpyKind kind, int64_t n, float* embeds, bool normalize);
   // Runs `tower` at `bucket`: the graph if captured, else the kernels; then normalises and copies out.
   Status run(Tower tower, int64_t bucket, int64_t n, float* embeds, bool normalize);
 
