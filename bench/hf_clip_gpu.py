@@ -27,21 +27,12 @@ import torch
 import transformers
 from transformers import CLIPConfig, CLIPModel
 
+from hf_clip_cpu import vit_b32_config  # the same ViT-B/32 architecture as the CPU baseline (bench/ is on sys.path)
+
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 BOS_ID, EOS_ID = 49406, 49407
 COMPILE_MODE = "max-autotune-no-cudagraphs"
 WARMUP_CALLS = 3
-
-
-def vit_b32_config():
-    # openai/clip-vit-base-patch32's architecture (config.json of that checkpoint).
-    return CLIPConfig(
-        text_config=dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
-                         num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu",
-                         eos_token_id=2, bos_token_id=0, pad_token_id=1),
-        vision_config=dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                           image_size=224, patch_size=32, hidden_act="quick_gelu"),
-        projection_dim=512)
 
 
 def vit_l14_config():
