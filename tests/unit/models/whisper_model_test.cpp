@@ -11,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
 
 #include "core/safetensors.h"
 #include "models/whisper/whisper.h"
@@ -453,33 +454,40 @@ TEST(WhisperConfig, ErrorsNameTheKey) {
 }
 
 // HF goldens (tools/reference/make_whisper_fixtures.py): encoder output, the raw logits of the first greedy steps
-// and the raw greedy ids.
-TEST(WhisperConformance, TinyMel80MatchesHf) {
-  const fs::path dir = fs::path(MMSERVE_FIXTURES_DIR) / "whisper" / "whisper-tiny-mel80-f32";
-  if (!fs::exists(dir / "config.json")) {
-    GTEST_SKIP() << "golden not generated yet: run tools/reference/make_whisper_fixtures.py on the GPU host";
-  }
+// and the raw greedy ids, for an 80-bin f32 model (its input features are logmel_golden's logmel_jfk) and a
+// large-v3-like 128-bin f16 model (its own input_features).
+class WhisperConformance : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WhisperConformance, MatchesHf) {
+  const fs::path root = fs::path(MMSERVE_FIXTURES_DIR) / "whisper";
+  const fs::path dir = root / GetParam();
   auto model = WhisperModel::load(dir.string());
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   auto golden = SafetensorsFile::open((dir / "golden.safetensors").string());
   ASSERT_TRUE(golden.ok()) << golden.status().to_string();
-  auto tensor = [&](const char* name) {
-    const TensorInfo* info = (*golden)->find(name);
+  auto logmel = SafetensorsFile::open((root / "logmel_golden.safetensors").string());
+  ASSERT_TRUE(logmel.ok()) << logmel.status().to_string();
+  auto tensor = [](const SafetensorsFile& file, const char* name) {
+    const TensorInfo* info = file.find(name);
     EXPECT_NE(info, nullptr) << name;
     EXPECT_TRUE(info == nullptr || info->dtype == DType::kF32) << name;
     return info;
   };
-  const TensorInfo* features = tensor("input_features");
-  const TensorInfo* hidden = tensor("encoder_last_hidden_state");
-  const TensorInfo* raw_logits = tensor("greedy_raw_logits");
+  const bool mel80 = (*model)->config().num_mel_bins == 80;
+  const TensorInfo* features = mel80 ? tensor(**logmel, "logmel_jfk") : tensor(**golden, "input_features");
+  const TensorInfo* hidden = tensor(**golden, "encoder_last_hidden_state");
+  const TensorInfo* raw_logits = tensor(**golden, "greedy_raw_logits");
   ASSERT_TRUE(features && hidden && raw_logits);
   std::ifstream json_file(dir / "golden.json");
   const nlohmann::json info = nlohmann::json::parse(json_file);
   const std::vector<int32_t> prompt = info["greedy_raw"]["prompt"].get<std::vector<int32_t>>();
   const std::vector<int32_t> tokens = info["greedy_raw"]["tokens"].get<std::vector<int32_t>>();
   const int64_t eot = info["special"]["<|endoftext|>"].get<int64_t>();
+  ASSERT_GE(std::set<int32_t>(tokens.begin(), tokens.end()).size(), 8u) << "an uninformative golden";
 
-  const Tensor mel = features->view();
+  const int64_t mels = (*model)->config().num_mel_bins;
+  ASSERT_EQ(features->numel(), mels * 3000);
+  const Tensor mel = features->view().reshape({1, mels, 3000});
   std::vector<float> enc;
   ASSERT_TRUE((*model)->encode(mel, enc).ok());
   ASSERT_EQ(static_cast<int64_t>(enc.size()), hidden->numel());
@@ -511,6 +519,14 @@ TEST(WhisperConformance, TinyMel80MatchesHf) {
   ASSERT_TRUE(greedy.ok()) << greedy.status().to_string();
   EXPECT_EQ(*greedy, tokens);
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, WhisperConformance,
+                         ::testing::Values("whisper-tiny-mel80-f32", "whisper-v3-mel128-f16"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace mmserve::models
