@@ -12,7 +12,7 @@ PORT ?= 8000
 DEB_PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
   libopenblas-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libutf8proc-dev libpcre2-dev \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
-  libyaml-cpp-dev libcpp-httplib-dev libsndfile1-dev libsamplerate0-dev libvorbis-dev libogg-dev \
+  libyaml-cpp-dev libcpp-httplib-dev libsndfile1-dev libsamplerate0-dev libvorbis-dev libogg-dev zlib1g-dev \
   clang-14 libclang-rt-14-dev clang-format clang-tidy python3 python3-requests python3-yaml \
   curl nodejs prometheus python3-locust
 

@@ -64,6 +64,24 @@ struct BenchArgs {
 };
 int run_bench(const BenchArgs& args);
 
+// `mmserve transcribe` (src/cli/transcribe_command.cpp): speech to text with a Whisper model directory.
+struct TranscribeArgs {
+  std::string model_dir;
+  std::string file;
+  std::string language;             // empty: detected
+  std::string task = "transcribe";  // transcribe | translate
+  bool no_timestamps = false;
+  int beam = 1;
+  long long max_new_tokens = 0;  // 0: the model's limit
+  double temperature = -1;       // < 0: the fallback schedule 0, 0.2, ..., 1.0
+  std::string prompt;
+  bool vad = false;
+  std::string device = "cpu";
+  std::string format = "json";
+  int threads = 0;
+};
+int run_transcribe(const TranscribeArgs& args);
+
 // Prints "mmserve: error: <message>" to stderr and returns 1.
 int fail(const std::string& message);
 

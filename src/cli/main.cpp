@@ -93,6 +93,34 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--seed", bench.seed, "random seed");
   // ---- end bench ----
 
+  TranscribeArgs transcribe;
+  CLI::App* transcribe_cmd =
+      app.add_subcommand("transcribe", "Speech to text with a Whisper model (WAV, FLAC, Ogg, MP3)");
+  transcribe_cmd->add_option("--model", transcribe.model_dir, "HF Whisper model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  transcribe_cmd->add_option("file", transcribe.file, "audio file")->required();
+  transcribe_cmd->add_option("--language", transcribe.language, "language code or name (default: detected)");
+  transcribe_cmd->add_option("--task", transcribe.task, "transcribe or translate (to English)")
+      ->check(CLI::IsMember({"transcribe", "translate"}));
+  transcribe_cmd->add_flag("--no-timestamps", transcribe.no_timestamps,
+                           "decode without timestamps (one segment a window)");
+  transcribe_cmd->add_option("--beam", transcribe.beam, "beam size (1 = greedy)")->check(CLI::Range(1, 64));
+  transcribe_cmd
+      ->add_option("--max-new-tokens", transcribe.max_new_tokens, "tokens per 30 s window (0 = the model's limit)")
+      ->check(CLI::NonNegativeNumber);
+  transcribe_cmd
+      ->add_option("--temperature", transcribe.temperature,
+                   "one sampling temperature (default: the fallback schedule 0, 0.2, ..., 1.0)")
+      ->check(CLI::Range(0.0, 2.0));
+  transcribe_cmd->add_option("--prompt", transcribe.prompt, "initial prompt (context for the first window)");
+  transcribe_cmd->add_flag("--vad", transcribe.vad, "skip silence with the Silero VAD");
+  transcribe_cmd->add_option("--device", transcribe.device, "cpu or cuda:N");
+  transcribe_cmd->add_option("--format", transcribe.format, "output format")
+      ->check(CLI::IsMember({"json", "text", "srt", "vtt", "verbose_json"}));
+  transcribe_cmd->add_option("--threads", transcribe.threads, "CPU threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -106,5 +134,6 @@ int main(int argc, char** argv) {
   if (*demo_cmd) return run_demo_model(demo_dir, overwrite, demo_architecture);
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
+  if (*transcribe_cmd) return run_transcribe(transcribe);
   return 2;
 }

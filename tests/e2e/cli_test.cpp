@@ -1,6 +1,7 @@
 // End-to-end tests of the `mmserve` binary as a user runs it: real processes, real files, JSON parsed from
 // stdout, exit codes and stderr messages checked. Covers embed (against HF's goldens), tokenize, inspect,
-// demo-model, and the bad-input paths: each must print a clear error and exit non-zero, never crash.
+// demo-model, transcribe (Whisper: HF's tokens, every output format), and the bad-input paths: each must print a clear
+// error and exit non-zero, never crash.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -9,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "../conformance/golden.h"
 
@@ -223,6 +225,117 @@ TEST(Cli, BadInputsGiveClearErrors) {
   }
   Result usage = run({"embed"});
   EXPECT_EQ(usage.exit_code, 2) << "CLI11 usage errors exit 2";
+  fs::remove_all(base);
+}
+
+// ---- transcribe (Whisper) ----
+
+// The golden's settings (tests/fixtures/whisper/*/golden.json: generate greedy, 32 new tokens, English).
+std::vector<std::string> transcribe_args(const std::string& format, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"transcribe",
+                                   "--model",
+                                   fixture("whisper/whisper-tiny-mel80-f32"),
+                                   fixture("audio/jfk.wav"),
+                                   "--language",
+                                   "en",
+                                   "--max-new-tokens",
+                                   "32",
+                                   "--temperature",
+                                   "0",
+                                   "--format",
+                                   format};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+TEST(Cli, TranscribeVerboseJsonHasOpenAiShapeAndHfTokens) {
+  Result r = run(transcribe_args("verbose_json", {"--no-timestamps"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["task"], "transcribe");
+  EXPECT_EQ(out["language"], "english");
+  EXPECT_NEAR(out["duration"].get<double>(), 11.0, 0.01);
+  ASSERT_EQ(out["segments"].size(), 1u);
+  for (const char* key : {"id", "seek", "start", "end", "text", "tokens", "temperature", "avg_logprob",
+                          "compression_ratio", "no_speech_prob"}) {
+    EXPECT_TRUE(out["segments"][0].contains(key)) << key;
+  }
+  // The random model's tokens are HF's greedy ones (generate() with the generation config's suppression).
+  std::ifstream in(fixture("whisper/whisper-tiny-mel80-f32/golden.json"));
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  EXPECT_EQ(out["segments"][0]["tokens"], golden["generate"]["greedy"]["tokens"]);
+  EXPECT_EQ(out["text"], out["segments"][0]["text"]);
+}
+
+TEST(Cli, TranscribeEveryFormatParses) {
+  Result json = run(transcribe_args("json"));
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  ASSERT_TRUE(j.contains("text"));
+  EXPECT_EQ(j.size(), 1u);
+
+  Result text = run(transcribe_args("text"));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(text.out, j["text"].get<std::string>() + "\n");
+
+  Result verbose = run(transcribe_args("verbose_json"));
+  ASSERT_EQ(verbose.exit_code, 0) << verbose.err;
+  const nlohmann::json v = nlohmann::json::parse(verbose.out);
+  const size_t segments = v["segments"].size();
+  ASSERT_GT(segments, 0u);
+
+  // SRT: blocks "N\nHH:MM:SS,mmm --> HH:MM:SS,mmm\ntext\n\n", numbered from 1, one per segment.
+  Result srt = run(transcribe_args("srt"));
+  ASSERT_EQ(srt.exit_code, 0) << srt.err;
+  const std::regex srt_block(R"((\d+)\n(\d\d:\d\d:\d\d,\d\d\d) --> (\d\d:\d\d:\d\d,\d\d\d)\n[^\n]*\n\n)");
+  size_t blocks = 0;
+  std::string rest = srt.out;
+  std::smatch m;
+  while (std::regex_search(rest, m, srt_block, std::regex_constants::match_continuous)) {
+    EXPECT_EQ(std::stoul(m[1].str()), ++blocks);
+    rest = m.suffix().str();
+  }
+  EXPECT_TRUE(rest.empty()) << "unparsed SRT: " << rest;
+  EXPECT_EQ(blocks, segments);
+
+  // WebVTT: the header, then blocks "HH:MM:SS.mmm --> HH:MM:SS.mmm\ntext\n\n".
+  Result vtt = run(transcribe_args("vtt"));
+  ASSERT_EQ(vtt.exit_code, 0) << vtt.err;
+  ASSERT_EQ(vtt.out.rfind("WEBVTT\n\n", 0), 0u) << vtt.out;
+  const std::regex vtt_block(R"((\d\d:\d\d:\d\d\.\d\d\d) --> (\d\d:\d\d:\d\d\.\d\d\d)\n[^\n]*\n\n)");
+  rest = vtt.out.substr(8);
+  blocks = 0;
+  while (std::regex_search(rest, m, vtt_block, std::regex_constants::match_continuous)) {
+    ++blocks;
+    rest = m.suffix().str();
+  }
+  EXPECT_TRUE(rest.empty()) << "unparsed VTT: " << rest;
+  EXPECT_EQ(blocks, segments);
+}
+
+TEST(Cli, TranscribeBadInputsGiveClearErrors) {
+  const fs::path base = temp_dir("transcribe_bad");
+  const std::string model = fixture("whisper/whisper-tiny-mel80-f32");
+  expect_user_error(run({"transcribe", "--model", model, (base / "missing.wav").string()}), "missing.wav");
+  {
+    std::ofstream(base / "notes.wav") << "this is not audio at all, just text";
+    expect_user_error(run({"transcribe", "--model", model, (base / "notes.wav").string()}), "notes.wav");
+  }
+  {
+    // A WAV cut in the middle of its header.
+    std::ifstream in(fixture("audio/jfk.wav"), std::ios::binary);
+    std::string bytes(20, '\0');
+    in.read(bytes.data(), 20);
+    std::ofstream(base / "cut.wav", std::ios::binary) << bytes;
+    expect_user_error(run({"transcribe", "--model", model, (base / "cut.wav").string()}), "cut.wav");
+  }
+  expect_user_error(run({"transcribe", "--model", model, fixture("audio/jfk.wav"), "--language", "klingon"}),
+                    "klingon");
+  expect_user_error(run({"transcribe", "--model", model, fixture("audio/jfk.wav"), "--device", "tpu"}), "tpu");
+  EXPECT_EQ(run(transcribe_args("xml")).exit_code, 2) << "an unknown --format is a usage error";
+  EXPECT_EQ(run(transcribe_args("json", {"--beam", "0"})).exit_code, 2);
+  EXPECT_EQ(run(transcribe_args("json", {"--task", "summarise"})).exit_code, 2);
+  EXPECT_EQ(run({"transcribe", "--model", model}).exit_code, 2) << "no file";
   fs::remove_all(base);
 }
 

@@ -1,4 +1,6 @@
-// Reads a Whisper preprocessor_config.json into WhisperFeatureConfig and checks the values compute() relies on.
+// Reads a Whisper preprocessor_config.json (or, as transformers 5's WhisperProcessor.save_pretrained writes it,
+// the "feature_extractor" object of processor_config.json) into WhisperFeatureConfig and checks the values
+// compute() relies on.
 //
 // HF's WhisperFeatureExtractor.__init__ takes feature_size, sampling_rate, hop_length, chunk_length, n_fft,
 // padding_value and dither; it recomputes n_samples and nb_max_frames from them (the stored copies are
@@ -6,6 +8,7 @@
 // keys keep the defaults; a wrong type names the file and key.
 // Tests: tests/unit/frontends/audio/log_mel_test.cpp.
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "core/json_config.h"
@@ -53,8 +56,21 @@ Status validate_whisper_feature_config(const WhisperFeatureConfig& config) {
 }
 
 StatusOr<WhisperFeatureConfig> load_whisper_feature_config(const std::string& model_dir) {
-  const std::string path = model_dir + "/preprocessor_config.json";
-  ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(path));
+  std::string path = model_dir + "/preprocessor_config.json";
+  const std::string processor = model_dir + "/processor_config.json";
+  std::error_code ec;
+  nlohmann::json json;
+  if (!std::filesystem::exists(path, ec) && std::filesystem::exists(processor, ec)) {
+    ASSIGN_OR_RETURN(nlohmann::json whole, read_json_file(processor));
+    if (!whole.is_object() || !whole.contains("feature_extractor") || !whole["feature_extractor"].is_object()) {
+      return not_found(model_dir + ": no preprocessor_config.json, and processor_config.json has no "
+                       "\"feature_extractor\" object");
+    }
+    json = std::move(whole["feature_extractor"]);
+    path = processor + ": feature_extractor";
+  } else {
+    ASSIGN_OR_RETURN(json, read_json_file(path));
+  }
   ASSIGN_OR_RETURN(JsonObject root, JsonObject::wrap(json, path));
   WhisperFeatureConfig config;
   RETURN_IF_ERROR(read_int(root, "feature_size", config.feature_size));

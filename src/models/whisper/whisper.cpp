@@ -314,6 +314,34 @@ StatusOr<WhisperDecoderState> WhisperModel::start_decoder(const std::vector<floa
   return s;
 }
 
+Status WhisperDecoderState::reorder(const std::vector<int64_t>& src) {
+  for (int64_t r : src) {
+    if (r < 0 || r >= batch) {
+      return invalid_argument("decoder row " + std::to_string(r) + " is outside 0.." + std::to_string(batch - 1));
+    }
+  }
+  const int64_t rows = static_cast<int64_t>(src.size());
+  // Every layer's buffers are gathered into fresh ones: a permutation in place would need a cycle walk, and
+  // the copy is small next to one decoder step.
+  auto gather = [&](std::vector<float>& buffer, int64_t per_row) {
+    std::vector<float> out(static_cast<size_t>(rows * per_row));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::memcpy(out.data() + i * per_row, buffer.data() + src[i] * per_row, per_row * sizeof(float));
+    }
+    buffer.swap(out);
+  };
+  const int64_t d =
+      self_k.empty() ? 0 : static_cast<int64_t>(self_k[0].size()) / std::max<int64_t>(batch * capacity, 1);
+  for (size_t l = 0; l < self_k.size(); ++l) {
+    gather(self_k[l], capacity * d);
+    gather(self_v[l], capacity * d);
+    gather(cross_k[l], frames * d);
+    gather(cross_v[l], frames * d);
+  }
+  batch = rows;
+  return ok_status();
+}
+
 Status WhisperModel::check_ids(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     if (id < 0 || id >= config_.vocab_size) {

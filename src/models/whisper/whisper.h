@@ -72,6 +72,11 @@ struct WhisperDecoderState {
   int64_t length = 0;                                // tokens processed so far
   std::vector<std::vector<float>> self_k, self_v;    // per layer [batch, capacity, d]
   std::vector<std::vector<float>> cross_k, cross_v;  // per layer [batch, frames, d]
+
+  // Reorders the rows: new row i becomes a copy of old row src[i] (self and cross K/V). src may repeat rows (beam
+  // search), drop rows (finished requests leave) or be empty; kInvalidArgument for an index outside 0..batch-1.
+  // Tested through the CPU decoder rows (tests/unit/models/whisper_decoding_test.cpp).
+  Status reorder(const std::vector<int64_t>& src);
 };
 
 class WhisperModel {

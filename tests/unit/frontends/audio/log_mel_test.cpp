@@ -340,6 +340,24 @@ TEST(WhisperFeatureConfig, RejectsBadValues) {
   EXPECT_EQ(load_whisper_feature_config("/nonexistent/dir").status().code(), StatusCode::kNotFound);
 }
 
+// transformers 5's WhisperProcessor.save_pretrained writes the settings as processor_config.json's
+// "feature_extractor" object (the Whisper fixtures have no preprocessor_config.json).
+TEST(WhisperFeatureConfig, ReadsProcessorConfig) {
+  StatusOr<WhisperFeatureConfig> config =
+      load_whisper_feature_config(std::string(MMSERVE_FIXTURES_DIR) + "/whisper/whisper-v3-mel128-f16");
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  EXPECT_EQ(config->feature_size, 128);
+
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "whisper_cfg_processor";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "processor_config.json") << R"({"processor_class": "WhisperProcessor"})";
+  EXPECT_EQ(load_whisper_feature_config(dir.string()).status().code(), StatusCode::kNotFound);
+  std::ofstream(dir / "processor_config.json") << R"({"feature_extractor": {"n_fft": 401}})";
+  StatusOr<WhisperFeatureConfig> bad = load_whisper_feature_config(dir.string());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("processor_config.json"), std::string::npos) << bad.status().message();
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Conformance with HF transformers' WhisperFeatureExtractor (goldens made on the GPU host).
 //
