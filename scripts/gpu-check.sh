@@ -10,8 +10,9 @@
 #                      STAGES="server" scripts/gpu-check.sh
 # Stages: tests (every carried gtest binary), memcheck (compute-sanitizer over the GPU tests), kernels
 # (kernels_cuda_bench), clip (bench/run_clip_gpu_bench.sh), server (bench/server_gpu.sh), cpu (the CPU CLIP
-# bench of issue 2), whisper-fixtures (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens,
-# returned inside the archive under fixtures/whisper). Default: "tests memcheck kernels".
+# bench of issue 2), whisper (bench/run_whisper_gpu_bench.sh: Whisper fp16 against HF generate), whisper-fixtures
+# (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
+# fixtures/whisper). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -30,7 +31,7 @@ export NCCL_NVLS_ENABLE=0
 summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test"
+GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test whisper_cuda_test"
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -48,6 +49,8 @@ if has tests; then
   done
   # The conformance figures (relative error, cosine per dtype), for docs/perf/clip_gpu.md.
   grep -E 'relative error' "$RES/clip_cuda_conformance_test.log" > "$RES/conformance_figures.txt" 2>/dev/null || true
+  # Whisper's (encoder/logits error, greedy agreement, compressed cross K/V), for docs/perf/whisper_gpu.md.
+  grep -E '^  whisper-' "$RES/whisper_cuda_test.log" > "$RES/whisper_figures.txt" 2>/dev/null || true
 fi
 
 if has memcheck; then
@@ -58,7 +61,7 @@ if has memcheck; then
       # default the CLIP conformance runs its bf16 cases (every kernel, each dtype's paths are in
       # kernels_cuda_test) to keep the call short.
       filter="*"
-      [ "${MEMCHECK_FULL:-0}" = 1 ] || case $name in clip_cuda_conformance_test) filter="*bf16*:*DeviceAndDtype*" ;; esac
+      [ "${MEMCHECK_FULL:-0}" = 1 ] || case $name in clip_cuda_conformance_test) filter="*bf16*:*DeviceAndDtype*" ;; whisper_cuda_test) filter="*f16*" ;; esac
       if MMSERVE_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 3 \
           "$BIN/tests/$name" --gtest_brief=1 --gtest_filter="$filter" > "$RES/memcheck_$name.log" 2>&1; then
         summary+=("memcheck $name: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$RES/memcheck_$name.log" | tail -1))")
@@ -89,6 +92,15 @@ if has clip; then
     summary+=("bench clip gpu: ok")
   else
     summary+=("bench clip gpu: FAIL (see clip_gpu.err)")
+  fi
+fi
+
+if has whisper; then
+  # Whisper fp16 against HF transformers' generate on the same random weights (tiny and large-v3), ~4 min.
+  if bench/run_whisper_gpu_bench.sh "$BIN" "$RES/whisper_gpu" > "$RES/whisper_gpu_table.md" 2> "$RES/whisper_gpu.err"; then
+    summary+=("bench whisper gpu: ok")
+  else
+    summary+=("bench whisper gpu: FAIL (see whisper_gpu.err)")
   fi
 fi
 
@@ -124,7 +136,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in conformance_figures.txt kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in conformance_figures.txt whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"

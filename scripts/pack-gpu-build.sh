@@ -9,9 +9,10 @@ STAGE=$(mktemp -d)
 mkdir -p "$STAGE/tests" "$STAGE/lib"
 cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 [ -x "$B/src/kernels/kernels_cuda_bench" ] && cp "$B/src/kernels/kernels_cuda_bench" "$STAGE/"
+[ -x "$B/bench/whisper_gpu_bench" ] && cp "$B/bench/whisper_gpu_bench" "$STAGE/"
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
 if [ "${PACK:-all}" = gpu ]; then
-  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test; do
+  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test whisper_cuda_test; do
     find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
   done
 else

@@ -68,5 +68,8 @@ void bench_activation_cuda(CudaBench& bench);
 void bench_embedding_cuda(CudaBench& bench);
 void bench_patch_embed_cuda(CudaBench& bench);
 void bench_l2_normalize_cuda(CudaBench& bench);
+void bench_attention_kv_cuda(CudaBench& bench);
+void bench_kv_cache_cuda(CudaBench& bench);
+void bench_im2col_1d_cuda(CudaBench& bench);
 
 }  // namespace mmserve::kernels

@@ -65,6 +65,9 @@ int main(int argc, char** argv) {
   bench_embedding_cuda(bench);
   bench_patch_embed_cuda(bench);
   bench_l2_normalize_cuda(bench);
+  bench_attention_kv_cuda(bench);
+  bench_kv_cache_cuda(bench);
+  bench_im2col_1d_cuda(bench);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const double kBf16Ceiling = 770e12, kHbm = 4.8e12;
