@@ -28,7 +28,7 @@
 #include "models/vad/silero_vad.h"
 #include "models/whisper/whisper.h"
 #include "models/whisper/whisper_decoding.h"
-#if MMSERVE_HAS_CUDA && __has_include("models/whisper/whisper_cuda.h")
+#if MMSERVE_HAS_CUDA
 #include "models/whisper/whisper_cuda.h"
 #define MMSERVE_WHISPER_CUDA 1
 #endif
