@@ -154,7 +154,7 @@ class BufferedSocketStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (!write_started_) {
+    if (!write_started_ || context_->streaming) {
       write_started_ = true;
       write_deadline_ = Clock::now() + seconds(options_.response_timeout_s);
     }

@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,6 +30,9 @@ struct Reply {
   std::string body;
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
+  // Set for a streamed response (server-sent events): the body is written with chunked encoding by calling
+  // this on the HTTP worker until it calls sink.done() or returns false (the client has gone). `body` is unused.
+  std::function<bool(httplib::DataSink& sink)> stream;
 };
 
 struct HandlerEnv {
@@ -60,5 +64,8 @@ Reply handle_repository_load(const HandlerEnv& env, const std::string& model, co
 // OpenAI-compatible (openai_handlers.cpp).
 Reply handle_openai_models(const HandlerEnv& env);
 Reply handle_openai_embeddings(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+// POST /v1/audio/transcriptions and /v1/audio/translations (openai_audio_handlers.cpp): multipart/form-data.
+Reply handle_openai_audio(const HandlerEnv& env, RequestContext& context, const httplib::Request& request,
+                          engine::WhisperTask task);
 
 }  // namespace mmserve::api

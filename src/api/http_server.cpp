@@ -20,10 +20,22 @@ using httplib::Response;
 
 void answer(Response& response, Reply reply) {
   response.status = reply.status;
-  response.body = std::move(reply.body);
   response.headers.erase("Content-Type");
-  response.set_header("Content-Type", reply.content_type);
   for (auto& [key, value] : reply.headers) response.set_header(key, value);
+  if (reply.stream) {
+    if (RequestContext* context = current_request_context()) context->streaming = true;
+    response.set_header("Cache-Control", "no-cache");
+    response.set_chunked_content_provider(
+        reply.content_type,
+        [stream = std::move(reply.stream)](size_t, httplib::DataSink& sink) { return stream(sink); });
+    return;
+  }
+  response.body = std::move(reply.body);
+  response.set_header("Content-Type", reply.content_type);
+}
+
+bool is_audio_route(RouteId id) {
+  return id == RouteId::kOpenAiTranscriptions || id == RouteId::kOpenAiTranslations;
 }
 
 const char* reason_for(int status) {
@@ -148,7 +160,14 @@ bool HttpServer::precheck(const Request& request, Response& response) {
     const BodyKind kind = classify_content_type(type);
     const bool binary_allowed = (route.id == RouteId::kModelInfer || route.id == RouteId::kModelVersionInfer) &&
                                 request.has_header("Inference-Header-Content-Length");
-    if (kind == BodyKind::kOther || (kind == BodyKind::kOctetStream && !binary_allowed)) {
+    if (is_audio_route(route.id)) {
+      if (kind != BodyKind::kMultipart) {
+        return refuse(error_reply(route.family, 415,
+                                  "Content-Type '" + type.substr(0, 100) +
+                                      "' is not supported here: send multipart/form-data with the audio as 'file'"));
+      }
+    } else if (kind == BodyKind::kOther || kind == BodyKind::kMultipart ||
+               (kind == BodyKind::kOctetStream && !binary_allowed)) {
       return refuse(error_reply(route.family, 415,
                                 "Content-Type '" + type.substr(0, 100) +
                                     "' is not supported: send application/json (or application/octet-stream with "
@@ -191,6 +210,12 @@ void HttpServer::handle(const Request& request, Response& response) {
       case RouteId::kRepositoryUnload: reply = handle_repository_load(env, context->model, request, false); break;
       case RouteId::kOpenAiModels: reply = handle_openai_models(env); break;
       case RouteId::kOpenAiEmbeddings: reply = handle_openai_embeddings(env, *context, request); break;
+      case RouteId::kOpenAiTranscriptions:
+        reply = handle_openai_audio(env, *context, request, engine::WhisperTask::kTranscribe);
+        break;
+      case RouteId::kOpenAiTranslations:
+        reply = handle_openai_audio(env, *context, request, engine::WhisperTask::kTranslate);
+        break;
       case RouteId::kMetrics:
         reply = Reply{200, server_.metrics().expose(), "text/plain; version=0.0.4; charset=utf-8"};
         break;
@@ -219,6 +244,12 @@ httplib::Server::HandlerResponse HttpServer::fill_error(const Request& request, 
   std::string message = reason_for(response.status);
   if (response.status == 413) {
     message += ": the limit is " + std::to_string(options_.transport.body_bytes_max) + " bytes (--max-body-mb)";
+  }
+  if (response.status == 400 && request.is_multipart_form_data()) {
+    // httplib's multipart parser refused the body (no boundary, a broken part header, no closing boundary).
+    message =
+        "malformed multipart/form-data body (a missing boundary parameter, a broken part header or a body "
+        "cut short before the closing boundary)";
   }
   answer(response, error_reply(family_of_path(request.path), response.status, message));
   return httplib::Server::HandlerResponse::Handled;

@@ -269,6 +269,74 @@ Status parse_image_input(const InputSpec& spec, BinarySection& binary, const Cod
   return ok_status();
 }
 
+// `audio`: the encoded file (any of WAV/FLAC/Ogg/MP3; the serving layer decodes and checks it).
+Status parse_audio_input(const InputSpec& spec, BinarySection& binary, std::vector<InputItem>& out) {
+  if (spec.datatype != "BYTES") return input_error(spec.name, "datatype must be BYTES, not " + spec.datatype);
+  if (spec.shape.size() != 1) return input_error(spec.name, "shape must be [1]");
+  const int64_t count = spec.shape[0];
+  std::vector<std::string> files;
+  if (spec.data != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<const json*> elements, json_elements(*spec.data, count, spec.name));
+    for (size_t i = 0; i < elements.size(); ++i) {
+      if (!elements[i]->is_string()) {
+        return input_error(spec.name, "element " + std::to_string(i) + " must be a base64 string");
+      }
+      StatusOr<std::string> bytes = base64_decode(elements[i]->get_ref<const std::string&>());
+      if (!bytes.ok()) return input_error(spec.name, "element " + std::to_string(i) + ": " + bytes.status().message());
+      files.push_back(std::move(*bytes));
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::string_view section, binary.take(spec.name, *spec.binary_size));
+    ASSIGN_OR_RETURN(std::vector<std::string_view> elements, split_bytes_elements(section, count, spec.name));
+    for (std::string_view e : elements) files.emplace_back(e);
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    if (files[i].empty()) return input_error(spec.name, "element " + std::to_string(i) + " is an empty audio file");
+    InputItem item;
+    item.kind = InputKind::kAudioBytes;
+    item.audio_bytes = std::move(files[i]);
+    out.push_back(std::move(item));
+  }
+  return ok_status();
+}
+
+// The Whisper parameters (ignored by CLIP models, but still checked: a typo'd value is an error).
+Status parse_transcribe_parameters(const json& params, engine::TranscribeOptions& options) {
+  if (const auto p = params.find("language"); p != params.end()) {
+    if (!p->is_string()) return invalid_argument("parameters.language must be a string");
+    options.language = p->get<std::string>();
+  }
+  if (const auto p = params.find("task"); p != params.end()) {
+    if (!p->is_string() || (*p != "transcribe" && *p != "translate")) {
+      return invalid_argument("parameters.task must be \"transcribe\" or \"translate\"");
+    }
+    options.task = *p == "translate" ? engine::WhisperTask::kTranslate : engine::WhisperTask::kTranscribe;
+  }
+  if (const auto p = params.find("timestamps"); p != params.end()) {
+    if (!p->is_boolean()) return invalid_argument("parameters.timestamps must be a boolean");
+    options.timestamps = p->get<bool>();
+  }
+  if (const auto p = params.find("prompt"); p != params.end()) {
+    if (!p->is_string()) return invalid_argument("parameters.prompt must be a string");
+    options.initial_prompt = p->get<std::string>();
+  }
+  if (const auto p = params.find("beam_size"); p != params.end()) {
+    if (!p->is_number_integer() || p->get<int64_t>() < 1 || p->get<int64_t>() > 16) {
+      return invalid_argument("parameters.beam_size must be an integer from 1 to 16");
+    }
+    options.beam_size = static_cast<int>(p->get<int64_t>());
+  }
+  if (const auto p = params.find("temperature"); p != params.end()) {
+    if (!p->is_number() || !(p->get<double>() >= 0) || p->get<double>() > 1) {
+      return invalid_argument("parameters.temperature must be a number from 0 to 1");
+    }
+    const double t = p->get<double>();  // the first of the reference's fallback schedule t, t + 0.2, ... 1
+    options.temperatures.clear();
+    for (int step = 0; t + 0.2 * step <= 1.0 + 1e-6; ++step) options.temperatures.push_back(float(t + 0.2 * step));
+  }
+  return ok_status();
+}
+
 Status parse_pixel_input(const InputSpec& spec, BinarySection& binary, std::vector<InputItem>& out) {
   if (spec.datatype != "FP32") return input_error(spec.name, "datatype must be FP32, not " + spec.datatype);
   constexpr int64_t kSideMax = 1 << 16;
@@ -323,11 +391,12 @@ Status parse_parameters(const json& params, KServeInferRequest& out) {
     if (!b->is_boolean()) return invalid_argument("parameters.binary_data_output must be a boolean");
     out.binary_output = b->get<bool>();
   }
-  return ok_status();
+  return parse_transcribe_parameters(params, out.transcribe);
 }
 
 bool known_output(const std::string& name) {
-  return name == "text_embeds" || name == "image_embeds" || name == "logits_per_image";
+  return name == "text_embeds" || name == "image_embeds" || name == "logits_per_image" || name == "text" ||
+         name == "segments" || name == "language";
 }
 
 Status parse_outputs(const json& outputs, KServeInferRequest& out) {
@@ -341,7 +410,7 @@ Status parse_outputs(const json& outputs, KServeInferRequest& out) {
     RETURN_IF_ERROR(check_keys(o, {"name", "parameters"}, "output " + quote_name(request.name)));
     if (!known_output(request.name)) {
       return invalid_argument("unknown output " + quote_name(request.name) +
-                              " (expected text_embeds, image_embeds, logits_per_image)");
+                              " (expected text_embeds, image_embeds, logits_per_image; text, segments, language)");
     }
     if (!seen.insert(request.name).second)
       return invalid_argument("output " + quote_name(request.name) + " requested twice");
@@ -372,7 +441,7 @@ StatusOr<KServeInferRequest> parse_infer_json(const json& root, std::string_view
     RETURN_IF_ERROR(parse_parameters(*params, out));
   const auto inputs = root.find("inputs");
   if (inputs == root.end() || !inputs->is_array() || inputs->empty()) {
-    return invalid_argument("'inputs' must be a non-empty array (text, image and/or pixel_values)");
+    return invalid_argument("'inputs' must be a non-empty array (text, image and/or pixel_values; or audio)");
   }
   BinarySection binary(binary_data);
   std::set<std::string> seen;
@@ -384,8 +453,11 @@ StatusOr<KServeInferRequest> parse_infer_json(const json& root, std::string_view
       RETURN_IF_ERROR(parse_image_input(spec, binary, options, out.inputs));
     } else if (spec.name == "pixel_values") {
       RETURN_IF_ERROR(parse_pixel_input(spec, binary, out.inputs));
+    } else if (spec.name == "audio") {
+      RETURN_IF_ERROR(parse_audio_input(spec, binary, out.inputs));
     } else {
-      return invalid_argument("unknown input " + quote_name(spec.name) + " (expected text, image, pixel_values)");
+      return invalid_argument("unknown input " + quote_name(spec.name) +
+                              " (expected text, image, pixel_values; audio for Whisper models)");
     }
   }
   if (binary.unused() > 0) {
@@ -438,6 +510,7 @@ StatusOr<KServeInferRequest> parse_kserve_infer(std::string_view body, std::opti
 
 StatusOr<EncodedBody> encode_kserve_infer(const std::string& model, const KServeInferRequest& request,
                                           const serving::ResponseData& response) {
+  if (response.transcript) return encode_kserve_transcript(model, request, *response.transcript);
   const size_t dim = static_cast<size_t>(std::max<int64_t>(response.dim, 0));
   if (response.embeddings.size() != request.kinds.size() || dim == 0) {
     return internal_error("the server returned " + std::to_string(response.embeddings.size()) + " embeddings of size " +

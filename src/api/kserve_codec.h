@@ -2,7 +2,11 @@
 // docs/api.md: JSON tensors and the binary tensor data extension, both ways.
 //
 // Inputs `text` (BYTES [N], UTF-8), `image` (BYTES [M], base64 of an encoded image in JSON, raw bytes in the
-// binary extension) and `pixel_values` (FP32 [M, 3, S, S]) become serving::InputItem's in request order.
+// binary extension) and `pixel_values` (FP32 [M, 3, S, S]) become serving::InputItem's in request order; for
+// Whisper models `audio` (BYTES [1]: the encoded audio file, base64 in JSON, raw bytes in the binary extension)
+// with the optional request parameters language (string), task ("transcribe" | "translate"), timestamps (bool),
+// prompt (string), temperature (0..1) and beam_size (1..16); the response's outputs are then `text`,
+// `segments` (a JSON array, OpenAI's verbose_json segments) and `language`, each BYTES [1].
 // Everything a client can get wrong is a kInvalidArgument whose message names the input and the problem:
 // malformed JSON, unknown or duplicate fields, wrong types and datatypes, negative or overflowing shapes, a
 // data length that does not match the shape, invalid base64 or UTF-8, binary sections that are truncated,
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/whisper_executor.h"
 #include "serving/inference_server.h"
 #include "serving/request.h"
 
@@ -38,6 +43,7 @@ struct KServeInferRequest {
   std::optional<double> timeout_ms;          // parameters.timeout_ms
   bool binary_output = false;                // parameters.binary_data_output: every output binary by default
   std::vector<KServeOutputRequest> outputs;  // empty: every output the inputs produce
+  engine::TranscribeOptions transcribe;      // from the parameters (used by Whisper models only)
 };
 
 // Parses an infer request body. `json_length` is the Inference-Header-Content-Length header (binary extension):
@@ -60,6 +66,11 @@ struct EncodedBody {
 // bug, reported not crashed).
 StatusOr<EncodedBody> encode_kserve_infer(const std::string& model, const KServeInferRequest& request,
                                           const serving::ResponseData& response);
+
+// Writes a Whisper response: `text`, `segments`, `language` (BYTES [1] each) or the requested subset, JSON or
+// binary (4-byte little-endian length + bytes per element) as requested (kserve_transcript.cpp).
+StatusOr<EncodedBody> encode_kserve_transcript(const std::string& model, const KServeInferRequest& request,
+                                               const engine::Transcript& transcript);
 
 std::string encode_server_metadata();
 std::string encode_model_metadata(const serving::ModelMetadata& metadata);

@@ -49,6 +49,9 @@ struct RequestContext {
   bool close_connection = false;  // the body was left unread: close after the response
   bool checked = false;           // the api's pre-routing checks have run
   bool expect_continue = false;   // the client waits for "100 Continue" before sending its body
+  // A streamed response (server-sent events): its length is unknown, so the transport bounds each write
+  // (response_timeout_s) instead of the whole response.
+  bool streaming = false;
   std::shared_ptr<PeerProbe> peer;
 };
 

@@ -66,6 +66,7 @@ BodyKind classify_content_type(std::string_view content_type) {
   for (char& c : media) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (media.empty() || media == "application/json") return BodyKind::kJson;
   if (media == "application/octet-stream") return BodyKind::kOctetStream;
+  if (media == "multipart/form-data") return BodyKind::kMultipart;
   return BodyKind::kOther;
 }
 

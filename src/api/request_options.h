@@ -26,7 +26,7 @@ StatusOr<double> parse_timeout_header(std::string_view value);
 StatusOr<int> priority_from_json(const nlohmann::json& value);
 StatusOr<double> timeout_from_json(const nlohmann::json& value);
 
-enum class BodyKind { kJson, kOctetStream, kOther };
+enum class BodyKind { kJson, kOctetStream, kMultipart, kOther };
 // Classifies a Content-Type value by its media type (parameters such as charset ignored, case-insensitive).
 // An absent header (empty value) counts as JSON: clients that send JSON without saying so are common.
 BodyKind classify_content_type(std::string_view content_type);

@@ -30,6 +30,8 @@ enum class RouteId {
   kRepositoryUnload,
   kOpenAiModels,
   kOpenAiEmbeddings,
+  kOpenAiTranscriptions,
+  kOpenAiTranslations,
   kMetrics,
   kHealthz,
 };
@@ -40,7 +42,7 @@ struct Route {
   const char* pattern;  // "/v2/models/{model}/infer"
   ApiFamily family;
   bool needs_key;  // when API keys are configured
-  bool has_body;   // POST with a JSON body (Content-Type checked)
+  bool has_body;   // POST with a body (Content-Type checked: JSON, or multipart/form-data for the audio routes)
 };
 
 // Every route, in docs/api.md order.

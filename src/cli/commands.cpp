@@ -45,6 +45,10 @@ int run_embed(const EmbedArgs& args) {
   if (Status servable = models::check_servable(*family); !servable.ok()) {
     return fail(args.model_dir + ": " + servable.message());
   }
+  if (*family != models::Family::kClip) {
+    return fail(args.model_dir + ": embed needs a CLIP model; this is a " + models::family_name(*family) +
+                " model (speech to text: mmserve transcribe)");
+  }
 
   engine::ExecutorOptions options;
   options.threads = args.threads;

@@ -181,7 +181,7 @@ int64_t WhisperExecutor::memory_bytes() const {
 
 std::string WhisperExecutor::describe() const {
   const models::WhisperConfig& c = impl_->backend->config();
-  return "whisper on " + device().to_string() + " in " + dtype_name(dtype()) + ": d_model " +
+  return device().to_string() + " " + dtype_name(dtype()) + ": whisper d_model " +
          std::to_string(c.d_model) + ", " + std::to_string(c.encoder_layers) + "+" + std::to_string(c.decoder_layers) +
          " layers, " + std::to_string(c.num_mel_bins) + " mel bins, " +
          std::to_string(impl_->tokenizer->num_languages()) + " languages, " +

@@ -24,8 +24,8 @@ StatusOr<Family> detect_family(const std::string& model_dir);
 // "clip", "whisper".
 const char* family_name(Family family);
 
-// OK when the server and `mmserve embed` can run models of `family`; kUnimplemented saying so otherwise
-// (Whisper: "Whisper serving is not implemented yet").
+// OK when the server can run models of `family` (both families today; SAM and VLMs will start as
+// kUnimplemented, saying so).
 Status check_servable(Family family);
 
 struct ModelSummary {

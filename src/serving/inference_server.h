@@ -73,7 +73,7 @@ struct TensorSpec {
 struct ModelMetadata {
   std::string name;
   std::vector<std::string> versions;
-  std::string platform;         // "mmserve_clip"
+  std::string platform;         // "mmserve_clip", "mmserve_whisper"
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   int64_t embedding_dim = 0;

@@ -188,6 +188,12 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
     return out_of_range_value(label, "memory_quota_mb", std::to_string(c.memory_quota_mb), "must be >= 0");
   }
   if (c.threads < 0) return out_of_range_value(label, "threads", std::to_string(c.threads), "must be >= 0");
+  if (!(c.audio_seconds_max > 0) || !std::isfinite(c.audio_seconds_max)) {
+    return out_of_range_value(label, "audio_seconds_max", std::to_string(c.audio_seconds_max), "must be > 0");
+  }
+  if (c.audio_bytes_max < 1) {
+    return out_of_range_value(label, "audio_bytes_max", std::to_string(c.audio_bytes_max), "must be >= 1");
+  }
   return ok_status();
 }
 
@@ -236,6 +242,12 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
        }},
       {"threads", set_int(&c.threads)},
       {"preempt_chunk_images", set_int(&c.preempt_chunk_images)},
+      {"audio_seconds_max", set_double(&c.audio_seconds_max)},
+      {"audio_bytes_max",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.audio_bytes_max, read_int(n, label, key));
+         return ok_status();
+       }},
   };
   RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
   // A max_batch_size without buckets gets buckets that reach it (the defaults stop at 64).

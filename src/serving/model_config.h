@@ -14,6 +14,9 @@
 //   threads: 0                  # CPU threads of the engine (0 = all)
 //   preempt_chunk_images: 8     # qos: run a batch's images in chunks of this many and serve better-class
 //                               # requests that arrived meanwhile between chunks (0 = never)
+//   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
+//   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
+//                               # (the HTTP body limit, --max-body-mb, applies first)
 // Unknown keys and wrong types are errors naming the file and the key.
 // Tests: tests/unit/serving/model_config_test.cpp.
 #pragma once
@@ -40,6 +43,8 @@ struct ModelConfig {
   int64_t memory_quota_mb = 0;
   int threads = 0;
   int preempt_chunk_images = 8;
+  double audio_seconds_max = 7200;
+  int64_t audio_bytes_max = 256LL << 20;
 };
 
 // Parses YAML text (`label` names it in errors); missing keys keep their defaults.

@@ -23,11 +23,12 @@ std::string mib(int64_t bytes) {
 
 }  // namespace
 
-ModelRuntime::ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context)
+ModelRuntime::ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family)
     : name_(std::move(name)),
       config_(std::move(config)),
       context_(context),
-      metrics_(*context.metrics, name_, config_.priority_levels),
+      family_(family),
+      metrics_(*context.metrics, name_, config_.priority_levels, family == models::Family::kWhisper),
       queue_(QueueOptions{context.policy, static_cast<size_t>(config_.queue_size), context.aging_ms_per_level,
                           &metrics_.queue_depth(),
                           [this](const PendingRequestPtr& r, const Status& s) { on_dropped(r, s); }}) {}
@@ -40,10 +41,14 @@ StatusOr<std::shared_ptr<ModelRuntime>> ModelRuntime::load(const std::string& na
                                                            const ModelConfig& config, const RuntimeContext& context) {
   MMSERVE_CHECK(context.preprocess_pool != nullptr && context.metrics != nullptr, "incomplete RuntimeContext");
   const Clock::time_point start = Clock::now();
-  std::shared_ptr<ModelRuntime> runtime(new ModelRuntime(name, config, context));
+  ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
+  std::shared_ptr<ModelRuntime> runtime(new ModelRuntime(name, config, context, family));
   RETURN_IF_ERROR(runtime->load_instances(dir));
   for (auto& executor : runtime->executors_) {
     runtime->engines_.emplace_back([raw = runtime.get(), exec = executor.get()] { raw->engine_loop(exec); });
+  }
+  for (auto& executor : runtime->whisper_executors_) {
+    runtime->engines_.emplace_back([raw = runtime.get(), exec = executor.get()] { raw->whisper_engine_loop(exec); });
   }
   runtime->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return runtime;
@@ -60,9 +65,6 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                          ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32, "
                          "or device: cuda");
   }
-  ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
-  RETURN_IF_ERROR(models::check_servable(family).with_context(dir));
-  MMSERVE_CHECK(family == models::Family::kClip, "check_servable admits only CLIP");
   ASSIGN_OR_RETURN(models::ModelSummary summary, models::inspect_model_dir(dir));
   architecture_ = summary.architecture;
 
@@ -73,15 +75,18 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                               mib(summary.bytes_in_memory * config_.instances) + " of weights but memory_quota_mb is " +
                               std::to_string(config_.memory_quota_mb));
   }
-  ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
-  ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
-
   engine::ExecutorOptions options;
   options.device = device;
   options.threads = config_.threads;
   options.batch_size_max = config_.max_batch_size;
   options.dtype = dtype;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
+  RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
+  if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota);
+  MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
+  ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
+  ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
+
   for (int i = 0; i < config_.instances; ++i) {
     ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
     if (i == 0) {
@@ -127,6 +132,7 @@ Status ModelRuntime::warm(engine::ClipExecutor& executor) {
 }
 
 ModelMetadata ModelRuntime::metadata() const {
+  if (family_ == models::Family::kWhisper) return whisper_metadata();
   ModelMetadata m;
   m.name = name_;
   m.versions = {"1"};
@@ -192,12 +198,15 @@ void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point s
   }
   if (!admitted.ok()) return reject(why, admitted, done);
   request->done = std::move(done);
-  // Only image decoding goes to the (priority-blind, FIFO) preprocessing pool. Texts and pixel values cost
-  // microseconds, so they are preprocessed right here: a high-priority text never waits behind a flood of
+  request->transcribe = std::move(spec.transcribe);
+  request->on_segment = std::move(spec.on_segment);
+  // Only image and audio decoding go to the (priority-blind, FIFO) preprocessing pool. Texts and pixel values
+  // cost microseconds, so they are preprocessed right here: a high-priority text never waits behind a flood of
   // image decodes.
-  const bool has_image_bytes = std::any_of(spec.inputs.begin(), spec.inputs.end(),
-                                           [](const InputItem& in) { return in.kind == InputKind::kImageBytes; });
-  if (!has_image_bytes) {
+  const bool has_encoded = std::any_of(spec.inputs.begin(), spec.inputs.end(), [](const InputItem& in) {
+    return in.kind == InputKind::kImageBytes || in.kind == InputKind::kAudioBytes;
+  });
+  if (!has_encoded) {
     preprocess(request, spec.inputs);
     return;
   }
@@ -223,7 +232,8 @@ void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<Inpu
   } else if (request->cancelled && request->cancelled()) {
     status = Status(StatusCode::kCancelled, "the client cancelled the request before preprocessing");
   } else {
-    status = preprocessor_->run(inputs, *request);
+    status = family_ == models::Family::kWhisper ? preprocess_audio(inputs, audio_options_, *request)
+                                                 : preprocessor_->run(inputs, *request);
     request->times.preprocess_ms = ms_between(start, Clock::now());
     request->preprocessed = true;
   }
@@ -336,6 +346,7 @@ void ModelRuntime::stop(const Status& reason) {
   for (std::thread& engine : engines_) engine.join();
   engines_.clear();
   executors_.clear();  // frees the weights and arenas now, even if a pool task still holds a reference
+  whisper_executors_.clear();
   stopped_ = true;
 }
 

@@ -1,18 +1,20 @@
-// ModelRuntime: one loaded model: its instances (a ClipExecutor each, owned by ONE engine thread that runs
-// the dynamic batcher), its request queue, its preprocessor, and its metrics children.
+// ModelRuntime: one loaded model: its instances (a ClipExecutor or a WhisperExecutor each, owned by ONE engine
+// thread that runs the dynamic batcher), its request queue, its preprocessor, and its metrics children.
 //
 // A request's way: submit() validates (inputs, priority), sets the deadline, reserves a queue slot (full:
 // 429) and hands the request to the server's bounded preprocessing pool (full: 429); the pool thread decodes,
 // tokenizes and scores it and pushes it into its slot; an engine thread pops a batch (RequestQueue decides
-// which: policy, aging, max_batch_size, max_queue_delay_ms), runs both towers (clip_batch.cpp), splits the
-// results and completes each request. Every admitted request ends in finish(), which fills the phase times,
-// records metrics and calls `done` exactly once.
+// which: policy, aging, max_batch_size, max_queue_delay_ms), runs it (clip_batch.cpp: both towers;
+// whisper_batch.cpp: transcribe_batch), splits the results and completes each request. Every admitted request
+// ends in finish(), which fills the phase times, records metrics and calls `done` exactly once.
 //
-// Loading refuses a device other than cpu (kUnimplemented, until the CUDA backend), a dtype other than
-// auto/f32 on the CPU, and a model whose weights + arena for all instances exceed memory_quota_mb
-// (kResourceExhausted); it warms every instance with one text batch and one image batch. stop() refuses new
-// requests, fails queued ones with its reason, lets running batches finish and joins the engine threads.
-// Tests: tests/unit/serving/inference_server_test.cpp.
+// Whisper models (model_runtime_whisper.cpp) take one encoded audio file per request: it is decoded on the
+// pool with the model's audio limits, the QoS score is the audio's duration term, and a batch is up to
+// max_batch_size requests. Loading refuses a dtype other than auto/f32 on the CPU, and a model whose weights +
+// arena for all instances exceed memory_quota_mb (kResourceExhausted); it warms every instance (CLIP: one text
+// batch and one image batch; Whisper: one second of silence). stop() refuses new requests, fails queued ones
+// with its reason, lets running batches finish and joins the engine threads.
+// Tests: tests/unit/serving/inference_server_test.cpp, tests/unit/serving/whisper_serving_test.cpp.
 #pragma once
 
 #include <condition_variable>
@@ -24,6 +26,9 @@
 
 #include "core/thread_pool.h"
 #include "engine/clip_executor.h"
+#include "engine/whisper_executor.h"
+#include "models/registry.h"
+#include "serving/audio_preprocessor.h"
 #include "serving/inference_server.h"
 #include "serving/model_config.h"
 #include "serving/request_preprocessor.h"
@@ -72,11 +77,16 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   const std::string& description() const { return description_; }
 
  private:
-  ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context);
+  ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family);
   Status load_instances(const std::string& dir);
   Status warm(engine::ClipExecutor& executor);
   void preprocess(const PendingRequestPtr& request, std::vector<InputItem>& inputs);
   void engine_loop(engine::ClipExecutor* executor);
+  // Whisper (model_runtime_whisper.cpp).
+  Status load_whisper_instances(const std::string& dir, const engine::ExecutorOptions& options, int64_t quota);
+  void whisper_engine_loop(engine::WhisperExecutor* executor);
+  void run_whisper(engine::WhisperExecutor& executor, const std::vector<PendingRequestPtr>& batch);
+  ModelMetadata whisper_metadata() const;
   // `preemptible`: under qos, run the images in chunks and serve better-class arrivals between them.
   void run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch, bool preemptible);
   void on_dropped(const PendingRequestPtr& request, const Status& status);
@@ -87,6 +97,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   const std::string name_;
   const ModelConfig config_;
   const RuntimeContext context_;
+  const models::Family family_;
   ModelMetrics metrics_;
   std::string architecture_;
   int64_t embedding_dim_ = 0, image_size_ = 0, max_text_tokens_ = 0;
@@ -94,7 +105,10 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   std::string description_;
   double load_seconds_ = 0;
   std::unique_ptr<RequestPreprocessor> preprocessor_;
-  std::vector<std::unique_ptr<engine::ClipExecutor>> executors_;  // each driven only by its engine thread
+  std::vector<std::unique_ptr<engine::ClipExecutor>> executors_;             // each driven only by its engine thread
+  std::vector<std::unique_ptr<engine::WhisperExecutor>> whisper_executors_;  // likewise (Whisper models)
+  AudioPreprocessorOptions audio_options_;                                   // Whisper models
+  std::vector<std::string> languages_;                                       // Whisper: the tokenizer's
   RequestQueue queue_;
   std::vector<std::thread> engines_;
 

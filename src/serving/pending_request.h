@@ -4,6 +4,8 @@
 // The first block is what the scheduler reads (RequestQueue never looks at the payload); the payload is what
 // preprocessing (request_preprocessor.cpp) produces and the batch runner (clip_batch.cpp) consumes. A request
 // is owned by exactly one stage at a time (pool task, queue, engine thread), so its fields need no lock.
+// Whisper requests carry one decoded audio (whisper_batch.cpp consumes it) and count as one item in the first
+// budget slot (kAudioSlot): a Whisper batch is max_batch_size requests, whatever their durations.
 // Tests: through request_queue_test.cpp and inference_server_test.cpp.
 #pragma once
 
@@ -21,6 +23,7 @@ namespace mmserve::serving {
 // CLIP's two towers are batched separately; the batch budget counts inputs per tower.
 enum Tower : int { kTextTower = 0, kImageTower = 1 };
 inline constexpr int kTowerCount = 2;
+inline constexpr int kAudioSlot = kTextTower;  // Whisper: one item per request
 
 struct PendingRequest {
   // Scheduling.
@@ -37,7 +40,11 @@ struct PendingRequest {
   std::vector<std::vector<int32_t>> text_ids;  // one per text input, in order
   std::vector<float> pixels;                   // one [3, S, S] block per image input, in order
   int64_t images = 0;
-  int64_t tokens = 0;  // sum of text_ids' lengths (OpenAI usage)
+  int64_t tokens = 0;        // sum of text_ids' lengths (OpenAI usage)
+  std::vector<float> audio;  // Whisper: mono samples at the executor's rate
+  double audio_seconds = 0;  // of `audio` (the QoS score's audio term)
+  engine::TranscribeOptions transcribe;
+  engine::SegmentCallback on_segment;  // streaming: the request is decoded alone
 
   // Bookkeeping.
   Clock::time_point submitted{};

@@ -2,8 +2,9 @@
 // and what comes back. Immutable once submitted.
 //
 // One request targets one model and carries ordered inputs of several kinds (texts, encoded images,
-// preprocessed pixel values; audio joins with Whisper). The response holds one embedding per input, in input
-// order, plus logits when a CLIP request has both images and texts, and the time spent in each phase.
+// preprocessed pixel values for CLIP; one encoded audio file for Whisper). A CLIP response holds one embedding
+// per input, in input order, plus logits when the request has both images and texts; a Whisper response holds
+// the transcript. Both carry the time spent in each phase.
 #pragma once
 
 #include <chrono>
@@ -14,19 +15,21 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/whisper_executor.h"
 
 namespace mmserve::serving {
 
 using Clock = std::chrono::steady_clock;
 
-enum class InputKind { kText, kImageBytes, kPixelValues };
+enum class InputKind { kText, kImageBytes, kPixelValues, kAudioBytes };
 
 struct InputItem {
   InputKind kind = InputKind::kText;
   std::string text;                 // kText: UTF-8
   std::string image_bytes;          // kImageBytes: an encoded JPEG/PNG/WebP file
   std::vector<float> pixel_values;  // kPixelValues: [3, H, W], already preprocessed
-  bool is_image() const { return kind != InputKind::kText; }
+  std::string audio_bytes;          // kAudioBytes: an encoded WAV/FLAC/Ogg/MP3 file
+  bool is_image() const { return kind == InputKind::kImageBytes || kind == InputKind::kPixelValues; }
 };
 
 struct RequestOptions {
@@ -42,6 +45,12 @@ struct RequestSpec {
   RequestOptions options;
   // Polled before the request starts; true when the client has gone (the request is then dropped).
   std::function<bool()> cancelled;
+  // Whisper: how to decode (task, language, prompt, temperatures...). Ignored by CLIP models.
+  engine::TranscribeOptions transcribe;
+  // Whisper, optional: called on the engine thread after each finished segment (streaming responses); must be
+  // cheap; returning false cancels the request. A request with a callback is decoded alone, not in a batch
+  // (transcribe_batch has no per-request callbacks).
+  engine::SegmentCallback on_segment;
 };
 
 struct PhaseTimes {
@@ -58,8 +67,9 @@ struct ResponseData {
   std::vector<float> logits_per_image;
   int64_t images = 0;
   int64_t texts = 0;
-  int64_t tokens = 0;         // text tokens processed (OpenAI `usage`)
-  int batch_size = 0;         // size of the largest engine batch this request rode in
+  int64_t tokens = 0;                            // text tokens processed (OpenAI `usage`)
+  int batch_size = 0;                            // size of the largest engine batch this request rode in
+  std::optional<engine::Transcript> transcript;  // Whisper models: the request's transcript
   PhaseTimes times;
 };
 

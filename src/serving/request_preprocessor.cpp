@@ -76,6 +76,11 @@ Status RequestPreprocessor::run(std::vector<InputItem>& inputs, PendingRequest& 
   int64_t text_chars = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputItem& input = inputs[i];
+    if (input.kind == InputKind::kAudioBytes) {
+      return invalid_argument("input " + std::to_string(i) +
+                              " is audio, but this is a CLIP model (texts and images only); transcription needs a "
+                              "Whisper model");
+    }
     request.input_is_image.push_back(input.is_image());
     if (input.is_image()) {
       RETURN_IF_ERROR(add_image(input, i, request));

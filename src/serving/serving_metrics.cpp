@@ -70,13 +70,15 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
                                   {"model", "priority"})),
       batch_size(r.histogram("mmserve_batch_size", "Engine batch size per tower, rounded up to the batch bucket.",
                              {"model", "tower"}, batch_size_buckets())),
+      audio_seconds(
+          r.counter("mmserve_audio_seconds_total", "Seconds of audio in successful transcriptions.", {"model"})),
       queue_depth(r.gauge("mmserve_queue_depth", "Requests waiting in the model's queue.", {"model"})),
       inflight(r.gauge("mmserve_inflight_requests", "Admitted requests not yet completed.", {"model"})),
       load_seconds(r.gauge("mmserve_model_load_seconds", "Seconds the last load took (with warm-up).", {"model"})),
       memory_bytes(r.gauge("mmserve_model_memory_bytes", "Weights plus arenas of all instances.", {"model"})),
       ready(r.gauge("mmserve_model_ready", "1 when the model is READY.", {"model"})) {}
 
-ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels) {
+ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels, bool audio) {
   for (Outcome o : kOutcomes) outcomes_.push_back(&f.requests.with({model, outcome_name(o)}));
   for (RejectReason r : kReasons) rejects_.push_back(&f.rejected.with({model, reject_reason_name(r)}));
   for (int p = 1; p <= std::max(1, priority_levels); ++p) {
@@ -86,8 +88,13 @@ ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int prio
     compute_.push_back(&f.compute_seconds.with({model, label}));
     request_.push_back(&f.request_seconds.with({model, label}));
   }
-  text_batch_ = &f.batch_size.with({model, "text"});
-  image_batch_ = &f.batch_size.with({model, "image"});
+  if (audio) {
+    audio_batch_ = &f.batch_size.with({model, "audio"});
+    audio_seconds_ = &f.audio_seconds.with({model});
+  } else {
+    text_batch_ = &f.batch_size.with({model, "text"});
+    image_batch_ = &f.batch_size.with({model, "image"});
+  }
   queue_depth_ = &f.queue_depth.with({model});
   inflight_ = &f.inflight.with({model});
 }

@@ -4,7 +4,9 @@
 //   mmserve_requests_total{model,outcome}          counter; outcome: success invalid rejected timeout cancelled error
 //   mmserve_rejected_requests_total{model,reason}  counter; reason: queue_full preprocess_full draining not_ready
 //   mmserve_{queue,preprocess,compute,request}_duration_seconds{model,priority}   histograms
-//   mmserve_batch_size{model,tower}                histogram (1..128); tower: text image; the bucket-rounded size
+//   mmserve_batch_size{model,tower}                histogram (1..128); tower: text image (CLIP), audio (Whisper);
+//                                                  the bucket-rounded size
+//   mmserve_audio_seconds_total{model}             counter: seconds of audio in successful transcriptions
 //   mmserve_queue_depth{model}, mmserve_inflight_requests{model}                  gauges
 //   mmserve_model_load_seconds{model}, mmserve_model_memory_bytes{model}, mmserve_model_ready{model}   gauges
 // Tests: tests/unit/serving/inference_server_test.cpp reads them back from a live server.
@@ -37,6 +39,7 @@ struct ServingMetrics {
   Family<Histogram>& compute_seconds;
   Family<Histogram>& request_seconds;
   Family<Histogram>& batch_size;
+  Family<Counter>& audio_seconds;
   Family<Gauge>& queue_depth;
   Family<Gauge>& inflight;
   Family<Gauge>& load_seconds;
@@ -47,7 +50,9 @@ struct ServingMetrics {
 // One model's children, created up front (so they are exposed as zeros) and then used lock-free.
 class ModelMetrics {
  public:
-  ModelMetrics(ServingMetrics& families, const std::string& model, int priority_levels);
+  // `audio`: a speech model (batch sizes under tower="audio" and the audio seconds counter instead of the
+  // text/image towers).
+  ModelMetrics(ServingMetrics& families, const std::string& model, int priority_levels, bool audio = false);
 
   void count(Outcome outcome) { outcomes_[static_cast<int>(outcome)]->inc(); }
   void reject(RejectReason reason) { rejects_[static_cast<int>(reason)]->inc(); }
@@ -58,6 +63,8 @@ class ModelMetrics {
   Histogram& request_seconds(int priority) { return *request_[index(priority)]; }
   Histogram& text_batch_size() { return *text_batch_; }
   Histogram& image_batch_size() { return *image_batch_; }
+  Histogram& audio_batch_size() { return *audio_batch_; }
+  Counter& audio_seconds() { return *audio_seconds_; }
   Gauge& queue_depth() { return *queue_depth_; }
   Gauge& inflight() { return *inflight_; }
 
@@ -65,8 +72,10 @@ class ModelMetrics {
   size_t index(int priority) const;
   std::vector<Counter*> outcomes_, rejects_;
   std::vector<Histogram*> queue_, preprocess_, compute_, request_;
-  Histogram* text_batch_;
-  Histogram* image_batch_;
+  Histogram* text_batch_ = nullptr;
+  Histogram* image_batch_ = nullptr;
+  Histogram* audio_batch_ = nullptr;
+  Counter* audio_seconds_ = nullptr;
   Gauge* queue_depth_;
   Gauge* inflight_;
 };

@@ -3,6 +3,8 @@
 # temporary model repository holding a copy of tests/fixtures/clip-tiny-quickgelu-f32, waits for
 # /v2/health/ready, runs one client, and stops the server (SIGTERM, then SIGKILL after 15 s):
 #   openai      the official `openai` npm SDK (tests/e2e/openai): embeddings equal HF's goldens, SDK errors
+#   openai-audio  the same SDK's audio.transcriptions/translations.create against the tiny Whisper fixture
+#               (tests/e2e/openai/audio.test.mjs): every response_format, stream events, SDK errors
 #   prometheus  a real Prometheus scraping the server every 1 s with deploy/prometheus/mmserve_rules.yml:
 #               SPEC 5.3's two PromQL expressions and the recorded series are numbers; promtool check metrics
 #   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
@@ -13,7 +15,7 @@
 # Needs curl, python3, node + `npm ci --prefix tests/e2e/openai`, prometheus + promtool, locust (make deps).
 set -euo pipefail
 
-MODE=${1:?mode: openai | prometheus | locust | bench}
+MODE=${1:?mode: openai | openai-audio | prometheus | locust | bench}
 MMSERVE=$(realpath "${2:?path to the mmserve binary}")
 SRC=$(realpath "${3:?source directory}")
 MODEL=clip-tiny-quickgelu-f32
@@ -78,6 +80,23 @@ run_openai() {
   start_server --api-key sk-mmserve-test
   MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_MODEL=$MODEL MMSERVE_FIXTURE_DIR=$FIXTURE \
     MMSERVE_IMAGE_DIR=$SRC/tests/fixtures/images node --test "$dir/embeddings.test.mjs"
+}
+
+run_openai_audio() {
+  local dir=$SRC/tests/e2e/openai
+  [ -d "$dir/node_modules/openai" ] || npm ci --prefix "$dir" --no-audit --no-fund \
+    || fail "the openai package is missing: run npm ci --prefix tests/e2e/openai"
+  # Two copies of the Whisper fixture beside the CLIP one: one with a 5 s audio limit (jfk.wav is 11 s).
+  local whisper=$SRC/tests/fixtures/whisper/whisper-tiny-mel80-f32 name
+  for name in whisper-tiny whisper-short; do
+    mkdir -p "$TMP/models/$name"
+    find "$whisper" -maxdepth 1 -type f ! -name 'golden*' -exec cp {} "$TMP/models/$name/" \;
+  done
+  echo "audio_seconds_max: 5" >"$TMP/models/whisper-short/mmserve.yaml"
+  start_server --api-key sk-mmserve-test
+  MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_WHISPER=whisper-tiny MMSERVE_WHISPER_SHORT=whisper-short \
+    MMSERVE_MODEL=$MODEL MMSERVE_WHISPER_DIR=$TMP/models/whisper-tiny MMSERVE_AUDIO=$SRC/tests/fixtures/audio/jfk.wav \
+    MMSERVE_BINARY=$MMSERVE node --test "$dir/audio.test.mjs"
 }
 
 # prom_query EXPR: prints the single sample's value of an instant query, or fails.
@@ -246,6 +265,7 @@ PY
 
 case "$MODE" in
   openai) run_openai ;;
+  openai-audio) run_openai_audio ;;
   prometheus) run_prometheus ;;
   locust) run_locust ;;
   bench) run_bench ;;

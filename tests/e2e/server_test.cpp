@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "../conformance/golden.h"
+#include "server_process.h"
 #if MMSERVE_HAS_CUDA
 #include "core/cuda/cuda_status.h"
 #endif
@@ -34,55 +35,11 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using nlohmann::json;
+using namespace e2e;
 using testing::fixture;
 
 constexpr const char* kModel = "clip-tiny";
 constexpr size_t kDim = 10;  // projection_dim of the fixture
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-std::string base64(const std::string& bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  for (size_t i = 0; i < bytes.size(); i += 3) {
-    uint32_t v = static_cast<uint8_t>(bytes[i]) << 16;
-    if (i + 1 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 1]) << 8;
-    if (i + 2 < bytes.size()) v |= static_cast<uint8_t>(bytes[i + 2]);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += i + 1 < bytes.size() ? kAlphabet[(v >> 6) & 63] : '=';
-    out += i + 2 < bytes.size() ? kAlphabet[v & 63] : '=';
-  }
-  return out;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-int connect_to(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
 
 // A temporary model repository holding a copy of the fixture as `clip-tiny` (plus an optional mmserve.yaml).
 fs::path make_repository(const std::string& name, const std::string& yaml = "") {
@@ -94,111 +51,6 @@ fs::path make_repository(const std::string& name, const std::string& yaml = "") 
   }
   if (!yaml.empty()) std::ofstream(root / kModel / "mmserve.yaml") << yaml;
   return root;
-}
-
-// `mmserve serve` as a child process with its stderr in a file.
-class ServerProcess {
- public:
-  ServerProcess(const fs::path& repository, std::vector<std::string> extra = {}) : port_(free_port()) {
-    err_ = repository.string() + ".stderr";
-    log_ = repository.string() + ".access.log";
-    std::vector<std::string> args = {MMSERVE_BINARY,      "serve",      "--model-repository",
-                                     repository.string(), "--port",     std::to_string(port_),
-                                     "--access-log",      log_.string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      const int fd = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 2);
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(argv[0], argv.data());
-      std::_Exit(127);
-    }
-  }
-  ~ServerProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  // Waits for the "serving on" line, then for /v2/health/ready.
-  bool wait_ready(std::chrono::seconds timeout = 60s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (stderr_text().find("mmserve: serving on http://127.0.0.1:" + std::to_string(port_)) != std::string::npos) {
-        auto r = client().Get("/v2/health/ready");
-        if (r && r->status == 200) return true;
-      }
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return false;
-      }
-      std::this_thread::sleep_for(50ms);
-    }
-    return false;
-  }
-
-  // Sends SIGTERM and returns the exit code (-1 on timeout, 128 + signal when killed).
-  int terminate(std::chrono::seconds timeout = 60s) {
-    ::kill(pid_, SIGTERM);
-    return wait_exit(timeout);
-  }
-
-  // Waits for the process to exit by itself; its exit code, or -1 on timeout.
-  int wait_exit(std::chrono::seconds timeout = 60s) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-    return -1;
-  }
-
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  int port() const { return port_; }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-  std::string stderr_text() const { return read_file(err_); }
-  std::string access_log() const { return read_file(log_); }
-
- private:
-  int port_;
-  pid_t pid_ = -1;
-  fs::path err_, log_;
-};
-
-struct CurlResult {
-  int status = 0;
-  std::string body;
-};
-
-// Runs curl with `args` (already shell-quoted where needed) and returns the status code and body.
-CurlResult curl(const std::string& args) {
-  const std::string body_file = (fs::temp_directory_path() / ("mmserve_curl_" + std::to_string(::getpid()))).string();
-  const std::string command = "curl -s -o " + body_file + " -w '%{http_code}' " + args;
-  CurlResult r;
-  FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 64> buf{};
-  std::string out;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
-  ::pclose(pipe);
-  r.status = std::atoi(out.c_str());
-  r.body = read_file(body_file);
-  fs::remove(body_file);
-  return r;
 }
 
 // The golden inputs: the first two texts and images of golden.json.

@@ -15,3 +15,15 @@ if(Python3_Interpreter_FOUND)
 else()
   message(STATUS "python3 not found: kserve_client_test is not registered")
 endif()
+# The speech routes (OpenAI audio, KServe audio) against the tiny Whisper fixture, compared with the executor.
+mmserve_test(audio_server_e2e_test SOURCES audio_server_test.cpp
+             LIBS mmserve_engine mmserve_frontends nlohmann_json::nlohmann_json PkgConfig::HTTPLIB)
+target_compile_definitions(audio_server_e2e_test PRIVATE MMSERVE_BINARY="$<TARGET_FILE:mmserve>")
+add_dependencies(audio_server_e2e_test mmserve)
+# The speech routes with Python's `requests` (Debian's python3-requests, hence /usr/bin/python3).
+if(EXISTS /usr/bin/python3)
+  add_test(NAME audio_client_test
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/audio_client_test.py
+                   --binary $<TARGET_FILE:mmserve> --fixtures ${MMSERVE_FIXTURES_DIR})
+  set_tests_properties(audio_client_test PROPERTIES TIMEOUT 600)
+endif()

@@ -1,6 +1,9 @@
 // A test double of serving::InferenceServer for the api's unit tests: deterministic "embeddings" that encode
 // which input they came from, scripted errors, a hook that runs inside infer() (to block, throw or watch
 // RequestSpec.cancelled), and a record of the last RequestSpec so tests can check what the api passed on.
+// Model "whisper" transcribes: the audio bytes are the transcript's segments separated by '|' (each segment's
+// text is " " + the piece), every segment goes to RequestSpec.on_segment, bytes starting with "NOTAUDIO" are
+// refused as the real decoder refuses them, and CLIP models refuse audio as the real preprocessor does.
 // It implements the interface only; the real server is exercised by tests/e2e.
 #pragma once
 
@@ -22,6 +25,11 @@ class FakeInferenceServer : public serving::InferenceServer {
   FakeInferenceServer() {
     states_["clip"] = serving::ModelState::kReady;
     states_["loading-clip"] = serving::ModelState::kLoading;
+  }
+  // Adds a model (the audio tests add "whisper", READY).
+  void add_model(const std::string& name, serving::ModelState state = serving::ModelState::kReady) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    states_[name] = state;
   }
 
   Status start() override { return ok_status(); }
@@ -79,6 +87,7 @@ class FakeInferenceServer : public serving::InferenceServer {
       last_kinds.clear();
       last_texts.clear();
       last_images.clear();
+      last_transcribe = spec.transcribe;
       for (const serving::InputItem& item : spec.inputs) {
         last_kinds.push_back(item.kind);
         if (item.kind == serving::InputKind::kText) last_texts.push_back(item.text);
@@ -95,6 +104,8 @@ class FakeInferenceServer : public serving::InferenceServer {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!next_error.ok()) return next_error;
     }
+    const bool audio = !spec.inputs.empty() && spec.inputs[0].kind == serving::InputKind::kAudioBytes;
+    if (audio || spec.model == "whisper") return transcribe(spec);
     serving::ResponseData r;
     r.dim = kDim;
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
@@ -122,6 +133,38 @@ class FakeInferenceServer : public serving::InferenceServer {
     return r;
   }
 
+  StatusOr<serving::ResponseData> transcribe(const serving::RequestSpec& spec) {
+    if (spec.model != "whisper") {
+      return invalid_argument("input 0 is audio, but this is a CLIP model (texts and images only)");
+    }
+    if (spec.inputs.size() != 1 || spec.inputs[0].kind != serving::InputKind::kAudioBytes) {
+      return invalid_argument("model 'whisper' is a speech-to-text (Whisper) model: it takes one audio file");
+    }
+    const std::string& bytes = spec.inputs[0].audio_bytes;
+    if (bytes.rfind("NOTAUDIO", 0) == 0) return invalid_argument("audio: not an audio file we can read");
+    engine::Transcript t;
+    t.language = spec.transcribe.language.empty() ? "en" : spec.transcribe.language;
+    size_t begin = 0;
+    for (int64_t id = 0; begin <= bytes.size(); ++id) {
+      const size_t end = std::min(bytes.find('|', begin), bytes.size());
+      engine::TranscriptSegment segment;
+      segment.id = id;
+      segment.start = static_cast<double>(id);
+      segment.end = static_cast<double>(id) + 1.0;
+      segment.text = " " + bytes.substr(begin, end - begin);
+      segment.tokens = {50364 + static_cast<int32_t>(id)};
+      t.text += segment.text;
+      t.segments.push_back(segment);
+      if (spec.on_segment && !spec.on_segment(segment)) return Status(StatusCode::kCancelled, "cancelled");
+      begin = end + 1;
+    }
+    t.duration = static_cast<double>(t.segments.size());
+    serving::ResponseData r;
+    r.transcript = std::move(t);
+    r.times = {1.0, 2.0, 3.0, 6.5};
+    return r;
+  }
+
   bool drain(std::chrono::milliseconds) override {
     draining = true;
     return true;
@@ -141,6 +184,7 @@ class FakeInferenceServer : public serving::InferenceServer {
   serving::RequestOptions last_options;
   std::vector<serving::InputKind> last_kinds;
   std::vector<std::string> last_texts, last_images;
+  engine::TranscribeOptions last_transcribe;
 
  private:
   static serving::ModelStatus status_of(const std::string& name, serving::ModelState state) {

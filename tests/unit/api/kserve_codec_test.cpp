@@ -137,7 +137,7 @@ TEST(KServeCodec, RefusesWrongStructure) {
   expect_invalid(json{{"inputs", {{{"name", "text"}}}}, {"bogus", 1}}.dump(), "unknown field 'bogus'");
   expect_invalid(input({{"name", nullptr}}), "string 'name'");
   expect_invalid(input({{"extra", 1}}), "unknown field 'extra'");
-  expect_invalid(input({{"name", "audio"}}), "unknown input 'audio'");
+  expect_invalid(input({{"name", "video"}}), "unknown input 'video'");
   expect_invalid(input({{"datatype", "FP32"}}), "datatype must be BYTES");
   expect_invalid(input({{"datatype", 5}}), "string 'datatype'");
   expect_invalid(input({{"shape", nullptr}}), "needs a 'shape'");
@@ -402,6 +402,120 @@ TEST(KServeCodec, MetadataAndRepositoryBodies) {
   EXPECT_TRUE(parse_repository_action("{\"parameters\": {}}").ok());
   EXPECT_FALSE(parse_repository_action("{\"parameters\": 1}").ok());
   EXPECT_FALSE(parse_repository_action("nope").ok());
+}
+
+TEST(KServeCodec, ParsesAudioInputsAndWhisperParameters) {
+  const std::string wav = std::string("RIFF\0\0\0\0WAVEfmt ", 16);
+  json body = {
+      {"parameters",
+       {{"language", "fr"},
+        {"task", "translate"},
+        {"timestamps", false},
+        {"prompt", "Bonjour."},
+        {"beam_size", 5},
+        {"temperature", 0.8}}},
+      {"inputs", {{{"name", "audio"}, {"datatype", "BYTES"}, {"shape", {1}}, {"data", {base64_encode(wav)}}}}}};
+  StatusOr<KServeInferRequest> r = parse_kserve_infer(body.dump(), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->inputs.size(), 1u);
+  EXPECT_EQ(r->inputs[0].kind, InputKind::kAudioBytes);
+  EXPECT_EQ(r->inputs[0].audio_bytes, wav);
+  EXPECT_EQ(r->transcribe.language, "fr");
+  EXPECT_EQ(r->transcribe.task, engine::WhisperTask::kTranslate);
+  EXPECT_FALSE(r->transcribe.timestamps);
+  EXPECT_EQ(r->transcribe.initial_prompt, "Bonjour.");
+  EXPECT_EQ(r->transcribe.beam_size, 5);
+  ASSERT_EQ(r->transcribe.temperatures.size(), 2u);  // 0.8, 1.0
+  EXPECT_NEAR(r->transcribe.temperatures[0], 0.8f, 1e-6);
+
+  // The binary extension: raw bytes, no base64.
+  const auto [binary, length] = binary_body({{"inputs",
+                                              {{{"name", "audio"},
+                                                {"datatype", "BYTES"},
+                                                {"shape", {1}},
+                                                {"parameters", {{"binary_data_size", 4 + wav.size()}}}}}}},
+                                            bytes_elements({wav}));
+  r = parse_kserve_infer(binary, length);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->inputs[0].audio_bytes, wav);
+  EXPECT_EQ(r->transcribe.task, engine::WhisperTask::kTranscribe);  // the default
+
+  auto audio = [](json patch, json params = json::object()) {
+    json in = {{"name", "audio"}, {"datatype", "BYTES"}, {"shape", {1}}, {"data", {"UklGRg=="}}};
+    in.merge_patch(patch);
+    return json{{"parameters", params}, {"inputs", {in}}}.dump();
+  };
+  expect_invalid(audio({{"datatype", "UINT8"}}), "datatype must be BYTES");
+  expect_invalid(audio({{"shape", {1, 1}}}), "shape must be [1]");
+  expect_invalid(audio({{"data", {"not base64!"}}}), "input 'audio': element 0");
+  expect_invalid(audio({{"data", {""}}}), "empty audio file");
+  expect_invalid(audio({{"data", {7}}}), "base64 string");
+  expect_invalid(audio({}, {{"task", "summarise"}}), "parameters.task");
+  expect_invalid(audio({}, {{"language", 1}}), "parameters.language");
+  expect_invalid(audio({}, {{"timestamps", "yes"}}), "parameters.timestamps");
+  expect_invalid(audio({}, {{"beam_size", 0}}), "parameters.beam_size");
+  expect_invalid(audio({}, {{"temperature", 2}}), "parameters.temperature");
+  const auto [cut, cut_length] = binary_body({{"inputs",
+                                               {{{"name", "audio"},
+                                                 {"datatype", "BYTES"},
+                                                 {"shape", {1}},
+                                                 {"parameters", {{"binary_data_size", 4 + wav.size()}}}}}}},
+                                             bytes_elements({wav}).substr(0, 10));
+  expect_invalid(cut, "runs past the end", cut_length);
+}
+
+TEST(KServeCodec, EncodesTranscripts) {
+  engine::Transcript t;
+  t.text = " Hello \"world\"";
+  t.language = "en";
+  t.duration = 2.5;
+  engine::TranscriptSegment s;
+  s.id = 0;
+  s.start = 0.0;
+  s.end = 2.5;
+  s.text = t.text;
+  s.tokens = {50364, 2425, 50489};
+  t.segments.push_back(s);
+  KServeInferRequest request;
+  request.id = "a1";
+  StatusOr<EncodedBody> out = encode_kserve_transcript("whisper", request, t);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_FALSE(out->json_length.has_value());
+  json body = json::parse(out->body);
+  EXPECT_EQ(body["model_name"], "whisper");
+  EXPECT_EQ(body["id"], "a1");
+  ASSERT_EQ(body["outputs"].size(), 3u);
+  EXPECT_EQ(body["outputs"][0]["name"], "text");
+  EXPECT_EQ(body["outputs"][0]["datatype"], "BYTES");
+  EXPECT_EQ(body["outputs"][0]["shape"], json({1}));
+  EXPECT_EQ(body["outputs"][0]["data"][0], t.text);
+  const json segments = json::parse(body["outputs"][1]["data"][0].get<std::string>());
+  ASSERT_EQ(segments.size(), 1u);
+  EXPECT_EQ(segments[0]["tokens"], json({50364, 2425, 50489}));
+  EXPECT_EQ(segments[0]["end"], 2.5);
+  EXPECT_EQ(body["outputs"][2]["data"][0], "en");
+
+  // One output, binary.
+  request.outputs = {{"text", true}};
+  out = encode_kserve_transcript("whisper", request, t);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_TRUE(out->json_length.has_value());
+  EXPECT_EQ(out->content_type, "application/octet-stream");
+  body = json::parse(out->body.substr(0, *out->json_length));
+  ASSERT_EQ(body["outputs"].size(), 1u);
+  EXPECT_EQ(body["outputs"][0]["parameters"]["binary_data_size"], 4 + t.text.size());
+  EXPECT_EQ(out->body.substr(*out->json_length), bytes_elements({t.text}));
+
+  request.outputs = {{"text_embeds", false}};
+  out = encode_kserve_transcript("whisper", request, t);
+  EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+  // Through encode_kserve_infer: a response with a transcript is written as one.
+  serving::ResponseData response;
+  response.transcript = t;
+  request.outputs.clear();
+  out = encode_kserve_infer("whisper", request, response);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(json::parse(out->body)["outputs"][0]["name"], "text");
 }
 
 }  // namespace

@@ -27,6 +27,8 @@ TEST(RouteTable, MatchesEveryDocumentedRoute) {
       {"POST", "/v2/repository/models/clip/unload", RouteId::kRepositoryUnload},
       {"GET", "/v1/models", RouteId::kOpenAiModels},
       {"POST", "/v1/embeddings", RouteId::kOpenAiEmbeddings},
+      {"POST", "/v1/audio/transcriptions", RouteId::kOpenAiTranscriptions},
+      {"POST", "/v1/audio/translations", RouteId::kOpenAiTranslations},
       {"GET", "/metrics", RouteId::kMetrics},
       {"GET", "/healthz", RouteId::kHealthz},
       {"HEAD", "/healthz", RouteId::kHealthz},

@@ -33,6 +33,8 @@ default_timeout_ms: 1500
 memory_quota_mb: 300
 threads: 3
 preempt_chunk_images: 4
+audio_seconds_max: 600.5
+audio_bytes_max: 1048576
 )",
                               kLabel);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -49,6 +51,8 @@ preempt_chunk_images: 4
   EXPECT_EQ(c->memory_quota_mb, 300);
   EXPECT_EQ(c->threads, 3);
   EXPECT_EQ(c->preempt_chunk_images, 4);
+  EXPECT_DOUBLE_EQ(c->audio_seconds_max, 600.5);
+  EXPECT_EQ(c->audio_bytes_max, 1048576);
 }
 
 TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
@@ -67,6 +71,8 @@ TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
     EXPECT_DOUBLE_EQ(c->default_timeout_ms, 0);
     EXPECT_EQ(c->memory_quota_mb, 0);
     EXPECT_EQ(c->threads, 0);
+    EXPECT_DOUBLE_EQ(c->audio_seconds_max, 7200);  // 2 h
+    EXPECT_EQ(c->audio_bytes_max, 256LL << 20);
   }
 }
 
@@ -144,6 +150,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"default_priority: 0\n", "default_priority"}, BadCase{"default_timeout_ms: -5\n", "default_timeout_ms"},
         BadCase{"memory_quota_mb: -1\n", "memory_quota_mb"}, BadCase{"threads: -2\n", "threads"},
         BadCase{"preempt_chunk_images: -1\n", "preempt_chunk_images"},
+        BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
+        BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
         BadCase{"instances: 99999999999\n", "instances"}),  // beyond int
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
