@@ -10,7 +10,13 @@
 //   whisper_cpu_bench [--arch tiny|base] [--threads N] [--tokens 128] [--iters 3] [--audio FILE.wav]
 // The real-time factor is (mel + encoder + decoder time) / 30 s for one window with --tokens tokens (whisper.cpp
 // and faster-whisper report the same ratio; a 30 s window of English speech is ~100 tokens).
+// --vad also times WhisperExecutor::transcribe on speech with pauses (jfk, 25 s of silence, jfk, 25 s of
+// silence: 72 s, 3 windows) with and without the Silero VAD, greedy without timestamps at one temperature:
+// a random model never ends a window early, so each window costs the encoder plus --tokens decoder steps and
+// the saving is the windows the VAD removes (the tokenizer and generation config come from the tiny fixture,
+// which has the same 51,865-token vocabulary).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "engine/whisper_executor.h"
 #include "frontends/audio/audio.h"
 #include "frontends/audio/log_mel.h"
 #include "kernels/common/blas_core.h"
@@ -98,6 +105,7 @@ int main(int argc, char** argv) {
   mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);
   std::string arch_name = "tiny", audio_path = MMSERVE_JFK_WAV;
   int threads = 0, tokens = 128, iters = 3;
+  bool vad = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -106,9 +114,10 @@ int main(int argc, char** argv) {
     else if (a == "--tokens") tokens = std::atoi(next().c_str());
     else if (a == "--iters") iters = std::atoi(next().c_str());
     else if (a == "--audio") audio_path = next();
+    else if (a == "--vad") vad = true;
     else {
       std::fprintf(stderr, "usage: whisper_cpu_bench [--arch tiny|base] [--threads N] [--tokens N] [--iters N] "
-                           "[--audio FILE]\n");
+                           "[--audio FILE] [--vad]\n");
       return 2;
     }
   }
@@ -169,6 +178,49 @@ int main(int argc, char** argv) {
     }
   });
   if (!status.ok()) return fail(status);
+
+  nlohmann::json vad_result;
+  if (vad) {
+    for (const char* file : {"tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                             "processor_config.json"}) {
+      fs::copy_file(fs::path(MMSERVE_WHISPER_FIXTURE) / file, dir / file);
+    }
+    mmserve::engine::ExecutorOptions options;
+    options.threads = threads;
+    auto executor = mmserve::engine::WhisperExecutor::create(dir.string(), options);
+    if (!executor.ok()) return fail(executor.status());
+    std::vector<float> paused;
+    for (int i = 0; i < 2; ++i) {
+      paused.insert(paused.end(), audio->samples.begin(), audio->samples.end());
+      paused.insert(paused.end(), 25 * 16000, 0.0f);
+    }
+    mmserve::engine::TranscribeOptions o;
+    o.language = "en";
+    o.timestamps = false;
+    o.temperatures = {0.0f};
+    o.compression_ratio_threshold = 0.0f;
+    o.logprob_threshold = NAN;
+    o.no_speech_threshold = NAN;
+    o.condition_on_previous_text = false;
+    o.max_new_tokens = tokens;
+    for (bool on : {false, true}) {
+      o.vad = on;
+      size_t windows = 0;
+      double skipped = 0.0;
+      const double ms = time_ms(1, [&] {
+        auto t = (*executor)->transcribe(paused, o);
+        if (!t.ok()) {
+          keep(t.status());
+          return;
+        }
+        windows = t->segments.size();  // one segment per window without timestamps
+        skipped = t->vad_skipped_seconds;
+      });
+      if (!status.ok()) return fail(status);
+      vad_result[on ? "with_vad" : "without_vad"] = {{"ms", ms}, {"windows", windows}, {"skipped_s", skipped}};
+    }
+    vad_result["audio_s"] = static_cast<double>(paused.size()) / 16000.0;
+  }
   fs::remove_all(dir);
 
   const double total_ms = mel_ms + encoder_ms + decoder_ms;
@@ -182,6 +234,7 @@ int main(int argc, char** argv) {
                         {"cross_kv_and_prefill_ms", prefill_ms},
                         {"window_ms", total_ms},
                         {"real_time_factor", total_ms / 30000.0}};
+  if (vad) out["transcribe_speech_with_pauses"] = vad_result;
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }
