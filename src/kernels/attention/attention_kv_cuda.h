@@ -2,10 +2,12 @@
 //
 // Three paths, all CUDA-graph capturable (no host synchronisation, no allocation; kv_lengths, scales and
 // every length that may change between replays are read on the device):
-//  - q_len == 1 (decode step, memory bound): flash-decoding. The key range [0, kv_len) is split into
-//    chunks over several CTAs per (batch, head) so that even batch 1 x 20 heads fills the GPU; each CTA
-//    writes its partial (max, sum, unnormalised output) to the caller's workspace and a second kernel
-//    combines them. The split count depends on batch, heads and kv_len only, never on kv_lengths.
+//  - q_len == 1 (decode step, memory bound): flash-decoding. Groups of lanes stream their own keys with
+//    16-byte loads straight into registers (FP8/INT8 widened there), online softmax in registers. A KV
+//    range longer than 512 keys is split into chunks over several CTAs per (batch, head) so that even
+//    batch 1 x 20 heads fills the GPU; each CTA writes its partial (max, sum, unnormalised output) to the
+//    caller's workspace and a second kernel combines them; a shorter one is one launch. The split count
+//    depends on batch, heads and kv_len only, never on kv_lengths.
 //  - f16/bf16, q_len > 1, head_dim <= 128: FlashAttention-2 on tensor cores (mma.sync m16n8k16): one CTA
 //    per (batch, head, tile of query rows), K/V tiles of 64 keys streamed through shared memory
 //    (double-buffered; compressed K/V dequantised to f16/bf16 on the way in), online softmax in f32.

@@ -1,6 +1,7 @@
 // Benchmark of attention_kv_cuda() on Whisper large-v3's shapes (20 heads x 64): the decode step (q_len 1)
 // over the self-attention KV cache (kv_len 128) and over the cross-attention K/V (kv_len 1500, bf16 and
-// FP8) at batch 1 and 16, reported as achieved HBM GB/s (bytes = K and V read once plus q and out); and the
+// FP8, and f16 with f16 / INT8 K/V; the self cache also at its 448 capacity, all keys visible) at batch 1 and 16,
+// reported as achieved HBM GB/s (bytes = K and V read once plus q and out); and the
 // encoder's self-attention (batch 1, 1500 frames) and a 448-token cross-attention prompt, reported as
 // TFLOP/s (flops = 4 * batch * heads * q_len * kv_len * head_dim).
 // Run: kernels_cuda_bench (all CUDA kernels, see testing/cuda_bench_main.cpp).
@@ -28,9 +29,11 @@ void bench_shape(CudaBench& bench, const KvShape& s) {
   const int64_t heads = 20, head_dim = 64, hidden = heads * head_dim;
   const size_t elem = dtype_size(s.dtype);
   const size_t kv_elem = s.storage == KvStorage::kSame ? elem : 1;
-  const std::string shape = std::string(dtype_name(s.dtype)) + (s.storage == KvStorage::kFp8E4M3 ? " fp8-kv " : " ") +
-                            s.what + " b=" + std::to_string(s.batch) + " q=" + std::to_string(s.q_len) +
-                            " kv=" + std::to_string(s.kv_len) + " h=20 d=64";
+  const char* kv_name = s.storage == KvStorage::kFp8E4M3 ? " fp8-kv "
+                        : s.storage == KvStorage::kInt8  ? " int8-kv "
+                                                         : " ";
+  const std::string shape = std::string(dtype_name(s.dtype)) + kv_name + s.what + " b=" + std::to_string(s.batch) +
+                            " q=" + std::to_string(s.q_len) + " kv=" + std::to_string(s.kv_len) + " h=20 d=64";
   void* q = device_random(s.dtype, s.batch * s.q_len * hidden, 1);
   void* k = nullptr;
   void* v = nullptr;
@@ -102,6 +105,11 @@ void bench_attention_kv_cuda(CudaBench& bench) {
       {"decode-cross", DType::kBF16, KvStorage::kSame, 16, 1, 1500, false},
       {"decode-cross", DType::kBF16, KvStorage::kFp8E4M3, 1, 1, 1500, false},
       {"decode-cross", DType::kBF16, KvStorage::kFp8E4M3, 16, 1, 1500, false},
+      {"decode-cross", DType::kF16, KvStorage::kSame, 16, 1, 1500, false},
+      {"decode-cross", DType::kF16, KvStorage::kInt8, 1, 1, 1500, false},
+      {"decode-cross", DType::kF16, KvStorage::kInt8, 16, 1, 1500, false},
+      {"decode-self", DType::kF16, KvStorage::kSame, 1, 1, 448, true},
+      {"decode-self", DType::kF16, KvStorage::kSame, 16, 1, 448, true},
       {"encoder", DType::kBF16, KvStorage::kSame, 1, 1500, 1500, false},
       {"encoder", DType::kF16, KvStorage::kSame, 1, 1500, 1500, false},
       {"encoder", DType::kBF16, KvStorage::kSame, 16, 1500, 1500, false},
