@@ -1,11 +1,13 @@
 // Tests of attention_kv_cuda() against its CPU twin attention_kv_cpu on identical inputs (values rounded
 // through the dtype, compressed K/V as the same bytes and scales). Every test skips, saying why, without a
-// GPU. Paths covered: split-KV decode (q_len 1, kv_len up to 1500, batch 1..5: 1 to 24 splits), the
-// tensor-core kernel (f16/bf16, q_len 3..1500, head_dim 4/8/20/64/100/128; one and two m-tiles per warp),
+// GPU. Paths covered: the flash-decoding kernel (q_len 1: kv_len 1, 7, 128, 300, 448, 1000, 1500, one launch
+// or 2 to 12 splits, head_dim 1..256 odd ones included, every dtype and storage, 16-byte and element loads,
+// kv_lengths 0 / partial / full), the tensor-core kernel (f16/bf16, q_len 3..1500, head_dim
+// 4/8/20/64/100/128; one and two m-tiles per warp),
 // the tiled CUDA-core kernel (f32, and head_dim 160 in bf16), every storage, kv_lengths (0, 1, partial)
 // with NaN in the hidden keys, causal (bottom-right aligned), strided rows, a decode step captured in a
 // CUDA graph and replayed while the lengths advance, and the errors (small workspace, head_dim > 256,
-// bad arguments).
+// bad arguments), and the Hopper wgmma path of long queries at head_dim 64 with strides and masks.
 // Tolerance: max |gpu - twin| <= tol * max(max |twin|, max |v|): f32 2e-5 (other summation order, exp2f
 // against exp), f16 2e-3 and bf16 2e-2 (P rounded to the dtype before P V and the output rounded:
 // <= 2u, see attention_cuda_test.cpp).
@@ -336,6 +338,77 @@ TEST(AttentionKvCuda, WhisperShapes) {
   check(cross, 7004);
 }
 
+// The decode kernel (q_len 1) over every dtype x storage x kv_len x head_dim: lane groups of 1 to 32 lanes
+// (head_dim 1 with FP8 up to 256 in f32: two 16-byte chunks per lane), 16-byte loads and (odd head_dim, or
+// misaligned K/V) element loads, one launch (kv_len <= 512) or split with a combine (batch 1: up to 12 splits),
+// and kv_lengths that hide all, some or none of the keys (NaN behind them).
+TEST(AttentionKvCuda, DecodeSweep) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 3000;
+  int variant = 0;
+  for (DType dtype : kDtypes) {
+    for (KvStorage storage : kStorages) {
+      for (int64_t kv_len : {1, 7, 128, 1500}) {
+        for (int64_t head_dim : {1, 5, 20, 33, 64, 100, 128, 256}) {
+          GpuKvCase c;
+          c.dtype = dtype;
+          c.storage = storage;
+          c.q_len = 1;
+          c.kv_len = kv_len;
+          c.head_dim = head_dim;
+          c.heads = 2;
+          c.batch = 1 + variant % 3;
+          c.causal = variant % 2 == 1;  // q_len 1 sees its whole past either way
+          if (variant % 4 == 1) {
+            c.kv_lengths.resize(static_cast<size_t>(c.batch));
+            for (int64_t b = 0; b < c.batch; ++b) {
+              c.kv_lengths[b] = static_cast<int32_t>(b == 0 ? kv_len : (kv_len * b) / (c.batch + 1));
+            }
+          }
+          if (variant % 4 == 3) {  // strided rows, a misaligned K/V start (element loads)
+            c.q_pad = 3;
+            c.kv_pad = 2;
+            c.out_pad = 1;
+            c.capacity_extra = 5;
+            c.kv_offset = 1;
+          }
+          ++variant;
+          check(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+// Large-v3's decode shapes, 20 heads x 64: the self-attention cache (448 capacity, partly filled) and the
+// cross-attention K/V (1500 frames) at batch 1 and 16, in the storages the model uses.
+TEST(AttentionKvCuda, WhisperDecodeShapes) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 3900;
+  for (int64_t batch : {1, 16}) {
+    GpuKvCase self;
+    self.dtype = DType::kF16;
+    self.batch = batch;
+    self.q_len = 1;
+    self.kv_len = 448;
+    self.heads = 20;
+    self.causal = true;
+    self.kv_lengths.resize(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) self.kv_lengths[b] = static_cast<int32_t>(4 + 27 * b);
+    check(self, seed++);
+    for (KvStorage storage : kStorages) {
+      GpuKvCase cross;
+      cross.dtype = DType::kF16;
+      cross.storage = storage;
+      cross.batch = batch;
+      cross.q_len = 1;
+      cross.kv_len = 1500;
+      cross.heads = 20;
+      check(cross, seed++);
+    }
+  }
+}
+
 // Queries long enough for two m-tiles per warp (q_len >= 512) with masks, odd head dims and compressed K/V.
 TEST(AttentionKvCuda, LongQueries) {
   MMSERVE_REQUIRE_GPU();
@@ -370,10 +443,10 @@ TEST(AttentionKvCuda, DecodeStepInCudaGraph) {
   c.dtype = DType::kBF16;
   c.batch = 3;
   c.q_len = 1;
-  c.kv_len = 448;
+  c.kv_len = 1000;
   c.heads = 4;
   c.causal = true;
-  c.kv_lengths = {448, 448, 448};
+  c.kv_lengths = {1000, 1000, 1000};
   const Inputs in = make_inputs(c, 4242);
   AttentionKvArgs a = make_args(c);
   const int64_t rows = c.batch;
@@ -383,7 +456,7 @@ TEST(AttentionKvCuda, DecodeStepInCudaGraph) {
   DeviceVector<uint8_t> d_out(out_init);
   DeviceVector<int32_t> d_len(std::vector<int32_t>{1, 1, 1});
   const size_t ws_bytes = attention_kv_cuda_workspace_bytes(a);
-  ASSERT_GT(ws_bytes, 0u) << "batch 3 x 4 heads over 448 keys should split";
+  ASSERT_GT(ws_bytes, 0u) << "batch 3 x 4 heads over 1000 keys should split";
   DeviceVector<uint8_t> d_ws(ws_bytes);
   a.q = d_q.get();
   a.k = d_k.get();
@@ -406,7 +479,7 @@ TEST(AttentionKvCuda, DecodeStepInCudaGraph) {
   cudaGraphExec_t exec = nullptr;
   ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   for (const std::vector<int32_t>& lengths :
-       {std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{64, 65, 200}, std::vector<int32_t>{447, 0, 448}}) {
+       {std::vector<int32_t>{1, 2, 3}, std::vector<int32_t>{64, 65, 200}, std::vector<int32_t>{999, 0, 1000}}) {
     SCOPED_TRACE("lengths " + std::to_string(lengths[0]) + "," + std::to_string(lengths[1]) + "," +
                  std::to_string(lengths[2]));
     ASSERT_CUDA_OK(cudaMemcpyAsync(d_len.get(), lengths.data(), 12, cudaMemcpyHostToDevice, stream));
@@ -442,6 +515,32 @@ TEST(AttentionKvCuda, Errors) {
   a.batch = 0;  // empty: nothing launched
   EXPECT_TRUE(attention_kv_cuda(a, nullptr).ok());
   ASSERT_CUDA_OK(cudaDeviceSynchronize());
+}
+
+// The Hopper (wgmma) path of long queries at head_dim 64 with f16/bf16 K/V: padded rows (still 16-byte
+// aligned, so the path is taken), an odd output stride (element stores), a KV cache with spare capacity,
+// kv_lengths that end mid-tile, causal and not, several 128-row CTAs with a partial last one.
+TEST(AttentionKvCuda, LongQueriesStridedHopperPath) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 8100;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool causal : {false, true}) {
+      GpuKvCase c;
+      c.dtype = dtype;
+      c.batch = 3;
+      c.heads = 2;
+      c.head_dim = 64;
+      c.q_len = 600;
+      c.kv_len = 650;
+      c.causal = causal;
+      c.kv_lengths = {650, 601, 37};
+      c.q_pad = 8;
+      c.kv_pad = 16;
+      c.out_pad = 1;
+      c.capacity_extra = 5;
+      check(c, seed++);
+    }
+  }
 }
 
 }  // namespace
