@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/cpu_elements.h"
 #include "kernels/attention/attention_kv.h"
 #include "kernels/common/parallel.h"
 #include "kernels/kv_cache/kv_cache.h"
@@ -18,25 +19,10 @@
 namespace mmserve::kernels {
 namespace {
 
-bool is_float_dtype(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
-}
+using cpu::is_float_dtype;
+using cpu::load_float;
+using cpu::store_float;
 
-float load_float(const void* base, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(base)[index];
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(base)[index]);
-    default: return bf16_to_f32(static_cast<const uint16_t*>(base)[index]);
-  }
-}
-
-void store_float(void* base, DType dtype, int64_t index, float value) {
-  switch (dtype) {
-    case DType::kF32: static_cast<float*>(base)[index] = value; break;
-    case DType::kF16: static_cast<uint16_t*>(base)[index] = f32_to_f16(value); break;
-    default: static_cast<uint16_t*>(base)[index] = f32_to_bf16(value); break;
-  }
-}
 
 // A K or V element as f32 before its scale (the stored value).
 float load_kv(const void* base, const AttentionKvArgs& a, int64_t index) {

@@ -13,22 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/cpu_elements.h"
 #include "kernels/kv_cache/kv_cache.h"
 
 namespace mmserve::kernels {
 namespace {
 
-bool is_float_dtype(DType d) {
-  return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16;
-}
+using cpu::is_float_dtype;
+using cpu::load_float;
 
-float load_float(const void* base, DType dtype, int64_t index) {
-  switch (dtype) {
-    case DType::kF32: return static_cast<const float*>(base)[index];
-    case DType::kF16: return f16_to_f32(static_cast<const uint16_t*>(base)[index]);
-    default: return bf16_to_f32(static_cast<const uint16_t*>(base)[index]);
-  }
-}
 
 }  // namespace
 

@@ -14,35 +14,19 @@
 #include "core/cuda/cuda_status.h"
 #include "engine/whisper_executor.h"
 #include "frontends/audio/audio.h"
+#include "whisper_test_util.h"
 
 namespace mmserve::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace mmserve::engine::testing;  // NOLINT: the shared fixture helpers
 
 #define REQUIRE_GPU()                                                                          \
   do {                                                                                         \
     std::string reason;                                                                        \
     if (!::mmserve::cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason; \
   } while (0)
-
-std::string model_dir(const std::string& name) {
-  return (fs::path(MMSERVE_FIXTURES_DIR) / "whisper" / name).string();
-}
-
-nlohmann::json golden(const std::string& name) {
-  std::ifstream in(fs::path(model_dir(name)) / "golden.json");
-  return nlohmann::json::parse(in);
-}
-
-const std::vector<float>& jfk() {
-  static const std::vector<float> samples = [] {
-    auto audio = audio::decode_audio_file(std::string(MMSERVE_FIXTURES_DIR) + "/audio/jfk.wav");
-    EXPECT_TRUE(audio.ok()) << audio.status().to_string();
-    return audio.ok() ? audio->samples : std::vector<float>{};
-  }();
-  return samples;
-}
 
 std::unique_ptr<WhisperExecutor> load(const std::string& name, DType dtype) {
   ExecutorOptions options;
@@ -54,17 +38,6 @@ std::unique_ptr<WhisperExecutor> load(const std::string& name, DType dtype) {
   return executor.ok() ? std::move(*executor) : nullptr;
 }
 
-TranscribeOptions golden_options() {  // the fixtures' settings: one temperature, no fallback, 32 new tokens
-  TranscribeOptions o;
-  o.language = "en";
-  o.temperatures = {0.0f};
-  o.compression_ratio_threshold = 0.0f;
-  o.logprob_threshold = NAN;
-  o.no_speech_threshold = NAN;
-  o.condition_on_previous_text = false;
-  o.max_new_tokens = 32;
-  return o;
-}
 
 class WhisperExecutorCuda : public ::testing::TestWithParam<const char*> {};
 
@@ -139,7 +112,7 @@ TEST_P(WhisperExecutorCuda, F16BatchEqualsAloneAndTracksHf) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, WhisperExecutorCuda,
-                         ::testing::Values("whisper-tiny-mel80-f32", "whisper-v3-mel128-f16"),
+                         ::testing::ValuesIn(kWhisperFixtures),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';

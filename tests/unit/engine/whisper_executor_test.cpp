@@ -4,6 +4,7 @@
 // token ids), detect_language; token ids exact. Also: a batch equals each request alone, bad options are
 // kInvalidArgument, the output formats, the VAD hook.
 #include "engine/whisper_executor.h"
+#include "whisper_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -19,26 +20,9 @@ namespace mmserve::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using namespace mmserve::engine::testing;  // NOLINT: the shared fixture helpers
 
-const char* const kModels[] = {"whisper-tiny-mel80-f32", "whisper-v3-mel128-f16"};
-
-std::string model_dir(const std::string& name) {
-  return (fs::path(MMSERVE_FIXTURES_DIR) / "whisper" / name).string();
-}
-
-nlohmann::json golden(const std::string& name) {
-  std::ifstream in(fs::path(model_dir(name)) / "golden.json");
-  return nlohmann::json::parse(in);
-}
-
-const std::vector<float>& jfk() {
-  static const std::vector<float> samples = [] {
-    auto audio = audio::decode_audio_file(std::string(MMSERVE_FIXTURES_DIR) + "/audio/jfk.wav");
-    EXPECT_TRUE(audio.ok()) << audio.status().to_string();
-    return audio.ok() ? audio->samples : std::vector<float>{};
-  }();
-  return samples;
-}
+const auto& kModels = kWhisperFixtures;
 
 std::unique_ptr<WhisperExecutor> load(const std::string& name) {
   auto executor = WhisperExecutor::create(model_dir(name), ExecutorOptions{});
@@ -46,18 +30,6 @@ std::unique_ptr<WhisperExecutor> load(const std::string& name) {
   return executor.ok() ? std::move(*executor) : nullptr;
 }
 
-// The golden's decoding settings: one temperature, no fallback checks, 32 new tokens.
-TranscribeOptions golden_options() {
-  TranscribeOptions o;
-  o.language = "en";
-  o.temperatures = {0.0f};
-  o.compression_ratio_threshold = 0.0f;
-  o.logprob_threshold = NAN;
-  o.no_speech_threshold = NAN;
-  o.condition_on_previous_text = false;
-  o.max_new_tokens = 32;
-  return o;
-}
 
 std::vector<int32_t> ids(const nlohmann::json& j) {
   return j.get<std::vector<int32_t>>();
