@@ -79,6 +79,7 @@ struct TranscribeArgs {
   std::string device = "cpu";
   std::string format = "json";
   int threads = 0;
+  std::string cross_kv = "same";  // cuda: same | fp8_e4m3 | int8
 };
 int run_transcribe(const TranscribeArgs& args);
 

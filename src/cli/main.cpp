@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
   transcribe_cmd->add_option("--device", transcribe.device, "cpu or cuda:N");
   transcribe_cmd->add_option("--format", transcribe.format, "output format")
       ->check(CLI::IsMember({"json", "text", "srt", "vtt", "verbose_json"}));
+  transcribe_cmd
+      ->add_option("--cross-kv", transcribe.cross_kv,
+                   "cuda: cross-attention K/V storage (fp8_e4m3 / int8 halve their memory)")
+      ->check(CLI::IsMember({"same", "fp8_e4m3", "int8"}));
   transcribe_cmd->add_option("--threads", transcribe.threads, "CPU threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
 

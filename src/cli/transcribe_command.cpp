@@ -18,6 +18,7 @@ int run_transcribe(const TranscribeArgs& args) {
   engine::ExecutorOptions options;
   options.device = *device;
   options.threads = args.threads;
+  options.whisper_cross_kv = args.cross_kv;
 
   engine::TranscribeOptions transcribe;
   transcribe.language = args.language;

@@ -35,6 +35,9 @@ struct ExecutorOptions {
   // is always one). Empty = 1, 2, 4, ... up to batch_size_max.
   std::vector<int64_t> batch_buckets;
   bool cuda_graphs = true;  // CUDA: false runs the kernels eagerly (debugging, compute-sanitizer)
+  // Whisper on CUDA: how the cross-attention K/V are stored: "same" (the compute dtype), "fp8_e4m3" or "int8"
+  // (per row-and-head scales; half the bytes of f16). The CPU path takes "same" only.
+  std::string whisper_cross_kv = "same";
 };
 
 class ClipExecutor {

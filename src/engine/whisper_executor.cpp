@@ -133,6 +133,10 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
       return unimplemented(std::string("the CPU path computes in f32 (dtype ") + dtype_name(*options.dtype) +
                            " needs device cuda)");
     }
+    if (options.whisper_cross_kv != "same") {
+      return unimplemented("cross_kv " + options.whisper_cross_kv +
+                           ": compressed cross-attention K/V is a CUDA feature (the CPU path keeps f32)");
+    }
     if (options.threads > 0) kernels::set_cpu_threads(options.threads);
     ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperModel> model, models::WhisperModel::load(model_dir));
     impl.cpu_model = std::move(model);
@@ -144,6 +148,13 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     cuda.dtype = options.dtype.value_or(DType::kF16);
     cuda.cuda_graphs = options.cuda_graphs;
     cuda.max_batch = std::max<int64_t>(options.batch_size_max, 1);
+    if (options.whisper_cross_kv == "fp8_e4m3") {
+      cuda.cross_kv = models::WhisperCrossKv::kFp8E4M3;
+    } else if (options.whisper_cross_kv == "int8") {
+      cuda.cross_kv = models::WhisperCrossKv::kInt8;
+    } else if (options.whisper_cross_kv != "same") {
+      return invalid_argument("cross_kv '" + options.whisper_cross_kv + "' is not one of same, fp8_e4m3, int8");
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperCudaModel> model, models::WhisperCudaModel::load(model_dir, cuda));
     impl.backend = std::move(model);
 #else
@@ -185,7 +196,8 @@ std::string WhisperExecutor::describe() const {
          std::to_string(c.d_model) + ", " + std::to_string(c.encoder_layers) + "+" + std::to_string(c.decoder_layers) +
          " layers, " + std::to_string(c.num_mel_bins) + " mel bins, " +
          std::to_string(impl_->tokenizer->num_languages()) + " languages, " +
-         std::to_string((memory_bytes() + (1 << 19)) >> 20) + " MiB";
+         std::to_string((memory_bytes() + (1 << 19)) >> 20) + " MiB" +
+         (device().is_cpu() ? "" : ", cross K/V " + impl_->options.whisper_cross_kv);
 }
 
 std::vector<std::string> WhisperExecutor::languages() const {

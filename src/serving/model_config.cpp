@@ -143,6 +143,9 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
     return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
   }
+  if (c.cross_kv != "same" && c.cross_kv != "fp8_e4m3" && c.cross_kv != "int8") {
+    return invalid_argument(where(label, "cross_kv") + ": '" + c.cross_kv + "' is not one of same, fp8_e4m3, int8");
+  }
   if (c.instances < 1 || c.instances > kInstancesMax) {
     return out_of_range_value(label, "instances", std::to_string(c.instances),
                               "must be in 1.." + std::to_string(kInstancesMax));
@@ -222,6 +225,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
   const std::map<std::string, KeyHandler> handlers = {
       {"device", set_string(&c.device)},
       {"dtype", set_string(&c.dtype)},
+      {"cross_kv", set_string(&c.cross_kv)},
       {"instances", set_int(&c.instances)},
       {"max_batch_size", set_int(&c.max_batch_size)},
       {"batch_buckets",

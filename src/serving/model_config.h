@@ -17,6 +17,8 @@
 //   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
 //   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
 //                               # (the HTTP body limit, --max-body-mb, applies first)
+//   cross_kv: same              # Whisper on cuda: cross-attention K/V as same (the compute dtype) | fp8_e4m3 |
+//                               # int8 (half the memory of f16; docs/perf/whisper_gpu.md has the cost)
 // Unknown keys and wrong types are errors naming the file and the key.
 // Tests: tests/unit/serving/model_config_test.cpp.
 #pragma once
@@ -45,6 +47,7 @@ struct ModelConfig {
   int preempt_chunk_images = 8;
   double audio_seconds_max = 7200;
   int64_t audio_bytes_max = 256LL << 20;
+  std::string cross_kv = "same";
 };
 
 // Parses YAML text (`label` names it in errors); missing keys keep their defaults.

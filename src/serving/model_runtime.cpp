@@ -80,10 +80,15 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.threads = config_.threads;
   options.batch_size_max = config_.max_batch_size;
   options.dtype = dtype;
+  options.whisper_cross_kv = config_.cross_kv;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
   if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota);
   MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
+  if (config_.cross_kv != "same") {
+    return invalid_argument(dir + "/mmserve.yaml: cross_kv applies to Whisper models (cross-attention K/V); "
+                            "this is a CLIP model");
+  }
   ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
   ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
 

@@ -150,6 +150,16 @@ TEST(WhisperExecutor, BatchEqualsAlone) {
   }
 }
 
+// Compressed cross-attention K/V is a CUDA feature: the CPU path refuses it by name instead of ignoring it.
+TEST(WhisperExecutor, CompressedCrossKvNeedsCuda) {
+  ExecutorOptions options;
+  options.whisper_cross_kv = "int8";
+  auto executor = WhisperExecutor::create(model_dir(kModels[0]), options);
+  ASSERT_FALSE(executor.ok());
+  EXPECT_EQ(executor.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(executor.status().message().find("cross_kv int8"), std::string::npos) << executor.status().message();
+}
+
 TEST(WhisperExecutor, BadOptionsAreInvalidArgument) {
   auto ex = load(kModels[0]);
   ASSERT_TRUE(ex);

@@ -35,6 +35,7 @@ threads: 3
 preempt_chunk_images: 4
 audio_seconds_max: 600.5
 audio_bytes_max: 1048576
+cross_kv: int8
 )",
                               kLabel);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -53,6 +54,7 @@ audio_bytes_max: 1048576
   EXPECT_EQ(c->preempt_chunk_images, 4);
   EXPECT_DOUBLE_EQ(c->audio_seconds_max, 600.5);
   EXPECT_EQ(c->audio_bytes_max, 1048576);
+  EXPECT_EQ(c->cross_kv, "int8");
 }
 
 TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
@@ -152,6 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"preempt_chunk_images: -1\n", "preempt_chunk_images"},
         BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
         BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
+        BadCase{"cross_kv: fp4\n", "cross_kv"},
         BadCase{"instances: 99999999999\n", "instances"}),  // beyond int
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
