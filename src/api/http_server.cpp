@@ -11,6 +11,7 @@
 #include "api/request_context.h"
 #include "api/request_options.h"
 #include "api/route_table.h"
+#include "api/topology_handler.h"
 
 namespace mmserve::api {
 namespace {
@@ -224,6 +225,7 @@ void HttpServer::handle(const Request& request, Response& response) {
         reply = Reply{ready ? 200 : 503, ready ? "ok" : "not ready", "text/plain; charset=utf-8"};
         break;
       }
+      case RouteId::kDebugTopology: reply = handle_debug_topology(options_.topology); break;
     }
   } catch (const std::bad_alloc&) {
     reply = error_reply(route.family, 500, "internal error: out of memory");

@@ -19,6 +19,7 @@
 #include "api/connection_server.h"
 #include "api/http_metrics.h"
 #include "api/kserve_codec.h"
+#include "core/cuda/topology.h"
 #include "core/status.h"
 #include "serving/inference_server.h"
 
@@ -31,6 +32,7 @@ struct HttpServerOptions {
   ApiKeys keys;                  // none = no authentication
   std::string access_log_path;   // empty = stderr
   bool allow_url_fetch = false;  // image URLs: 501 "not implemented" instead of 400 "disabled"
+  const TopologyMonitor* topology = nullptr;  // GET /v2/debug/topology; null: telemetry off (must outlive us)
 };
 
 class HttpServer {

@@ -616,6 +616,17 @@ std::string encode_model_metadata(const serving::ModelMetadata& metadata) {
   j["platform"] = metadata.platform;
   j["inputs"] = tensors(metadata.inputs);
   j["outputs"] = tensors(metadata.outputs);
+  // mmserve's extension: each replica (instance) with its device and health (docs/api.md).
+  nlohmann::ordered_json replicas = nlohmann::ordered_json::array();
+  for (const serving::ReplicaInfo& r : metadata.replicas) {
+    nlohmann::ordered_json e;
+    e["index"] = r.index;
+    e["device"] = r.device;
+    e["healthy"] = r.healthy;
+    if (!r.healthy) e["fault"] = r.fault;
+    replicas.push_back(std::move(e));
+  }
+  j["replicas"] = std::move(replicas);
   return dump_json(j);
 }
 

@@ -59,6 +59,7 @@ const std::vector<Route>& routes() {
       {RouteId::kOpenAiTranslations, "POST", "/v1/audio/translations", ApiFamily::kOpenAi, true, true},
       {RouteId::kMetrics, "GET", "/metrics", ApiFamily::kPlain, true, false},
       {RouteId::kHealthz, "GET", "/healthz", ApiFamily::kPlain, false, false},
+      {RouteId::kDebugTopology, "GET", "/v2/debug/topology", ApiFamily::kKServe, true, false},
   };
   return kRoutes;
 }

@@ -34,6 +34,7 @@ enum class RouteId {
   kOpenAiTranslations,
   kMetrics,
   kHealthz,
+  kDebugTopology,
 };
 
 struct Route {

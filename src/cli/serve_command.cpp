@@ -8,7 +8,10 @@
 // SIGINT: stop accepting and close idle connections (health routes answer 503 from then on), let every request
 // already received be processed and answered (serving still admits them: a request whose body was still
 // arriving is in flight too), then InferenceServer::drain() for anything serving still holds, all within
-// --drain-timeout; exit 0 (1 when the timeout passed with work left). A second signal exits at once. Tests:
+// --drain-timeout; exit 0 (1 when the timeout passed with work left). A second signal exits at once. Before
+// any thread starts, the NCCL environment is set (core/cuda/nccl_env.h: defaults, NCCL_NVLS_ENABLE=0 forced);
+// the topology monitor (core/cuda/topology.h) runs on its own thread and feeds /metrics and
+// GET /v2/debug/topology. Tests:
 // tests/e2e/server_test.cpp (SIGTERM with a request in flight -> it completes, exit code 0),
 // tests/e2e/kserve_client_test.py.
 #include <pthread.h>
@@ -19,13 +22,18 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "api/http_server.h"
 #include "cli/commands.h"
+#include "core/cuda/nccl_env.h"
+#include "core/cuda/topology.h"
 #include "core/tensor.h"
 #include "models/clip/clip_demo.h"
 #include "serving/inference_server.h"
+#include "serving/serving_metrics.h"
 
 namespace mmserve::cli {
 namespace {
@@ -90,6 +98,24 @@ StatusOr<api::HttpServerOptions> http_options(const ServeArgs& args) {
   return options;
 }
 
+// Topology telemetry (docs/architecture.md "Topology"): on unless MMSERVE_TOPOLOGY=0; the start-up bandwidth
+// matrix copies MMSERVE_TOPOLOGY_BANDWIDTH_MIB (default 256; 0 skips it) between every ordered GPU pair.
+// Environment variables rather than flags because the flag set (commands.h) is shared with other work in flight.
+StatusOr<std::optional<TopologyOptions>> topology_options() {
+  const char* on = std::getenv("MMSERVE_TOPOLOGY");
+  if (on != nullptr && std::string(on) == "0") return std::optional<TopologyOptions>();
+  TopologyOptions options;
+  if (const char* mib = std::getenv("MMSERVE_TOPOLOGY_BANDWIDTH_MIB"); mib != nullptr) {
+    char* end = nullptr;
+    const long value = std::strtol(mib, &end, 10);
+    if (end == mib || *end != '\0' || value < 0 || value > 16384) {
+      return invalid_argument("MMSERVE_TOPOLOGY_BANDWIDTH_MIB must be an integer in 0..16384");
+    }
+    options.bandwidth_bytes = static_cast<uint64_t>(value) << 20;
+  }
+  return std::optional<TopologyOptions>(options);
+}
+
 std::string url_of(const std::string& host, int port) {
   const bool ipv6 = host.find(':') != std::string::npos;
   return "http://" + (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
@@ -105,6 +131,8 @@ int run_serve(const ServeArgs& args) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);  // a client that hangs up must not kill the process
+  // Still single-threaded: the NCCL defaults (and NCCL_NVLS_ENABLE=0, forced) reach NCCL and every child.
+  std::fprintf(stderr, "mmserve: NCCL environment: %s\n", describe_nccl_environment(apply_nccl_environment()).c_str());
 
   if (!(args.drain_timeout_s >= 0)) return fail("--drain-timeout must be >= 0");
   StatusOr<serving::ServerConfig> config = server_config(args);
@@ -126,6 +154,17 @@ int run_serve(const ServeArgs& args) {
 
   StatusOr<std::unique_ptr<serving::InferenceServer>> server = serving::InferenceServer::create(*config);
   if (!server.ok()) return fail(server.status().message());
+  StatusOr<std::optional<TopologyOptions>> topology = topology_options();
+  if (!topology.ok()) return fail(topology.status().message());
+  std::unique_ptr<serving::TopologyMetrics> topology_metrics;
+  std::unique_ptr<TopologyMonitor> topology_monitor;  // reset before the server (its callback writes metrics)
+  if (topology->has_value()) {
+    topology_metrics = std::make_unique<serving::TopologyMetrics>((*server)->metrics());
+    topology_monitor = std::make_unique<TopologyMonitor>(**topology);
+    topology_monitor->set_on_sample([m = topology_metrics.get()](const Topology& t) { m->publish(t); });
+    topology_monitor->start();
+    options->topology = topology_monitor.get();
+  }
   StatusOr<std::unique_ptr<api::HttpServer>> http = api::HttpServer::create(**server, std::move(*options));
   if (!http.ok()) return fail(http.status().message());
   if (Status bound = (*http)->bind(); !bound.ok()) return fail(bound.message());
@@ -174,6 +213,7 @@ int run_serve(const ServeArgs& args) {
   accept_thread.join();
   loader.join();
   http->reset();
+  topology_monitor.reset();
   server->reset();
   std::fprintf(stderr, "mmserve: stopped\n");
   return 0;

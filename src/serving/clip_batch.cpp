@@ -22,7 +22,6 @@ BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<Pendin
   for (const PendingRequestPtr& r : batch) {
     ids.insert(ids.end(), r->text_ids.begin(), r->text_ids.end());
     pixels.insert(pixels.end(), r->pixels.begin(), r->pixels.end());
-    std::vector<float>().swap(r->pixels);
     run.images += r->images;
   }
   run.texts = static_cast<int64_t>(ids.size());

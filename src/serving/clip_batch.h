@@ -39,7 +39,8 @@ struct ImageChunking {
   std::function<void()> between_chunks;
 };
 
-// Consumes the requests' pixels (moved into the batch's buffer).
+// Copies the requests' pixels into the batch's buffer and leaves them in place: a batch that fails with a device
+// fault is retried on another replica (model_runtime_replicas.cpp), and keeping them costs no copy.
 BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
                         const EarlyFinish& early = nullptr, const ImageChunking& chunking = {});
 

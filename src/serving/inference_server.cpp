@@ -67,9 +67,24 @@ class InferenceServerImpl final : public InferenceServer {
   }
 
   bool live() const override { return true; }
-  bool ready() const override { return started_ && !draining_ && repository_->wanted_models_ready(); }
-  std::vector<ModelStatus> models() const override { return repository_->scan(); }
-  StatusOr<ModelStatus> model_status(const std::string& name) const override { return repository_->status(name); }
+  bool ready() const override {
+    if (!started_ || draining_ || !repository_->wanted_models_ready()) return false;
+    // A loaded model whose replicas all failed serves nothing (model_runtime_replicas.cpp).
+    for (const auto& runtime : repository_->loaded_runtimes()) {
+      if (runtime->healthy_replicas() == 0) return false;
+    }
+    return true;
+  }
+  std::vector<ModelStatus> models() const override {
+    std::vector<ModelStatus> all = repository_->scan();
+    for (ModelStatus& status : all) with_replica_health(status);
+    return all;
+  }
+  StatusOr<ModelStatus> model_status(const std::string& name) const override {
+    ASSIGN_OR_RETURN(ModelStatus status, repository_->status(name));
+    with_replica_health(status);
+    return status;
+  }
 
   StatusOr<ModelMetadata> model_metadata(const std::string& name) const override {
     ASSIGN_OR_RETURN(auto runtime, repository_->ready_runtime(name));
@@ -124,6 +139,20 @@ class InferenceServerImpl final : public InferenceServer {
   MetricsRegistry& metrics() override { return registry_; }
 
  private:
+  // The repository knows load states; the runtime knows whether any replica is left. A READY model with none
+  // is reported UNAVAILABLE with the faults, so /v2/models/{m}/ready and the repository index say 503 / why.
+  void with_replica_health(ModelStatus& status) const {
+    if (status.state != ModelState::kReady) return;
+    auto runtime = repository_->ready_runtime(status.name);
+    if (!runtime.ok() || (*runtime)->healthy_replicas() > 0) return;
+    status.state = ModelState::kUnavailable;
+    status.reason = "no healthy replica:";
+    for (const ReplicaInfo& r : (*runtime)->replicas()) {
+      status.reason += " replica " + std::to_string(r.index) + " (" + r.device + "): " + r.fault + ";";
+    }
+    status.reason.pop_back();
+  }
+
   void count_rejection(const std::string& model, RejectReason reason) {
     metrics_.rejected.with({model, reject_reason_name(reason)}).inc();
     metrics_.requests.with({model, outcome_name(Outcome::kRejected)}).inc();

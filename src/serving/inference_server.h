@@ -70,6 +70,14 @@ struct TensorSpec {
   std::vector<int64_t> shape;   // -1 for variable
 };
 
+// One replica (instance) of a model: where it runs and whether it is in rotation.
+struct ReplicaInfo {
+  int index = 0;
+  std::string device;  // "cpu", "cuda:1"
+  bool healthy = true;
+  std::string fault;   // why it was taken out of rotation (empty while healthy)
+};
+
 struct ModelMetadata {
   std::string name;
   std::vector<std::string> versions;
@@ -79,6 +87,7 @@ struct ModelMetadata {
   int64_t embedding_dim = 0;
   int64_t image_size = 0;
   int64_t max_text_tokens = 0;
+  std::vector<ReplicaInfo> replicas;  // in replica order
 };
 
 class InferenceServer {
@@ -89,9 +98,11 @@ class InferenceServer {
   // Loads the configured models (blocking; each is warmed with one batch before it is READY).
   virtual Status start() = 0;
   virtual bool live() const = 0;
-  virtual bool ready() const = 0;  // every model that should be loaded is READY
+  // Every model that should be loaded is READY and has at least one healthy replica.
+  virtual bool ready() const = 0;
   virtual std::vector<ModelStatus> models() const = 0;   // every subdirectory of the repository
-  virtual StatusOr<ModelStatus> model_status(const std::string& name) const = 0;  // kNotFound if unknown
+  // kNotFound if unknown. A READY model whose replicas all failed reports UNAVAILABLE with the faults.
+  virtual StatusOr<ModelStatus> model_status(const std::string& name) const = 0;
   virtual StatusOr<ModelMetadata> model_metadata(const std::string& name) const = 0;
   // Names must be plain subdirectory names of the repository (no '/', '..'): kInvalidArgument otherwise.
   virtual Status load_model(const std::string& name) = 0;

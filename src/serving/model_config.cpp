@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kPriorityLevelsMax = 64;  // bounds the {priority} label's cardinality
 constexpr int kInstancesMax = 64;
+constexpr const char* kAllGpus = "cuda:all";  // `device: cuda:all`: one replica per visible GPU
 
 // Where a value sits, for messages: "models/a/mmserve.yaml: key 'qos.image'".
 std::string where(const std::string& label, const std::string& key) {
@@ -138,17 +139,39 @@ Status out_of_range_value(const std::string& label, const std::string& key, cons
 }  // namespace
 
 Status validate_model_config(const ModelConfig& c, const std::string& label) {
-  auto device = parse_device(c.device);
-  if (!device.ok()) return invalid_argument(where(label, "device") + ": " + device.status().message());
+  if (c.device != kAllGpus) {
+    auto device = parse_device(c.device);
+    if (!device.ok()) return invalid_argument(where(label, "device") + ": " + device.status().message());
+  }
+  if (!c.devices.empty() && c.device != "cpu") {
+    // parse_model_config refuses both keys given; this catches configs built in code.
+    return invalid_argument(label + ": keys 'device' and 'devices' are exclusive (device is '" + c.device + "')");
+  }
+  if (c.devices.size() > static_cast<size_t>(kInstancesMax)) {
+    return out_of_range_value(label, "devices", std::to_string(c.devices.size()) + " entries",
+                              "must be at most " + std::to_string(kInstancesMax));
+  }
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    auto device = parse_device(c.devices[i]);
+    if (!device.ok()) {
+      return invalid_argument(where(label, "devices[" + std::to_string(i) + "]") + ": " + device.status().message() +
+                              (c.devices[i] == kAllGpus ? "; cuda:all goes in 'device', not in a list" : ""));
+    }
+  }
+  if (c.instances != 0 && static_cast<size_t>(c.instances) < c.devices.size()) {
+    return out_of_range_value(label, "instances", std::to_string(c.instances),
+                              "is below the " + std::to_string(c.devices.size()) +
+                                  " entries of 'devices' (a listed device would get no replica)");
+  }
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
     return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
   }
   if (c.cross_kv != "same" && c.cross_kv != "fp8_e4m3" && c.cross_kv != "int8") {
     return invalid_argument(where(label, "cross_kv") + ": '" + c.cross_kv + "' is not one of same, fp8_e4m3, int8");
   }
-  if (c.instances < 1 || c.instances > kInstancesMax) {
+  if (c.instances < 0 || c.instances > kInstancesMax) {
     return out_of_range_value(label, "instances", std::to_string(c.instances),
-                              "must be in 1.." + std::to_string(kInstancesMax));
+                              "must be in 0.." + std::to_string(kInstancesMax) + " (0 = one per device)");
   }
   if (c.max_batch_size < 1) {
     return out_of_range_value(label, "max_batch_size", std::to_string(c.max_batch_size), "must be >= 1");
@@ -204,6 +227,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
   ASSIGN_OR_RETURN(YAML::Node root, load_map(yaml_text, label));
   ModelConfig c;
   bool buckets_given = false;
+  bool device_given = false, devices_given = false;
   auto set_int = [&](int* field) {
     return [&label, field](const YAML::Node& n, const std::string& key) -> Status {
       ASSIGN_OR_RETURN(*field, read_int32(n, label, key));
@@ -223,7 +247,19 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
     };
   };
   const std::map<std::string, KeyHandler> handlers = {
-      {"device", set_string(&c.device)},
+      {"device",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.device, read_string(n, label, key));
+         device_given = true;
+         return ok_status();
+       }},
+      {"devices",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.devices, read_list<std::string>(n, label, key, read_string));
+         if (c.devices.empty()) return invalid_argument(where(label, key) + ": must list at least one device");
+         devices_given = true;
+         return ok_status();
+       }},
       {"dtype", set_string(&c.dtype)},
       {"cross_kv", set_string(&c.cross_kv)},
       {"instances", set_int(&c.instances)},
@@ -254,10 +290,43 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
        }},
   };
   RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
+  if (device_given && devices_given) {
+    return invalid_argument(label + ": keys 'device' and 'devices' are exclusive (give one device, or the list)");
+  }
   // A max_batch_size without buckets gets buckets that reach it (the defaults stop at 64).
   if (!buckets_given && c.max_batch_size >= 1) c.batch_buckets = default_buckets(c.max_batch_size);
   RETURN_IF_ERROR(validate_model_config(c, label));
   return c;
+}
+
+StatusOr<std::vector<Device>> replica_devices(const ModelConfig& c, int visible_gpus, const std::string& label) {
+  RETURN_IF_ERROR(validate_model_config(c, label));
+  std::vector<Device> listed;
+  std::string what = "'devices'";
+  if (!c.devices.empty()) {
+    for (const std::string& text : c.devices) {
+      ASSIGN_OR_RETURN(Device device, parse_device(text));
+      listed.push_back(device);
+    }
+  } else if (c.device == kAllGpus) {
+    if (visible_gpus < 1) {
+      return Status(StatusCode::kUnavailable, where(label, "device") + ": cuda:all but no CUDA device is visible");
+    }
+    for (int i = 0; i < visible_gpus; ++i) listed.push_back(Device::cuda(i));
+    what = "visible GPUs of 'device: cuda:all'";
+  } else {
+    ASSIGN_OR_RETURN(Device device, parse_device(c.device));
+    listed.push_back(device);
+  }
+  const size_t count = c.instances == 0 ? listed.size() : static_cast<size_t>(c.instances);
+  if (count < listed.size()) {
+    return out_of_range_value(
+        label, "instances", std::to_string(c.instances),
+        "is below the " + std::to_string(listed.size()) + " " + what + " (a device would get no replica)");
+  }
+  std::vector<Device> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(listed[i % listed.size()]);
+  return out;
 }
 
 StatusOr<ModelConfig> load_model_config(const std::string& model_dir) {

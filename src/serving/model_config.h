@@ -1,8 +1,12 @@
 // Per-model serving configuration: the optional `mmserve.yaml` beside a model's config.json, with defaults.
 //
-//   device: cpu                 # cpu | cuda | cuda:N (cuda: the CUDA backend, CUDA graphs per batch bucket)
+//   device: cpu                 # cpu | cuda | cuda:N (cuda: the CUDA backend, CUDA graphs per batch bucket) |
+//                               # cuda:all (one replica per visible GPU, counted at load)
+//   devices: [cuda:0, cuda:1]   # replicas spread over these devices round-robin (exclusive with `device`;
+//                               # entries as for `device` but not cuda:all; cpu allowed, a device may repeat)
 //   dtype: auto                 # auto | f32 | f16 | bf16
-//   instances: 1                # executors (each with its own engine thread)
+//   instances: 0                # executors = replicas, each with its own engine thread; 0 (the default) = one
+//                               # per device of `devices` / cuda:all, else 1; never fewer than the devices
 //   max_batch_size: 64
 //   batch_buckets: [1, 2, 4, 8, 16, 32, 64]
 //   max_queue_delay_ms: 5       # how long the batcher waits to fill a batch
@@ -28,13 +32,15 @@
 #include <vector>
 
 #include "core/status.h"
+#include "core/tensor.h"
 
 namespace mmserve::serving {
 
 struct ModelConfig {
   std::string device = "cpu";
+  std::vector<std::string> devices;  // empty: every replica on `device`
   std::string dtype = "auto";
-  int instances = 1;
+  int instances = 0;  // 0 = one per device (see replica_devices)
   int max_batch_size = 64;
   std::vector<int> batch_buckets = {1, 2, 4, 8, 16, 32, 64};
   double max_queue_delay_ms = 5.0;
@@ -57,5 +63,10 @@ StatusOr<ModelConfig> load_model_config(const std::string& model_dir);
 // The checks parse_model_config applies, for configs built in code: buckets positive and strictly increasing
 // with the last >= max_batch_size, max_batch_size >= 1, 1 <= default_priority <= priority_levels <= 64, ...
 Status validate_model_config(const ModelConfig& config, const std::string& label);
+// The device of each replica (instance), in replica order: `devices` (or cuda:0..visible_gpus-1 for
+// `device: cuda:all`, or `device` alone) repeated round-robin up to `instances` (0: one per device).
+// kInvalidArgument when instances is below the number of devices (a listed device would stay idle);
+// kUnavailable for cuda:all with no visible GPU. `label` names the file in errors.
+StatusOr<std::vector<Device>> replica_devices(const ModelConfig& config, int visible_gpus, const std::string& label);
 
 }  // namespace mmserve::serving

@@ -44,23 +44,31 @@ StatusOr<std::shared_ptr<ModelRuntime>> ModelRuntime::load(const std::string& na
   ASSIGN_OR_RETURN(models::Family family, models::detect_family(dir));
   std::shared_ptr<ModelRuntime> runtime(new ModelRuntime(name, config, context, family));
   RETURN_IF_ERROR(runtime->load_instances(dir));
-  for (auto& executor : runtime->executors_) {
-    runtime->engines_.emplace_back([raw = runtime.get(), exec = executor.get()] { raw->engine_loop(exec); });
+  RETURN_IF_ERROR(runtime->apply_injected_faults());
+  for (size_t i = 0; i < runtime->executors_.size(); ++i) {
+    runtime->engines_.emplace_back([raw = runtime.get(), exec = runtime->executors_[i].get(),
+                                    replica = runtime->replicas_[i].get()] { raw->engine_loop(exec, replica); });
   }
-  for (auto& executor : runtime->whisper_executors_) {
-    runtime->engines_.emplace_back([raw = runtime.get(), exec = executor.get()] { raw->whisper_engine_loop(exec); });
+  for (size_t i = 0; i < runtime->whisper_executors_.size(); ++i) {
+    runtime->engines_.emplace_back(
+        [raw = runtime.get(), exec = runtime->whisper_executors_[i].get(), replica = runtime->replicas_[i].get()] {
+          raw->whisper_engine_loop(exec, replica);
+        });
   }
   runtime->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return runtime;
 }
 
 Status ModelRuntime::load_instances(const std::string& dir) {
-  ASSIGN_OR_RETURN(Device device, parse_device(config_.device));
+  std::vector<Device> devices;
+  RETURN_IF_ERROR(place_replicas(devices));
+  const int instances = static_cast<int>(devices.size());
+  const bool any_cpu = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cpu(); });
   std::optional<DType> dtype;  // "auto": the device's default (f32 on cpu, bf16 on cuda)
   if (config_.dtype != "auto") dtype = *dtype_from_safetensors(config_.dtype == "f32"    ? "F32"
                                                                : config_.dtype == "f16" ? "F16"
                                                                                         : "BF16");
-  if (device.is_cpu() && dtype && *dtype != DType::kF32) {
+  if (any_cpu && dtype && *dtype != DType::kF32) {
     return unimplemented("dtype " + config_.dtype +
                          ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32, "
                          "or device: cuda");
@@ -70,20 +78,20 @@ Status ModelRuntime::load_instances(const std::string& dir) {
 
   // The quota, first from the headers alone (refuses before reading any weight), then exactly.
   const int64_t quota = config_.memory_quota_mb * (int64_t{1} << 20);
-  if (quota > 0 && summary.bytes_in_memory * config_.instances > quota) {
-    return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need at least " +
-                              mib(summary.bytes_in_memory * config_.instances) + " of weights but memory_quota_mb is " +
+  if (quota > 0 && summary.bytes_in_memory * instances > quota) {
+    return resource_exhausted("memory quota: " + std::to_string(instances) + " instance(s) need at least " +
+                              mib(summary.bytes_in_memory * instances) + " of weights but memory_quota_mb is " +
                               std::to_string(config_.memory_quota_mb));
   }
   engine::ExecutorOptions options;
-  options.device = device;
+  options.device = devices[0];
   options.threads = config_.threads;
   options.batch_size_max = config_.max_batch_size;
   options.dtype = dtype;
   options.whisper_cross_kv = config_.cross_kv;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
-  if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota);
+  if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota, devices);
   MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
   if (config_.cross_kv != "same") {
     return invalid_argument(dir + "/mmserve.yaml: cross_kv applies to Whisper models (cross-attention K/V); "
@@ -92,18 +100,20 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
   ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
 
-  for (int i = 0; i < config_.instances; ++i) {
+  for (int i = 0; i < instances; ++i) {
+    options.device = devices[static_cast<size_t>(i)];
     ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
+    if (i > 0) description_ += "; ";
+    description_ += "replica " + std::to_string(i) + ": " + executor->describe();
     if (i == 0) {
       // What the executor holds: weights + the activations of its largest chunk (+ graphs on cuda).
-      memory_bytes_ = executor->memory_bytes() * config_.instances;
+      memory_bytes_ = executor->memory_bytes() * instances;
       if (quota > 0 && memory_bytes_ > quota) {
-        return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need " +
+        return resource_exhausted("memory quota: " + std::to_string(instances) + " instance(s) need " +
                                   mib(memory_bytes_) + " (weights + activations for max_batch_size " +
                                   std::to_string(config_.max_batch_size) + ") but memory_quota_mb is " +
                                   std::to_string(config_.memory_quota_mb));
       }
-      description_ = executor->describe();
       embedding_dim_ = executor->embedding_dim();
       image_size_ = executor->image_size();
       max_text_tokens_ = executor->config().text.max_position_embeddings;
@@ -150,6 +160,7 @@ ModelMetadata ModelRuntime::metadata() const {
   m.embedding_dim = embedding_dim_;
   m.image_size = image_size_;
   m.max_text_tokens = max_text_tokens_;
+  m.replicas = replicas();
   return m;
 }
 
@@ -252,20 +263,22 @@ void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<Inpu
   if (--preprocessing_ == 0) idle_.notify_all();
 }
 
-void ModelRuntime::engine_loop(engine::ClipExecutor* executor) {
+void ModelRuntime::engine_loop(engine::ClipExecutor* executor, Replica* replica) {
   BatchLimits limits;
   limits.items_max = config_.max_batch_size;
   limits.delay_max = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.max_queue_delay_ms));
-  for (;;) {
+  // Pull-based: this thread asks for a batch only when its replica is free, so work goes to whichever
+  // replica frees up first, and a replica that left the rotation simply stops asking.
+  while (in_rotation(*replica)) {
     std::vector<PendingRequestPtr> batch = queue_.pop_batch(limits);
     if (batch.empty()) return;  // closed
-    run_batch(*executor, batch, /*preemptible=*/true);
+    run_batch(*executor, *replica, batch, /*preemptible=*/true);
   }
 }
 
-void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
-                             bool preemptible) {
+void ModelRuntime::run_batch(engine::ClipExecutor& executor, Replica& replica,
+                             const std::vector<PendingRequestPtr>& batch, bool preemptible) {
   const Clock::time_point picked = Clock::now();
   // The best class in this batch: queued requests of a strictly better class may run between image chunks.
   int best_class = std::numeric_limits<int>::max();
@@ -279,16 +292,24 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<P
     chunking.between_chunks = [&] {
       BatchLimits limits;
       limits.items_max = config_.max_batch_size;
+      if (!in_rotation(replica)) return;  // a nested batch found the device broken: take nothing more
       std::vector<PendingRequestPtr> urgent = queue_.pop_urgent(best_class, limits);
-      if (!urgent.empty()) run_batch(executor, urgent, /*preemptible=*/false);
+      if (!urgent.empty()) run_batch(executor, replica, urgent, /*preemptible=*/false);
     };
   }
   for (const PendingRequestPtr& r : batch) {
     r->dequeued = true;
     r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
   }
+  std::optional<Status> fault = take_injected_fault(replica);
+  std::vector<size_t> faulted;  // requests whose tower failed with a device fault
   auto complete = [&](size_t i, StatusOr<ResponseData> response, double compute_ms) {
     const PendingRequestPtr& r = batch[i];
+    if (!response.ok() && is_device_fault(response.status())) {
+      if (!fault) fault = response.status();
+      faulted.push_back(i);
+      return;
+    }
     r->times.compute_ms = compute_ms;
     metrics_.compute_seconds(r->priority).observe(compute_ms / 1000.0);
     if (response.ok() && r->cancelled && r->cancelled()) {
@@ -296,7 +317,14 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<P
     }
     finish(r, std::move(response));
   };
-  BatchRun run = run_clip_batch(executor, batch, complete, chunking);
+  const Clock::time_point start = Clock::now();
+  BatchRun run;
+  if (fault) {  // injected (test seam): the batch fails as a broken device would fail it, without running
+    run.finished_early.assign(batch.size(), false);
+    run.responses.assign(batch.size(), StatusOr<ResponseData>(*fault));
+  } else {
+    run = run_clip_batch(executor, batch, complete, chunking);
+  }
   if (run.texts > 0)
     metrics_.text_batch_size().observe(static_cast<double>(bucket_for(run.texts, config_.batch_buckets)));
   if (run.images > 0) {
@@ -305,6 +333,11 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, const std::vector<P
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!run.finished_early[i]) complete(i, std::move(run.responses[i]), run.compute_ms);
   }
+  // An urgent batch run between this batch's chunks (preemptible == false) is inside the outer batch's time.
+  count_batch(replica, batch.size(), preemptible ? std::chrono::duration<double>(Clock::now() - start).count() : 0.0);
+  if (faulted.empty()) return;
+  take_out_of_rotation(replica, *fault);
+  for (size_t i : faulted) retry_or_fail(batch[i], *fault, replica);  // run_clip_batch left their pixels
 }
 
 void ModelRuntime::on_dropped(const PendingRequestPtr& request, const Status& status) {

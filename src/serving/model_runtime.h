@@ -14,12 +14,23 @@
 // arena for all instances exceed memory_quota_mb (kResourceExhausted); it warms every instance (CLIP: one text
 // batch and one image batch; Whisper: one second of silence). stop() refuses new requests, fails queued ones
 // with its reason, lets running batches finish and joins the engine threads.
-// Tests: tests/unit/serving/inference_server_test.cpp, tests/unit/serving/whisper_serving_test.cpp.
+//
+// Replicas (model_runtime_replicas.cpp): each instance is a replica on its own device (mmserve.yaml `devices`
+// or `device: cuda:all`, round-robin). All engine threads pull from the one queue, so a batch goes to a free
+// replica as soon as one is free (least-loaded by construction) and a slow replica never holds more than the
+// one batch it is running. A batch whose executor fails with a device fault (kInternal: every CUDA error maps
+// to it, core/cuda/cuda_status.h) takes its replica out of rotation (its thread exits, the metric says 0, the
+// metadata and the log say why) and its failed requests are re-queued once for the other replicas; a request
+// that meets a second fault, or when no replica is left, gets kUnavailable (503). With no healthy replica the
+// queue closes and the model reports itself not ready. Test seam: MMSERVE_TEST_REPLICA_FAULTS (see there).
+// Tests: tests/unit/serving/inference_server_test.cpp, tests/unit/serving/whisper_serving_test.cpp,
+// tests/unit/serving/replica_test.cpp.
 #pragma once
 
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +59,19 @@ struct RuntimeContext {
   std::string device_override;  // non-empty: every model runs on this device, whatever its mmserve.yaml says
 };
 
+// True when an executor's error means the device (or its driver) is broken rather than the request: kInternal,
+// which every CUDA and cuBLAS error maps to (core/cuda/cuda_status.h) and which no request input can cause.
+// Everything else is the request's (kInvalidArgument, kTooLarge, kOutOfRange, kUnimplemented), the client's
+// (kDeadlineExceeded, kCancelled) or transient capacity (kResourceExhausted, also CUDA out-of-memory): the
+// request fails with it and the replica stays in rotation.
+bool is_device_fault(const Status& status);
+
+// Test seam, read once per model load: MMSERVE_TEST_REPLICA_FAULTS="MODEL:REPLICA[:COUNT],..." makes replica
+// REPLICA of model MODEL fail its next COUNT batches (default 1; "all" = every batch) with kInternal, as a
+// broken GPU would, without running them. Unset in production; a malformed value fails the load
+// (kInvalidArgument) so that a typo cannot go unnoticed. Returns the faults of `model`, replica -> count.
+StatusOr<std::vector<std::pair<int, int>>> parse_injected_faults(const std::string& value, const std::string& model);
+
 class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
  public:
   // Loads, checks the quota, warms every instance and starts the engine threads. Errors are the model's
@@ -73,22 +97,52 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   ModelMetadata metadata() const;
   int64_t memory_bytes() const { return memory_bytes_; }
   double load_seconds() const { return load_seconds_; }
-  // Device, dtype and memory breakdown of one instance (the executor's describe()), for the load log.
+  // Device, dtype and memory breakdown of the instances (the executors' describe()), for the load log.
   const std::string& description() const { return description_; }
+  // Replicas still in rotation; 0 once every replica failed (the model is then not ready).
+  int healthy_replicas() const;
+  std::vector<ReplicaInfo> replicas() const;
 
  private:
+  // One instance: its device, metrics and health. Fields below `healthy` are guarded by replicas_mutex_.
+  struct Replica {
+    int index = 0;
+    Device device;
+    Counter* batches = nullptr;
+    Counter* items = nullptr;
+    Counter* busy_seconds = nullptr;
+    Gauge* healthy_gauge = nullptr;
+    bool healthy = true;
+    std::string fault;        // why it left the rotation
+    int injected_faults = 0;  // test seam: batches left to fail (-1: all)
+  };
+
   ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family);
   Status load_instances(const std::string& dir);
+  // Replicas (model_runtime_replicas.cpp).
+  Status place_replicas(std::vector<Device>& devices);  // fills replicas_ (devices, metrics) from the config
+  Status apply_injected_faults();                       // MMSERVE_TEST_REPLICA_FAULTS
+  std::optional<Status> take_injected_fault(Replica& replica);
+  bool in_rotation(const Replica& replica) const;
+  // Records a batch of `requests` that took `seconds` on the replica.
+  void count_batch(Replica& replica, size_t requests, double seconds);
+  // Takes the replica out of rotation (idempotent); with none left, closes the queue.
+  void take_out_of_rotation(Replica& replica, const Status& fault);
+  // A request whose batch failed with `fault` on `replica`: re-queued once (its payload already restored),
+  // else finished with kUnavailable.
+  void retry_or_fail(const PendingRequestPtr& request, const Status& fault, const Replica& replica);
   Status warm(engine::ClipExecutor& executor);
   void preprocess(const PendingRequestPtr& request, std::vector<InputItem>& inputs);
-  void engine_loop(engine::ClipExecutor* executor);
+  void engine_loop(engine::ClipExecutor* executor, Replica* replica);
   // Whisper (model_runtime_whisper.cpp).
-  Status load_whisper_instances(const std::string& dir, const engine::ExecutorOptions& options, int64_t quota);
-  void whisper_engine_loop(engine::WhisperExecutor* executor);
-  void run_whisper(engine::WhisperExecutor& executor, const std::vector<PendingRequestPtr>& batch);
+  Status load_whisper_instances(const std::string& dir, engine::ExecutorOptions options, int64_t quota,
+                                const std::vector<Device>& devices);
+  void whisper_engine_loop(engine::WhisperExecutor* executor, Replica* replica);
+  void run_whisper(engine::WhisperExecutor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch);
   ModelMetadata whisper_metadata() const;
   // `preemptible`: under qos, run the images in chunks and serve better-class arrivals between them.
-  void run_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch, bool preemptible);
+  void run_batch(engine::ClipExecutor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
+                 bool preemptible);
   void on_dropped(const PendingRequestPtr& request, const Status& status);
   // The one way an admitted request ends.
   void finish(const PendingRequestPtr& request, StatusOr<ResponseData> result);
@@ -111,6 +165,9 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   std::vector<std::string> languages_;                                       // Whisper: the tokenizer's
   RequestQueue queue_;
   std::vector<std::thread> engines_;
+  std::vector<std::unique_ptr<Replica>> replicas_;  // one per executor, same order
+  mutable std::mutex replicas_mutex_;               // Replica::healthy, fault, injected_faults; healthy_count_
+  int healthy_count_ = 0;
 
   std::mutex state_mutex_;  // admission state and counters (the queue has its own lock)
   std::condition_variable idle_;

@@ -21,18 +21,21 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
 
 }  // namespace
 
-Status ModelRuntime::load_whisper_instances(const std::string& dir, const engine::ExecutorOptions& options,
-                                            int64_t quota) {
-  for (int i = 0; i < config_.instances; ++i) {
+Status ModelRuntime::load_whisper_instances(const std::string& dir, engine::ExecutorOptions options, int64_t quota,
+                                            const std::vector<Device>& devices) {
+  const int instances = static_cast<int>(devices.size());
+  for (int i = 0; i < instances; ++i) {
+    options.device = devices[static_cast<size_t>(i)];
     ASSIGN_OR_RETURN(auto executor, engine::WhisperExecutor::create(dir, options));
+    if (i > 0) description_ += "; ";
+    description_ += "replica " + std::to_string(i) + ": " + executor->describe();
     if (i == 0) {
-      memory_bytes_ = executor->memory_bytes() * config_.instances;
+      memory_bytes_ = executor->memory_bytes() * instances;
       if (quota > 0 && memory_bytes_ > quota) {
-        return resource_exhausted("memory quota: " + std::to_string(config_.instances) + " instance(s) need " +
+        return resource_exhausted("memory quota: " + std::to_string(instances) + " instance(s) need " +
                                   mib(memory_bytes_) + " but memory_quota_mb is " +
                                   std::to_string(config_.memory_quota_mb));
       }
-      description_ = executor->describe();
       languages_ = executor->languages();
       audio_options_.model = name_;
       audio_options_.sample_rate = executor->sample_rate();
@@ -54,25 +57,51 @@ Status ModelRuntime::load_whisper_instances(const std::string& dir, const engine
   return ok_status();
 }
 
-void ModelRuntime::whisper_engine_loop(engine::WhisperExecutor* executor) {
+void ModelRuntime::whisper_engine_loop(engine::WhisperExecutor* executor, Replica* replica) {
   BatchLimits limits;
   limits.items_max = config_.max_batch_size;
   limits.delay_max = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.max_queue_delay_ms));
-  for (;;) {
+  while (in_rotation(*replica)) {  // pull-based, as engine_loop
     std::vector<PendingRequestPtr> batch = queue_.pop_batch(limits);
     if (batch.empty()) return;  // closed
-    run_whisper(*executor, batch);
+    run_whisper(*executor, *replica, batch);
   }
 }
 
-void ModelRuntime::run_whisper(engine::WhisperExecutor& executor, const std::vector<PendingRequestPtr>& batch) {
+void ModelRuntime::run_whisper(engine::WhisperExecutor& executor, Replica& replica,
+                               const std::vector<PendingRequestPtr>& batch) {
   const Clock::time_point picked = Clock::now();
   for (const PendingRequestPtr& r : batch) {
     r->dequeued = true;
     r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
   }
-  WhisperBatchRun run = run_whisper_batch(executor, batch);
+  // run_whisper_batch consumes the audio; keep a copy while another replica could retry the batch.
+  std::vector<std::vector<float>> kept_audio(batch.size());
+  if (healthy_replicas() > 1) {
+    for (size_t i = 0; i < batch.size(); ++i) kept_audio[i] = batch[i]->audio;
+  }
+  std::optional<Status> fault = take_injected_fault(replica);
+  WhisperBatchRun run;
+  if (fault) {  // injected (test seam): fails as a broken device would, without running
+    run.responses.assign(batch.size(), StatusOr<ResponseData>(*fault));
+  } else {
+    run = run_whisper_batch(executor, batch);
+    // A device fault fails every request of the batch with kInternal; a kInternal on some requests only (a
+    // decoding bug on one sequence) is that request's failure.
+    const bool all_failed = std::all_of(run.responses.begin(), run.responses.end(),
+                                        [](const auto& r) { return !r.ok() && is_device_fault(r.status()); });
+    if (all_failed && !run.responses.empty()) fault = run.responses[0].status();
+  }
+  count_batch(replica, batch.size(), std::chrono::duration<double>(Clock::now() - picked).count());
+  if (fault) {
+    take_out_of_rotation(replica, *fault);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      batch[i]->audio = std::move(kept_audio[i]);
+      retry_or_fail(batch[i], *fault, replica);
+    }
+    return;
+  }
   metrics_.audio_batch_size().observe(
       static_cast<double>(bucket_for(static_cast<int64_t>(batch.size()), config_.batch_buckets)));
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -95,6 +124,7 @@ ModelMetadata ModelRuntime::whisper_metadata() const {
   m.platform = "mmserve_whisper";
   m.inputs = {{"audio", "BYTES", {1}}};
   m.outputs = {{"text", "BYTES", {1}}, {"segments", "BYTES", {1}}, {"language", "BYTES", {1}}};
+  m.replicas = replicas();
   return m;
 }
 

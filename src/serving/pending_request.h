@@ -51,6 +51,7 @@ struct PendingRequest {
   PhaseTimes times;
   bool preprocessed = false;  // phases reached, for the phase histograms
   bool dequeued = false;
+  int replica_faults = 0;  // batches of this request that failed with a device fault (retried once: 2 = 503)
   Completion done;
 };
 

@@ -74,6 +74,19 @@ Status RequestQueue::push_reserved(PendingRequestPtr request) {
   return ok_status();
 }
 
+Status RequestQueue::requeue(PendingRequestPtr request) {
+  MMSERVE_CHECK(request != nullptr, "null request");
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return close_reason_;
+    for (int t = 0; t < kTowerCount; ++t) queued_items_[t] += request->items[t];
+    entries_.push_back(std::move(request));
+    publish_depth_locked();
+  }
+  changed_.notify_all();
+  return ok_status();
+}
+
 Status RequestQueue::push(PendingRequestPtr request) {
   RETURN_IF_ERROR(reserve());
   return push_reserved(std::move(request));

@@ -74,6 +74,11 @@ class RequestQueue {
   Status push_reserved(PendingRequestPtr request);
   // reserve() + push_reserved().
   Status push(PendingRequestPtr request);
+  // Puts back a request that pop_batch handed out and whose replica failed (model_runtime_replicas.cpp):
+  // it was admitted already, so capacity is not checked, and it keeps its arrival time and sequence, so it
+  // ranks as it did before (ahead of later arrivals). When closed, returns the close reason (the caller
+  // completes the request).
+  Status requeue(PendingRequestPtr request);
 
   // Blocks until a batch is ready (see the file comment) and returns it in scheduling order. Returns an
   // empty vector only once the queue is closed.

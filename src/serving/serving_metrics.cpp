@@ -76,7 +76,15 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
       inflight(r.gauge("mmserve_inflight_requests", "Admitted requests not yet completed.", {"model"})),
       load_seconds(r.gauge("mmserve_model_load_seconds", "Seconds the last load took (with warm-up).", {"model"})),
       memory_bytes(r.gauge("mmserve_model_memory_bytes", "Weights plus arenas of all instances.", {"model"})),
-      ready(r.gauge("mmserve_model_ready", "1 when the model is READY.", {"model"})) {}
+      ready(r.gauge("mmserve_model_ready", "1 when the model is READY.", {"model"})),
+      replica_batches(r.counter("mmserve_replica_batches_total", "Batches a replica ran (failed ones included).",
+                                {"model", "replica", "device"})),
+      replica_items(r.counter("mmserve_replica_items_total", "Requests in the batches a replica ran.",
+                              {"model", "replica", "device"})),
+      replica_busy_seconds(r.counter("mmserve_replica_busy_seconds_total", "Seconds a replica spent running batches.",
+                                     {"model", "replica", "device"})),
+      replica_healthy(r.gauge("mmserve_replica_healthy", "1 while the replica is in rotation, 0 after a device fault.",
+                              {"model", "replica", "device"})) {}
 
 ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels, bool audio) {
   for (Outcome o : kOutcomes) outcomes_.push_back(&f.requests.with({model, outcome_name(o)}));
@@ -97,6 +105,47 @@ ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int prio
   }
   queue_depth_ = &f.queue_depth.with({model});
   inflight_ = &f.inflight.with({model});
+}
+
+TopologyMetrics::TopologyMetrics(MetricsRegistry& r)
+    : gpu_count(r.gauge("mmserve_gpus", "GPUs found by topology discovery (CUDA, else NVML).", {})),
+      nvlink_active(r.gauge("mmserve_nvlink_active", "1 when the NVLink link is up (NVML).", {"gpu", "link"})),
+      nvlink_gbps(r.gauge("mmserve_nvlink_throughput_gigabytes_per_second",
+                          "NVLink data throughput over the last sampling interval (NVML THROUGHPUT_DATA, GB=1024^3).",
+                          {"gpu", "link", "direction"})),
+      p2p_access(r.gauge("mmserve_gpu_p2p_access", "1 when cudaDeviceCanAccessPeer(src, dst).", {"src", "dst"})),
+      copy_gbps(r.gauge("mmserve_gpu_copy_bandwidth_gigabytes_per_second",
+                        "Copy bandwidth measured at start-up, src GPU to dst GPU (GB=1024^3).", {"src", "dst"})),
+      ib_gbps(r.gauge("mmserve_ib_port_bandwidth_gigabytes_per_second",
+                      "InfiniBand port bandwidth, calc_ib_bandwidth over the last sampling interval.",
+                      {"device", "port"})) {}
+
+void TopologyMetrics::publish(const Topology& t) {
+  gpu_count.with({}).set(static_cast<double>(t.gpus.size()));
+  for (const GpuInfo& gpu : t.gpus) {
+    const std::string g = std::to_string(gpu.index);
+    for (const NvLinkInfo& link : gpu.nvlinks) {
+      const std::string l = std::to_string(link.link);
+      nvlink_active.with({g, l}).set(link.active ? 1.0 : 0.0);
+      if (!link.counters_valid) continue;
+      nvlink_gbps.with({g, l, "tx"}).set(link.tx_gbps);
+      nvlink_gbps.with({g, l, "rx"}).set(link.rx_gbps);
+    }
+  }
+  for (size_t i = 0; i < t.p2p.size(); ++i) {
+    for (size_t j = 0; j < t.p2p[i].size(); ++j) {
+      p2p_access.with({std::to_string(i), std::to_string(j)}).set(t.p2p[i][j] ? 1.0 : 0.0);
+    }
+  }
+  for (size_t i = 0; i < t.bandwidth_gbps.size(); ++i) {
+    for (size_t j = 0; j < t.bandwidth_gbps[i].size(); ++j) {
+      copy_gbps.with({std::to_string(i), std::to_string(j)}).set(t.bandwidth_gbps[i][j]);
+    }
+  }
+  for (const IbPortRate& port : t.ib_ports) {
+    if (!port.error.empty()) continue;  // no rate yet (first sample) or a broken counter: no value, not 0
+    ib_gbps.with({port.device, std::to_string(port.port)}).set(port.gbps);
+  }
 }
 
 size_t ModelMetrics::index(int priority) const {

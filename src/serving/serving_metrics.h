@@ -9,12 +9,19 @@
 //   mmserve_audio_seconds_total{model}             counter: seconds of audio in successful transcriptions
 //   mmserve_queue_depth{model}, mmserve_inflight_requests{model}                  gauges
 //   mmserve_model_load_seconds{model}, mmserve_model_memory_bytes{model}, mmserve_model_ready{model}   gauges
+//   Topology (TopologyMetrics, issue 6; GB = 1024^3 bytes): mmserve_gpus, mmserve_nvlink_active{gpu,link},
+//   mmserve_nvlink_throughput_gigabytes_per_second{gpu,link,direction}, mmserve_gpu_p2p_access{src,dst},
+//   mmserve_gpu_copy_bandwidth_gigabytes_per_second{src,dst}, mmserve_ib_port_bandwidth_gigabytes_per_second{device,port}
+//   mmserve_replica_{batches,items}_total{model,replica,device}      counters: batches a replica ran, their requests
+//   mmserve_replica_busy_seconds_total{model,replica,device}         counter: time a replica spent running batches
+//   mmserve_replica_healthy{model,replica,device}                    gauge: 1 in rotation, 0 taken out after a fault
 // Tests: tests/unit/serving/inference_server_test.cpp reads them back from a live server.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "core/cuda/topology.h"
 #include "core/status.h"
 #include "serving/metrics.h"
 
@@ -45,6 +52,10 @@ struct ServingMetrics {
   Family<Gauge>& load_seconds;
   Family<Gauge>& memory_bytes;
   Family<Gauge>& ready;
+  Family<Counter>& replica_batches;  // replicas (model_runtime_replicas.cpp)
+  Family<Counter>& replica_items;
+  Family<Counter>& replica_busy_seconds;
+  Family<Gauge>& replica_healthy;
 };
 
 // One model's children, created up front (so they are exposed as zeros) and then used lock-free.
@@ -78,6 +89,20 @@ class ModelMetrics {
   Counter* audio_seconds_ = nullptr;
   Gauge* queue_depth_;
   Gauge* inflight_;
+};
+
+// The GPU topology gauges (docs/metrics.md "Topology"), updated from each TopologyMonitor sample. Label values
+// are bounded by the hardware (GPU indices, link numbers, IB device/port names).
+// Tests: tests/unit/api/topology_handler_test.cpp (TopologyMetricsTest).
+struct TopologyMetrics {
+  explicit TopologyMetrics(MetricsRegistry& registry);
+  void publish(const Topology& topology);
+  Family<Gauge>& gpu_count;
+  Family<Gauge>& nvlink_active;
+  Family<Gauge>& nvlink_gbps;
+  Family<Gauge>& p2p_access;
+  Family<Gauge>& copy_gbps;
+  Family<Gauge>& ib_gbps;
 };
 
 }  // namespace mmserve::serving

@@ -407,6 +407,44 @@ TEST(ServerProcessTest, QueueFullIs429AndUnloadedIs503) {
   fs::remove_all(repository);
 }
 
+TEST(ServerProcessTest, ReplicasAreListedAndAllFailedIs503NotReady) {
+  // Two CPU replicas, both made to fail every batch through the test seam (docs/architecture.md, "Replicas").
+  const fs::path repository = make_repository("replicas", "devices: [cpu, cpu]\nthreads: 1\n");
+  ::setenv("MMSERVE_TEST_REPLICA_FAULTS", "clip-tiny:0:all,clip-tiny:1:all", 1);
+  ServerProcess server(repository);
+  ::unsetenv("MMSERVE_TEST_REPLICA_FAULTS");
+  ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
+  EXPECT_EQ(curl(server.url() + "/v2/health/ready").status, 200);
+  json meta = json::parse(curl(server.url() + "/v2/models/clip-tiny").body);
+  ASSERT_EQ(meta["replicas"].size(), 2u) << meta.dump();
+  EXPECT_EQ(meta["replicas"][1]["device"], "cpu");
+  EXPECT_EQ(meta["replicas"][1]["healthy"], true);
+  // The request fails on one replica, is re-queued once, fails on the other: 503 with a JSON error.
+  auto infer = server.client().Post("/v2/models/clip-tiny/infer", kserve_golden_request().dump(), "application/json");
+  ASSERT_TRUE(infer);
+  EXPECT_EQ(infer->status, 503) << infer->body;
+  const json error = json::parse(infer->body, nullptr, false);
+  ASSERT_TRUE(error.is_object()) << infer->body;
+  EXPECT_NE(error["error"].get<std::string>().find("failed on two replicas"), std::string::npos) << infer->body;
+  CurlResult r = curl("-H 'Content-Type: application/json' -d '{\"model\": \"clip-tiny\", \"input\": \"x\"}' " +
+                      server.url() + "/v1/embeddings");
+  EXPECT_EQ(r.status, 503) << r.body;
+  const json openai_error = json::parse(r.body, nullptr, false);
+  EXPECT_TRUE(openai_error.is_object() && openai_error["error"].is_object()) << r.body;
+  EXPECT_EQ(curl(server.url() + "/v2/health/ready").status, 503);
+  EXPECT_EQ(curl(server.url() + "/v2/models/clip-tiny/ready").status, 503);
+  meta = json::parse(curl(server.url() + "/v2/models/clip-tiny").body);  // metadata still answers, with why
+  ASSERT_EQ(meta["replicas"].size(), 2u) << meta.dump();
+  EXPECT_EQ(meta["replicas"][0]["healthy"], false);
+  EXPECT_NE(meta["replicas"][0]["fault"].get<std::string>().find("injected device fault"), std::string::npos);
+  const std::string metrics = curl(server.url() + "/metrics").body;
+  EXPECT_NE(metrics.find("mmserve_replica_healthy{model=\"clip-tiny\",replica=\"1\",device=\"cpu\"} 0"),
+            std::string::npos);
+  EXPECT_NE(server.stderr_text().find("taken out of rotation"), std::string::npos);
+  EXPECT_EQ(server.terminate(), 0);
+  fs::remove_all(repository);
+}
+
 TEST(ServerProcessTest, SigtermLetsAnInFlightRequestComplete) {
   const fs::path repository = make_repository("sigterm");
   ServerProcess server(repository);

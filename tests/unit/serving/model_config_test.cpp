@@ -57,13 +57,57 @@ cross_kv: int8
   EXPECT_EQ(c->cross_kv, "int8");
 }
 
+TEST(ModelConfig, DevicesSpreadReplicasRoundRobin) {
+  auto c = parse_model_config("devices: [cuda:0, cuda:1]\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->devices, (std::vector<std::string>{"cuda:0", "cuda:1"}));
+  auto placed = replica_devices(*c, 0, kLabel);  // no GPU needed to place: only cuda:all counts them
+  ASSERT_TRUE(placed.ok()) << placed.status().to_string();
+  EXPECT_EQ(*placed, (std::vector<Device>{Device::cuda(0), Device::cuda(1)}));  // instances default: one each
+
+  c = parse_model_config("devices: [cuda:1, cpu]\ninstances: 5\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  placed = replica_devices(*c, 0, kLabel);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(*placed,
+            (std::vector<Device>{Device::cuda(1), Device::cpu(), Device::cuda(1), Device::cpu(), Device::cuda(1)}));
+
+  c = parse_model_config("device: cuda:all\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  placed = replica_devices(*c, 3, kLabel);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(*placed, (std::vector<Device>{Device::cuda(0), Device::cuda(1), Device::cuda(2)}));
+  placed = replica_devices(*c, 0, kLabel);
+  EXPECT_EQ(placed.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(placed.status().message().find("no CUDA device is visible"), std::string::npos);
+
+  c = parse_model_config("device: cuda:all\ninstances: 1\n", kLabel);  // fine with one GPU, not with two
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_TRUE(replica_devices(*c, 1, kLabel).ok());
+  placed = replica_devices(*c, 2, kLabel);
+  EXPECT_EQ(placed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(placed.status().message().find("instances"), std::string::npos) << placed.status().to_string();
+
+  c = parse_model_config("device: cpu\ninstances: 3\n", kLabel);  // one device, several instances
+  ASSERT_TRUE(c.ok());
+  placed = replica_devices(*c, 0, kLabel);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(*placed, (std::vector<Device>(3, Device::cpu())));
+
+  ModelConfig by_hand;  // built in code: validate catches both keys set
+  by_hand.device = "cuda:0";
+  by_hand.devices = {"cuda:1"};
+  EXPECT_EQ(validate_model_config(by_hand, kLabel).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
   for (const char* text : {"", "# only a comment\n", "---\n"}) {
     auto c = parse_model_config(text, kLabel);
     ASSERT_TRUE(c.ok()) << text << ": " << c.status().to_string();
     EXPECT_EQ(c->device, "cpu");
     EXPECT_EQ(c->dtype, "auto");
-    EXPECT_EQ(c->instances, 1);
+    EXPECT_EQ(c->instances, 0);  // one per device: one replica on cpu
+    EXPECT_TRUE(c->devices.empty());
     EXPECT_EQ(c->max_batch_size, 64);
     EXPECT_EQ(c->batch_buckets, (std::vector<int>{1, 2, 4, 8, 16, 32, 64}));
     EXPECT_DOUBLE_EQ(c->max_queue_delay_ms, 5.0);
@@ -141,7 +185,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"max_queue_delay_ms: .inf\n", "max_queue_delay_ms"},
         BadCase{"batch_buckets: 4\n", "batch_buckets"},  // scalar for a list
         BadCase{"batch_buckets: [1, x]\n", "batch_buckets[1]"}, BadCase{"device: tpu\n", "device"},
-        BadCase{"dtype: f64\n", "dtype"}, BadCase{"instances: 0\n", "instances"},
+        BadCase{"dtype: f64\n", "dtype"}, BadCase{"instances: -1\n", "instances"},
         BadCase{"max_batch_size: 0\n", "max_batch_size"}, BadCase{"batch_buckets: [2, 1, 64]\n", "strictly increasing"},
         BadCase{"batch_buckets: [1, 1, 64]\n", "strictly increasing"},
         BadCase{"batch_buckets: [0, 64]\n", "batch_buckets"}, BadCase{"batch_buckets: []\n", "batch_buckets"},
@@ -155,7 +199,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
         BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
         BadCase{"cross_kv: fp4\n", "cross_kv"},
-        BadCase{"instances: 99999999999\n", "instances"}),  // beyond int
+        BadCase{"instances: 99999999999\n", "instances"},  // beyond int
+        // Replicas: the two device keys are exclusive, lists must hold devices, and every device gets a replica.
+        BadCase{"device: cuda:0\ndevices: [cuda:0, cuda:1]\n", "'device' and 'devices' are exclusive"},
+        BadCase{"device: cpu\ndevices: [cpu]\n", "'device' and 'devices' are exclusive"},
+        BadCase{"devices: []\n", "devices"}, BadCase{"devices: cpu\n", "devices"},
+        BadCase{"devices: [cpu, tpu]\n", "devices[1]"}, BadCase{"devices: [cpu, [cpu]]\n", "devices[1]"},
+        BadCase{"devices: [cuda:all]\n", "cuda:all goes in 'device'"},
+        BadCase{"devices: [cpu, cpu, cpu]\ninstances: 2\n", "instances"}, BadCase{"device: cuda:any\n", "device"}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
       for (const char* c = info.param.must_mention; *c; ++c)

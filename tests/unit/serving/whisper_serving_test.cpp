@@ -192,5 +192,38 @@ TEST_F(WhisperServing, Refusals) {
   EXPECT_GE(counter("mmserve_requests_total", {"model", "outcome"}, {"whisper", "invalid"}), 2);
 }
 
+TEST_F(WhisperServing, AFaultyReplicasBatchIsTranscribedByTheOther) {
+  // Replica 1 fails every batch (test seam, model_runtime.h): the audio its batch consumed was kept and the
+  // request, re-queued, is transcribed by replica 0 exactly as alone.
+  ::setenv("MMSERVE_TEST_REPLICA_FAULTS", "whisper:1:all", 1);
+  add_whisper("whisper", "devices: [cpu, cpu]\nthreads: 1\n");
+  InferenceServer& server = start();
+  ::unsetenv("MMSERVE_TEST_REPLICA_FAULTS");
+  const engine::Transcript alone = reference(jfk_);
+  auto healthy = [&](const char* replica) {
+    return server.metrics()
+        .gauge("mmserve_replica_healthy", "", {"model", "replica", "device"})
+        .with({"whisper", replica, "cpu"})
+        .value();
+  };
+  for (int i = 0; i < 40 && healthy("1") == 1; ++i) {
+    auto a = submit_async(transcription("whisper", jfk_));  // two at once: both engine threads are asked
+    auto b = submit_async(transcription("whisper", jfk_));
+    for (auto* f : {&a, &b}) {
+      StatusOr<ResponseData> r = f->get();
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      expect_same(*r->transcript, alone);
+    }
+  }
+  EXPECT_EQ(healthy("1"), 0) << "replica 1 never took a batch";
+  EXPECT_EQ(healthy("0"), 1);
+  EXPECT_TRUE(server.ready());
+  auto meta = server.model_metadata("whisper");
+  ASSERT_TRUE(meta.ok());
+  ASSERT_EQ(meta->replicas.size(), 2u);
+  EXPECT_FALSE(meta->replicas[1].healthy);
+  EXPECT_EQ(counter("mmserve_requests_total", {"model", "outcome"}, {"whisper", "error"}), 0);
+}
+
 }  // namespace
 }  // namespace mmserve::serving
