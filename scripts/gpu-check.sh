@@ -31,7 +31,7 @@ export NCCL_NVLS_ENABLE=0
 summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test whisper_cuda_test whisper_executor_cuda_test"
+GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test whisper_cuda_test whisper_executor_cuda_test topology_gpu_test"
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
