@@ -402,10 +402,20 @@ TEST(HttpServer, MetricsUseRouteTemplates) {
   ASSERT_EQ(c.Post("/v2/models/clip/infer", text_infer({"x"}).dump(), kJson)->status, 200);
   c.Post("/v2/models/zzz-unique-name/infer", text_infer({"x"}).dump(), kJson);
   c.Get("/some/random/path-qqq");
-  // A request is counted after its response is written, so the client may see the response first: poll.
-  const std::string last = R"(http_requests_total{method="GET",route="unmatched",code="404"} 1)";
+  // A request is counted after its response is written, and an error response may close the connection, so
+  // the three requests can be counted in any order after the client saw them: poll until all three are.
+  const std::vector<std::string> counted = {
+      R"(http_requests_total{method="POST",route="/v2/models/{model}/infer",code="200"} 1)",
+      R"(http_requests_total{method="POST",route="/v2/models/{model}/infer",code="404"} 1)",
+      R"(http_requests_total{method="GET",route="unmatched",code="404"} 1)"};
+  auto all_counted = [&](const std::string& body) {
+    for (const std::string& line : counted) {
+      if (body.find(line) == std::string::npos) return false;
+    }
+    return true;
+  };
   auto r = c.Get("/metrics");
-  for (int i = 0; i < 200 && r && r->body.find(last) == std::string::npos; ++i) {
+  for (int i = 0; i < 500 && r && !all_counted(r->body); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     r = c.Get("/metrics");
   }
