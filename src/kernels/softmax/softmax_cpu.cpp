@@ -6,6 +6,7 @@
 // Tests: softmax_test.cpp (vs double, -inf entries, fully masked rows, large logits); bench:
 // softmax_bench.cpp.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "kernels/common/cpu_math.h"
@@ -34,6 +35,19 @@ void softmax_row(float* row, int64_t cols) {
   const float inv_sum = 1.0f / sum;
 #pragma omp simd
   for (int64_t j = 0; j < cols; ++j) row[j] *= inv_sum;
+}
+
+MMSERVE_CPU_CLONES
+float log_sum_exp(const float* row, int64_t cols) {
+  float max_value = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max_value)
+  for (int64_t j = 0; j < cols; ++j) max_value = std::max(max_value, row[j]);
+  // All -inf (or empty): the sum is 0 and its log -inf; +inf: inf - inf would be NaN below.
+  if (std::isinf(max_value)) return max_value;
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < cols; ++j) sum += cpu::exp_f32(row[j] - max_value);
+  return std::log(sum) + max_value;
 }
 
 void softmax_rows(Tensor& x) {

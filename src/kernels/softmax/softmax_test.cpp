@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <vector>
 
 #include "kernels/testing/kernel_test_util.h"
@@ -105,3 +106,27 @@ TEST(SoftmaxTest, RawRowOnAPrefixLeavesTheRestAlone) {
 
 }  // namespace
 }  // namespace mmserve::kernels
+
+// log_sum_exp against a double-precision reference over vocabulary-sized rows with -inf holes, and its edges.
+TEST(LogSumExpTest, MatchesDoubleAndHandlesInfinities) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (int64_t cols : {1, 7, 64, 51866}) {
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (float& v : row) v = normal(rng);
+    for (int64_t j = 3; j < cols; j += 5) row[static_cast<size_t>(j)] = -std::numeric_limits<float>::infinity();
+    double max = -INFINITY, sum = 0.0;
+    for (float v : row) max = std::max(max, static_cast<double>(v));
+    for (float v : row) sum += std::exp(static_cast<double>(v) - max);
+    const double expected = std::log(sum) + max;
+    EXPECT_NEAR(mmserve::kernels::log_sum_exp(row.data(), cols), expected, 2e-6 * std::max(1.0, std::fabs(expected))) << cols;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> masked = {-inf, -inf, -inf};
+  EXPECT_EQ(mmserve::kernels::log_sum_exp(masked.data(), 3), -inf);
+  EXPECT_EQ(mmserve::kernels::log_sum_exp(masked.data(), 0), -inf);
+  std::vector<float> with_inf = {1.0f, inf, 2.0f};
+  EXPECT_EQ(mmserve::kernels::log_sum_exp(with_inf.data(), 3), inf);
+  std::vector<float> big = {1000.0f, 1000.0f};  // no overflow: max-subtracted
+  EXPECT_NEAR(mmserve::kernels::log_sum_exp(big.data(), 2), 1000.0f + std::log(2.0f), 1e-3);
+}
