@@ -1,7 +1,12 @@
 // Benchmark of softmax_rows() on attention-score shaped rows: 16*12*50 rows of 50 (vision, batch 16) and
 // 16*8*77 rows of 77 (text). GB/s counts one read and one write of the scores.
-// Run: kernels_bench --benchmark_filter=bm_softmax
+// Also log_sum_exp over one Whisper vocabulary row (51,866 floats), beside the scalar double-exp loop the
+// decoding used before (the baseline in the same run).
+// Run: kernels_bench --benchmark_filter='bm_softmax|bm_log_sum_exp'
 #include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
 
 #include "kernels/softmax/softmax.h"
 #include "kernels/testing/bench_util.h"
@@ -26,6 +31,26 @@ BENCHMARK(bm_softmax)
     ->Args({16 * int64_t{8} * 77, 77})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+void bm_log_sum_exp(benchmark::State& state) {
+  const std::vector<float> row = bench_util::random_floats(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(log_sum_exp(row.data(), static_cast<int64_t>(row.size())));
+  bench_util::set_gbytes(state, 4.0 * static_cast<double>(row.size()));
+}
+BENCHMARK(bm_log_sum_exp)->Arg(51866)->Unit(benchmark::kMicrosecond);
+
+// The baseline: max, then a scalar double exp per element (whisper_decoding.cpp before log_sum_exp).
+void bm_log_sum_exp_scalar_double(benchmark::State& state) {
+  const std::vector<float> row = bench_util::random_floats(state.range(0));
+  for (auto _ : state) {
+    const float max = *std::max_element(row.begin(), row.end());
+    double sum = 0.0;
+    for (float v : row) sum += std::exp(static_cast<double>(v) - max);
+    benchmark::DoNotOptimize(std::log(sum) + max);
+  }
+  bench_util::set_gbytes(state, 4.0 * static_cast<double>(row.size()));
+}
+BENCHMARK(bm_log_sum_exp_scalar_double)->Arg(51866)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace mmserve::kernels
