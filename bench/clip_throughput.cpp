@@ -5,6 +5,8 @@
 //
 //   clip_throughput --model DIR [--threads N] [--batches 1,16] [--iters 20] [--seq 77]
 //                   [--device cpu|cuda[:N]] [--dtype bf16|f16|f32] [--tower vision|text|both] [--input device|host]
+//                   [--tp-devices 0,1]
+// --tp-devices: tensor parallel over these GPUs (NCCL; one entry is a group of one, the NCCL path on one GPU).
 // On cuda, images are timed from pixels already on the GPU (`--input device`, as HF's benchmark gives
 // torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels. Each call
 // includes the copy of the embeddings back to the host and the stream synchronisation.
@@ -53,6 +55,7 @@ int main(int argc, char** argv) {
   int threads = 0, iters = 20, seq = 77;
   std::string device_name = "cpu", dtype_name = "", tower = "both", input = "device";
   std::vector<int64_t> batches = {1, 16};
+  std::vector<int> tp_devices;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -72,7 +75,14 @@ int main(int argc, char** argv) {
       tower = next();
     else if (a == "--input")
       input = next();
-    else if (a == "--batches") {
+    else if (a == "--tp-devices") {
+      std::string list = next();
+      for (size_t p = 0; p < list.size();) {
+        size_t q = list.find(',', p);
+        tp_devices.push_back(std::atoi(list.substr(p, q - p).c_str()));
+        p = q == std::string::npos ? list.size() : q + 1;
+      }
+    } else if (a == "--batches") {
       batches.clear();
       std::string list = next();
       for (size_t p = 0; p < list.size();) {
@@ -110,6 +120,7 @@ int main(int argc, char** argv) {
   }
   // Exactly the measured batch sizes get graphs (plus the largest).
   options.batch_buckets = batches;
+  options.tp_devices = tp_devices;
   auto executor = mmserve::engine::ClipExecutor::create(model_dir, options);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", executor.status().to_string().c_str());
@@ -173,6 +184,7 @@ int main(int argc, char** argv) {
                                       {"dtype", mmserve::dtype_name(exec.dtype())},
                                       {"input", options.device.is_cpu() ? "host" : input},
                                       {"memory_bytes", exec.memory_bytes()},
+                                      {"tp_devices", tp_devices},
                                       {"threads", threads},
                                       {"blas_core", mmserve::kernels::blas_core_name()},
                                       {"openblas_coretype", coretype ? coretype : ""},

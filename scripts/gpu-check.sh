@@ -12,7 +12,8 @@
 # (kernels_cuda_bench), clip (bench/run_clip_gpu_bench.sh), server (bench/server_gpu.sh), cpu (the CPU CLIP
 # bench of issue 2), whisper (bench/run_whisper_gpu_bench.sh: Whisper fp16 against HF generate), whisper-fixtures
 # (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
-# fixtures/whisper). Default: "tests memcheck kernels".
+# fixtures/whisper), tp (bench/run_clip_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
+# and at TP=2 where 2 GPUs are visible). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -28,10 +29,16 @@ fi
 export LD_LIBRARY_PATH="$BIN/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # NVLink multicast stays off on these shared hosts (also for every child process).
 export NCCL_NVLS_ENABLE=0
+# libnccl.so.2 (tensor parallel, dlopen'ed): the toolkit's if it has one, else the one torch ships
+# (site-packages/nvidia/nccl/lib); the NCCL tests skip, saying why, when neither exists.
+if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
+  nccl_dir=$(python3 -c 'import glob, site; print(next(iter(sorted(d for p in site.getsitepackages() for d in glob.glob(p + "/nvidia/nccl/lib"))), ""))' 2>/dev/null)
+  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$nccl_dir:$LD_LIBRARY_PATH" && echo "libnccl: $nccl_dir" >&2
+fi
 summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test whisper_cuda_test whisper_executor_cuda_test topology_gpu_test"
+GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_executor_cuda_test topology_gpu_test"
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -49,6 +56,8 @@ if has tests; then
   done
   # The conformance figures (relative error, cosine per dtype), for docs/perf/clip_gpu.md.
   grep -E 'relative error' "$RES/clip_cuda_conformance_test.log" > "$RES/conformance_figures.txt" 2>/dev/null || true
+  # Tensor parallel's (TP vs TP=1 and vs HF per fixture), for docs/multi-gpu.md.
+  grep -E 'TP=' "$RES/clip_cuda_tp_test.log" > "$RES/tp_figures.txt" 2>/dev/null || true
   # Whisper's (encoder/logits error, greedy agreement, compressed cross K/V), for docs/perf/whisper_gpu.md.
   grep -E '^  whisper-' "$RES/whisper_cuda_test.log" > "$RES/whisper_figures.txt" 2>/dev/null || true
 fi
@@ -95,6 +104,14 @@ if has clip; then
   fi
 fi
 
+if has tp; then
+  if bench/run_clip_tp_bench.sh "$BIN" "$RES/clip_tp" > "$RES/clip_tp_table.md" 2> "$RES/clip_tp.err"; then
+    summary+=("bench clip tp: ok")
+  else
+    summary+=("bench clip tp: FAIL (see clip_tp.err)")
+  fi
+fi
+
 if has whisper; then
   # Whisper fp16 against HF transformers' generate on the same random weights (tiny and large-v3), ~4 min.
   if bench/run_whisper_gpu_bench.sh "$BIN" "$RES/whisper_gpu" > "$RES/whisper_gpu_table.md" 2> "$RES/whisper_gpu.err"; then
@@ -136,7 +153,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in conformance_figures.txt whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in conformance_figures.txt tp_figures.txt clip_tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   cuda.device = options.device.index;
   cuda.dtype = options.dtype.value_or(DType::kBF16);
   cuda.use_graphs = options.cuda_graphs;
+  cuda.tp_devices = options.tp_devices;
   cuda.buckets.clear();
   if (options.batch_buckets.empty()) {
     for (int64_t b = 1; b < options.batch_size_max; b *= 2) cuda.buckets.push_back(b);
@@ -75,6 +76,10 @@ std::string ClipExecutor::describe() const {
 #if MMSERVE_HAS_CUDA
   if (cuda_model_) {
     const models::ClipCudaMemory& m = cuda_model_->memory();
+    if (cuda_model_->tp_world_size() > 1) {
+      text += ", tensor parallel over " + std::to_string(cuda_model_->tp_world_size()) + " GPUs (" +
+              cuda_model_->tp_collective() + "; memory summed over the ranks)";
+    }
     text += ": weights " + mib(m.weight_bytes) + ", activations " + mib(m.activation_bytes) + " (max batch " +
             std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) + ", graphs " +
             mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes);

@@ -38,6 +38,8 @@ struct ExecutorOptions {
   // Whisper on CUDA: how the cross-attention K/V are stored: "same" (the compute dtype), "fp8_e4m3" or "int8"
   // (per row-and-head scales; half the bytes of f16). The CPU path takes "same" only.
   std::string whisper_cross_kv = "same";
+  // CLIP on CUDA: tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
+  std::vector<int> tp_devices;
 };
 
 class ClipExecutor {

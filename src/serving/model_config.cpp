@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kPriorityLevelsMax = 64;  // bounds the {priority} label's cardinality
 constexpr int kInstancesMax = 64;
+constexpr int kTensorParallelMax = 8;  // the GPUs of one node
 constexpr const char* kAllGpus = "cuda:all";  // `device: cuda:all`: one replica per visible GPU
 
 // Where a value sits, for messages: "models/a/mmserve.yaml: key 'qos.image'".
@@ -158,10 +159,15 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
                               (c.devices[i] == kAllGpus ? "; cuda:all goes in 'device', not in a list" : ""));
     }
   }
-  if (c.instances != 0 && static_cast<size_t>(c.instances) < c.devices.size()) {
+  if (c.tensor_parallel < 1 || c.tensor_parallel > kTensorParallelMax) {
+    return out_of_range_value(label, "tensor_parallel", std::to_string(c.tensor_parallel),
+                              "must be in 1.." + std::to_string(kTensorParallelMax));
+  }
+  if (c.instances != 0 && static_cast<size_t>(c.instances) * c.tensor_parallel < c.devices.size()) {
     return out_of_range_value(label, "instances", std::to_string(c.instances),
-                              "is below the " + std::to_string(c.devices.size()) +
-                                  " entries of 'devices' (a listed device would get no replica)");
+                              "is below the " + std::to_string(c.devices.size()) + " entries of 'devices'" +
+                                  (c.tensor_parallel > 1 ? " in groups of " + std::to_string(c.tensor_parallel) : "") +
+                                  " (a listed device would get no replica)");
   }
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
     return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
@@ -263,6 +269,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
       {"dtype", set_string(&c.dtype)},
       {"cross_kv", set_string(&c.cross_kv)},
       {"instances", set_int(&c.instances)},
+      {"tensor_parallel", set_int(&c.tensor_parallel)},
       {"max_batch_size", set_int(&c.max_batch_size)},
       {"batch_buckets",
        [&](const YAML::Node& n, const std::string& key) -> Status {
@@ -326,6 +333,45 @@ StatusOr<std::vector<Device>> replica_devices(const ModelConfig& c, int visible_
   }
   std::vector<Device> out;
   for (size_t i = 0; i < count; ++i) out.push_back(listed[i % listed.size()]);
+  return out;
+}
+
+StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, int visible_gpus,
+                                                          const std::string& label) {
+  std::vector<std::vector<Device>> groups;
+  if (c.tensor_parallel == 1) {
+    ASSIGN_OR_RETURN(std::vector<Device> devices, replica_devices(c, visible_gpus, label));
+    for (const Device& d : devices) groups.push_back({d});
+    return groups;
+  }
+  ModelConfig listing = c;
+  listing.instances = 0;  // one entry per listed device
+  ASSIGN_OR_RETURN(std::vector<Device> listed, replica_devices(listing, visible_gpus, label));
+  const size_t tp = static_cast<size_t>(c.tensor_parallel);
+  if (listed.size() % tp != 0) {
+    return invalid_argument(where(label, "tensor_parallel") + ": " + std::to_string(tp) + " GPUs per replica but " +
+                            std::to_string(listed.size()) + " device(s) listed (list them in 'devices', or use " +
+                            "device: cuda:all, in groups of " + std::to_string(tp) + ")");
+  }
+  for (size_t first = 0; first < listed.size(); first += tp) {
+    std::vector<Device> group(listed.begin() + static_cast<std::ptrdiff_t>(first),
+                              listed.begin() + static_cast<std::ptrdiff_t>(first + tp));
+    for (size_t i = 0; i < group.size(); ++i) {
+      if (group[i].is_cpu()) {
+        return invalid_argument(where(label, "tensor_parallel") + ": tensor parallel runs on GPUs, not on the CPU");
+      }
+      for (size_t j = 0; j < i; ++j) {
+        if (group[j].index == group[i].index) {
+          return invalid_argument(where(label, "tensor_parallel") + ": the group " + std::to_string(first / tp) +
+                                  " holds " + group[i].to_string() + " twice (one rank per GPU)");
+        }
+      }
+    }
+    groups.push_back(std::move(group));
+  }
+  const size_t count = c.instances == 0 ? groups.size() : static_cast<size_t>(c.instances);
+  std::vector<std::vector<Device>> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(groups[i % groups.size()]);
   return out;
 }
 

@@ -91,6 +91,10 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.whisper_cross_kv = config_.cross_kv;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
+  if (config_.tensor_parallel > 1 && (family_ != models::Family::kClip || any_cpu)) {
+    return unimplemented(dir + "/mmserve.yaml: tensor_parallel " + std::to_string(config_.tensor_parallel) +
+                         " is implemented for CLIP on cuda only (Whisper's sharded forward is not written yet)");
+  }
   if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota, devices);
   MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
   if (config_.cross_kv != "same") {
@@ -102,6 +106,7 @@ Status ModelRuntime::load_instances(const std::string& dir) {
 
   for (int i = 0; i < instances; ++i) {
     options.device = devices[static_cast<size_t>(i)];
+    options.tp_devices = replicas_[static_cast<size_t>(i)]->tp_group;
     ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
     if (i > 0) description_ += "; ";
     description_ += "replica " + std::to_string(i) + ": " + executor->describe();

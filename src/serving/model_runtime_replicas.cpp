@@ -86,13 +86,19 @@ Status ModelRuntime::place_replicas(std::vector<Device>& devices) {
     config.devices.clear();
   }
   const int gpus = config.device == "cuda:all" && config.devices.empty() ? visible_gpus() : 0;
-  ASSIGN_OR_RETURN(devices, replica_devices(config, gpus, name_ + "/mmserve.yaml"));
+  ASSIGN_OR_RETURN(std::vector<std::vector<Device>> groups, replica_groups(config, gpus, name_ + "/mmserve.yaml"));
   ServingMetrics& m = *context_.metrics;
-  for (size_t i = 0; i < devices.size(); ++i) {
+  devices.clear();
+  for (size_t i = 0; i < groups.size(); ++i) {
     auto replica = std::make_unique<Replica>();
     replica->index = static_cast<int>(i);
-    replica->device = devices[i];
-    const std::vector<std::string> labels = {name_, std::to_string(i), devices[i].to_string()};
+    replica->device = groups[i][0];
+    for (const Device& d : groups[i]) {
+      replica->label += (replica->label.empty() ? "" : "+") + d.to_string();
+      if (groups[i].size() > 1) replica->tp_group.push_back(d.index);
+    }
+    devices.push_back(groups[i][0]);
+    const std::vector<std::string> labels = {name_, std::to_string(i), replica->label};
     replica->batches = &m.replica_batches.with(labels);
     replica->items = &m.replica_items.with(labels);
     replica->busy_seconds = &m.replica_busy_seconds.with(labels);
@@ -126,7 +132,7 @@ std::optional<Status> ModelRuntime::take_injected_fault(Replica& replica) {
   if (replica.injected_faults == 0) return std::nullopt;
   if (replica.injected_faults > 0) --replica.injected_faults;
   return internal_error(std::string("injected device fault (") + kFaultVariable + ") on replica " +
-                        std::to_string(replica.index) + " (" + replica.device.to_string() + ")");
+                        std::to_string(replica.index) + " (" + replica.label + ")");
 }
 
 bool ModelRuntime::in_rotation(const Replica& replica) const {
@@ -142,7 +148,7 @@ int ModelRuntime::healthy_replicas() const {
 std::vector<ReplicaInfo> ModelRuntime::replicas() const {
   std::lock_guard<std::mutex> lock(replicas_mutex_);
   std::vector<ReplicaInfo> out;
-  for (const auto& r : replicas_) out.push_back({r->index, r->device.to_string(), r->healthy, r->fault});
+  for (const auto& r : replicas_) out.push_back({r->index, r->label, r->healthy, r->fault});
   return out;
 }
 
@@ -162,12 +168,12 @@ void ModelRuntime::take_out_of_rotation(Replica& replica, const Status& fault) {
     replica.healthy_gauge->set(0);
     --healthy_count_;
     std::fprintf(stderr, "mmserve: model %s: replica %d (%s) taken out of rotation: %s (%d of %zu left)\n",
-                 name_.c_str(), replica.index, replica.device.to_string().c_str(), replica.fault.c_str(),
+                 name_.c_str(), replica.index, replica.label.c_str(), replica.fault.c_str(),
                  healthy_count_, replicas_.size());
     if (healthy_count_ > 0) return;
     for (const auto& r : replicas_) {
       summary += (summary.empty() ? "" : "; ") + std::string("replica ") + std::to_string(r->index) + " (" +
-                 r->device.to_string() + "): " + r->fault;
+                 r->label + "): " + r->fault;
     }
   }
   // None left: nothing will serve the queue, so fail what waits there and refuse new requests (503).
@@ -177,7 +183,7 @@ void ModelRuntime::take_out_of_rotation(Replica& replica, const Status& fault) {
 
 void ModelRuntime::retry_or_fail(const PendingRequestPtr& request, const Status& fault, const Replica& replica) {
   ++request->replica_faults;
-  const std::string where = "replica " + std::to_string(replica.index) + " (" + replica.device.to_string() + ")";
+  const std::string where = "replica " + std::to_string(replica.index) + " (" + replica.label + ")";
   // A streamed transcription has sent segments already: running it again would send them twice.
   const bool retry = request->replica_faults < 2 && !request->on_segment && healthy_replicas() > 0;
   if (retry) {

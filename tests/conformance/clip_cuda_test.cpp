@@ -21,21 +21,8 @@ namespace {
 
 using testing::fixture;
 using testing::Golden;
+using testing::min_row_cosine;
 using testing::relative_error;
-
-double min_row_cosine(const std::vector<float>& a, const std::vector<float>& b, int64_t dim) {
-  double worst = 1.0;
-  for (size_t r = 0; r + dim <= a.size(); r += dim) {
-    double dot = 0, na = 0, nb = 0;
-    for (int64_t i = 0; i < dim; ++i) {
-      dot += static_cast<double>(a[r + i]) * b[r + i];
-      na += static_cast<double>(a[r + i]) * a[r + i];
-      nb += static_cast<double>(b[r + i]) * b[r + i];
-    }
-    worst = std::min(worst, dot / std::sqrt(na * nb + 1e-30));
-  }
-  return worst;
-}
 
 struct Case {
   const char* dir;

@@ -74,6 +74,21 @@ class Golden {
 };
 
 // max |a - b| / max |b|: the error relative to the tensor's scale (robust to entries near zero).
+// The smallest cosine similarity between matching rows of `dim` floats (1 for identical directions).
+inline double min_row_cosine(const std::vector<float>& a, const std::vector<float>& b, int64_t dim) {
+  double worst = 1.0;
+  for (size_t r = 0; r + dim <= a.size() && r + dim <= b.size(); r += dim) {
+    double dot = 0, na = 0, nb = 0;
+    for (int64_t i = 0; i < dim; ++i) {
+      dot += static_cast<double>(a[r + i]) * b[r + i];
+      na += static_cast<double>(a[r + i]) * a[r + i];
+      nb += static_cast<double>(b[r + i]) * b[r + i];
+    }
+    worst = std::min(worst, dot / std::sqrt(na * nb + 1e-30));
+  }
+  return worst;
+}
+
 inline double relative_error(const float* a, const float* b, size_t n) {
   double max_diff = 0.0, max_ref = 0.0;
   for (size_t i = 0; i < n; ++i) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 
 #include "core/cuda/cuda_status.h"
@@ -15,6 +16,7 @@
 #include "kernels/l2_normalize/l2_normalize_cuda.h"
 #include "kernels/layer_norm/layer_norm_cuda.h"
 #include "kernels/patch_embed/patch_embed_cuda.h"
+#include "models/common/tensor_parallel.h"
 
 namespace mmserve::models {
 
@@ -26,11 +28,13 @@ struct ClipCudaModel::BlockWeights {
   const float *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
   const void *qkv_w = nullptr, *qkv_b = nullptr;  // [3H, H], [3H] (dtype)
   const void* out_w = nullptr;                    // [H, H] (dtype)
-  const float* out_b = nullptr;                   // [H] f32
+  const float* out_b = nullptr;                   // [H] f32 (null on ranks > 0 under tensor parallel)
   const void *fc1_w = nullptr, *fc1_b = nullptr;  // [I, H], [I] (dtype)
   const void* fc2_w = nullptr;                    // [H, I] (dtype)
-  const float* fc2_b = nullptr;                   // [H] f32
+  const float* fc2_b = nullptr;                   // [H] f32 (null on ranks > 0)
 };
+// Under tensor parallel a rank holds qkv [3H/T, H], out [H, H/T], fc1 [I_r, H], fc2 [H, I_r] (the shapes of
+// TowerShape); everything outside the blocks is whole on every rank.
 
 struct ClipCudaModel::Weights {
   std::vector<BlockWeights> text, vision;
@@ -41,7 +45,7 @@ struct ClipCudaModel::Weights {
   const void *visual_projection = nullptr, *text_projection = nullptr;
 };
 
-// Activation buffers, sized for the largest bucket of either tower (they run one at a time).
+// Activation buffers of one rank, sized for the largest bucket of either tower (they run one at a time).
 struct ClipCudaModel::Activations {
   float* pixels = nullptr;        // [B, C, S, S]
   void* patches = nullptr;        // [B * P, C * p * p] (dtype)
@@ -56,6 +60,24 @@ struct ClipCudaModel::Activations {
   int32_t* class_rows = nullptr;  // [B]: b * (P + 1), constant
   int32_t* text_ints = nullptr;   // [B * T ids | B lengths | B pooling rows], one copy per call
   void* workspace = nullptr;      // cuBLASLt
+};
+
+// What one GPU of the model holds: everything a forward touches, so ranks share nothing but the collective.
+struct ClipCudaModel::Rank {
+  int index = 0;   // rank in the tensor-parallel group (0 without one)
+  int device = 0;  // CUDA ordinal
+  CudaStream stream;
+  DeviceArena weight_arena;
+  DeviceArena activation_arena;
+  std::unique_ptr<Weights> weights;
+  std::unique_ptr<Activations> act;
+  std::unique_ptr<kernels::CublasLtGemm> gemm;
+  PinnedBuffer pinned_in, pinned_out;
+  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs;  // (tower, bucket) -> graph
+  size_t graph_bytes = 0;
+  ~Rank() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+  }
 };
 
 namespace {
@@ -73,7 +95,8 @@ struct TowerNeeds {
   }
 };
 
-TowerNeeds vision_needs(const ClipConfig& c, int64_t b, size_t e) {
+// `inner` and `mlp` are one rank's widths of the attention and the MLP (the whole model without tensor parallel).
+TowerNeeds vision_needs(const ClipConfig& c, int64_t b, size_t e, int64_t inner, int64_t mlp) {
   const ClipVisionConfig& v = c.vision;
   const int64_t p = v.num_patches(), rows = b * (p + 1), h = v.hidden_size;
   TowerNeeds n;
@@ -82,24 +105,24 @@ TowerNeeds vision_needs(const ClipConfig& c, int64_t b, size_t e) {
   n.patch_out = sizeof(float) * b * p * h;
   n.x = sizeof(float) * rows * h;
   n.normed = e * rows * h;
-  n.qkv = e * rows * 3 * h;
-  n.context = e * rows * h;
-  n.mlp = e * rows * v.intermediate_size;
+  n.qkv = e * rows * 3 * inner;
+  n.context = e * rows * inner;
+  n.mlp = e * rows * mlp;
   n.pooled = e * b * h;
   n.embeds = sizeof(float) * b * c.projection_dim;
   n.ints = sizeof(int32_t) * b;
   return n;
 }
 
-TowerNeeds text_needs(const ClipConfig& c, int64_t b, size_t e) {
+TowerNeeds text_needs(const ClipConfig& c, int64_t b, size_t e, int64_t inner, int64_t mlp) {
   const ClipTextConfig& t = c.text;
   const int64_t rows = b * t.max_position_embeddings, h = t.hidden_size;
   TowerNeeds n;
   n.x = sizeof(float) * rows * h;
   n.normed = e * rows * h;
-  n.qkv = e * rows * 3 * h;
-  n.context = e * rows * h;
-  n.mlp = e * rows * t.intermediate_size;
+  n.qkv = e * rows * 3 * inner;
+  n.context = e * rows * inner;
+  n.mlp = e * rows * mlp;
   n.pooled = e * b * h;
   n.embeds = sizeof(float) * b * c.projection_dim;
   n.ints = sizeof(int32_t) * (rows + 2 * b);
@@ -109,7 +132,48 @@ TowerNeeds text_needs(const ClipConfig& c, int64_t b, size_t e) {
 }  // namespace
 
 ClipCudaModel::~ClipCudaModel() {
-  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  // Each rank frees its memory (and its graphs, which may hold NCCL work) with its own device current, before the
+  // group's communicators go.
+  for (std::unique_ptr<Rank>& rank : ranks_) {
+    cudaSetDevice(rank->device);
+    rank.reset();
+  }
+  group_.reset();
+}
+
+std::string ClipCudaModel::tp_collective() const {
+  return group_ ? group_->kind() : "";
+}
+
+Status ClipCudaModel::health() {
+  return group_ ? group_->health() : ok_status();
+}
+
+void ClipCudaModel::abort_tp_group(const Status& why) {
+  if (group_) group_->abort(why);
+}
+
+namespace {
+
+// One tower's shapes on rank `rank` of `world`: its share of the heads (which divide) and of the MLP rows.
+template <typename TowerConfig, typename Shape>
+Shape tower_shape(const TowerConfig& c, int64_t world, int rank) {
+  Shape t;
+  t.hidden = c.hidden_size;
+  t.head_dim = c.hidden_size / c.num_attention_heads;
+  t.heads = c.num_attention_heads / world;
+  t.mlp = tp_shard_range(c.intermediate_size, world, rank)->size();
+  return t;
+}
+
+}  // namespace
+
+ClipCudaModel::TowerShape ClipCudaModel::vision_shape(int rank) const {
+  return tower_shape<ClipVisionConfig, TowerShape>(config_.vision, tp_world_size(), rank);
+}
+
+ClipCudaModel::TowerShape ClipCudaModel::text_shape(int rank) const {
+  return tower_shape<ClipTextConfig, TowerShape>(config_.text, tp_world_size(), rank);
 }
 
 StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& model_dir,
@@ -122,7 +186,6 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   for (int64_t b : options.buckets) {
     if (b <= 0 || b > 4096) return invalid_argument("batch bucket " + std::to_string(b) + " is outside [1, 4096]");
   }
-  RETURN_IF_ERROR(set_cuda_device(options.device));
   auto model = std::unique_ptr<ClipCudaModel>(new ClipCudaModel());
   model->options_ = options;
   // MMSERVE_CUDA_GRAPHS=0 runs every forward eagerly (compute-sanitizer runs, kernel debugging).
@@ -132,13 +195,23 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   model->buckets_ = options.buckets;
   std::sort(model->buckets_.begin(), model->buckets_.end());
   model->buckets_.erase(std::unique(model->buckets_.begin(), model->buckets_.end()), model->buckets_.end());
+  RETURN_IF_ERROR(model->make_ranks());
   {
     // The host model parses and checks the checkpoint (same errors as the CPU path) and fuses QKV; its f32
-    // copy is freed once the weights are on the GPU.
+    // copy is freed once every rank's weights are on its GPU.
     ASSIGN_OR_RETURN(std::unique_ptr<ClipModel> host, ClipModel::load(model_dir));
     model->config_ = host->config();
     model->logit_scale_ = host->logit_scale();
     const ClipConfig& c = model->config_;
+    const int64_t world = model->tp_world_size();
+    for (const auto& [tower, heads] : {std::pair<const char*, int64_t>{"vision", c.vision.num_attention_heads},
+                                       std::pair<const char*, int64_t>{"text", c.text.num_attention_heads}}) {
+      if (heads % world != 0) {
+        return invalid_argument(model_dir + ": tensor parallel over " + std::to_string(world) + " GPUs needs the " +
+                                tower + " tower's " + std::to_string(heads) + " heads to divide by " +
+                                std::to_string(world));
+      }
+    }
     if (!kernels::attention_cuda_supported(options.dtype, c.vision.num_patches() + 1,
                                            c.vision.hidden_size / c.vision.num_attention_heads) ||
         !kernels::attention_cuda_supported(options.dtype, c.text.max_position_embeddings,
@@ -149,18 +222,42 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
     if (c.vision.image_size % c.vision.patch_size != 0) {
       return unimplemented(model_dir + ": image_size must be a multiple of patch_size");
     }
-    RETURN_IF_ERROR(model->stream_.init());
-    RETURN_IF_ERROR(model->upload_weights(*host));
+    for (std::unique_ptr<Rank>& rank : model->ranks_) {
+      RETURN_IF_ERROR(set_cuda_device(rank->device));
+      RETURN_IF_ERROR(rank->stream.init());
+      RETURN_IF_ERROR(model->upload_weights(*rank, *host));
+    }
   }
-  RETURN_IF_ERROR(model->plan_activations());
-  ASSIGN_OR_RETURN(model->gemm_, kernels::CublasLtGemm::create(model->act_->workspace,
+  for (std::unique_ptr<Rank>& rank : model->ranks_) {
+    RETURN_IF_ERROR(set_cuda_device(rank->device));
+    RETURN_IF_ERROR(model->plan_activations(*rank));
+    ASSIGN_OR_RETURN(rank->gemm, kernels::CublasLtGemm::create(rank->act->workspace,
                                                                kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  }
   RETURN_IF_ERROR(model->capture_graphs());
+  RETURN_IF_ERROR(set_cuda_device(model->ranks_[0]->device));  // the caller's thread drives rank 0
   return model;
 }
 
-Status ClipCudaModel::upload_weights(const ClipModel& host) {
+Status ClipCudaModel::make_ranks() {
+  std::vector<int> devices = options_.tp_devices;
+  if (devices.empty()) devices.push_back(options_.device);
+  for (size_t r = 0; r < devices.size(); ++r) {
+    RETURN_IF_ERROR(set_cuda_device(devices[r]));
+    auto rank = std::make_unique<Rank>();
+    rank->index = static_cast<int>(r);
+    rank->device = devices[r];
+    ranks_.push_back(std::move(rank));
+  }
+  if (options_.tp_devices.empty()) return ok_status();
+  ASSIGN_OR_RETURN(group_, TpGroup::create(devices, options_.tp_collective));
+  if (!group_->graph_capturable()) options_.use_graphs = false;  // staged sums synchronise on the host
+  return ok_status();
+}
+
+Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
   const DType dt = options_.dtype;
+  const int64_t world = tp_world_size();
   // Two passes over one list of (source, dtype, destination): sum the sizes, make one allocation, copy.
   struct Job {
     Tensor source;
@@ -168,31 +265,52 @@ Status ClipCudaModel::upload_weights(const ClipModel& host) {
     const void** target;
   };
   std::vector<Job> jobs;
-  weights_ = std::make_unique<Weights>();
-  Weights& w = *weights_;
+  std::deque<HostTensor> slices;  // this rank's shares of the sharded tensors, alive until uploaded
+  rank.weights = std::make_unique<Weights>();
+  Weights& w = *rank.weights;
   auto add = [&](const Tensor& t, DType dtype, const void** target) { jobs.push_back({t, dtype, target}); };
   auto add_f32 = [&](const Tensor& t, const float** target) {
     jobs.push_back({t, DType::kF32, reinterpret_cast<const void**>(target)});
   };
-  auto blocks = [&](const std::vector<EncoderBlockWeights>& src, std::vector<BlockWeights>& dst) {
+  // A block tensor under its tensor-parallel rule (whole when world is 1; a row-parallel bias only on rank 0).
+  auto add_sharded = [&](const Tensor& t, TpSplit split, int64_t heads, DType dtype, const void** target,
+                         const std::string& name) -> Status {
+    if (world == 1) {
+      add(t, dtype, target);
+      return ok_status();
+    }
+    ASSIGN_OR_RETURN(HostTensor slice, tp_slice(t, split, heads, world, rank.index, name));
+    if (slice.empty()) return ok_status();  // stays null: this rank adds no bias
+    slices.push_back(std::move(slice));
+    add(slices.back().view(), dtype, target);
+    return ok_status();
+  };
+  auto blocks = [&](const std::vector<EncoderBlockWeights>& src, std::vector<BlockWeights>& dst, int64_t heads,
+                    const std::string& tower) -> Status {
     dst.resize(src.size());
     for (size_t i = 0; i < src.size(); ++i) {
+      const std::string layer = tower + ".encoder.layers." + std::to_string(i) + ".";
+      const auto f32_target = [](const float** p) { return reinterpret_cast<const void**>(p); };
       add_f32(src[i].ln1_weight, &dst[i].ln1_w);
       add_f32(src[i].ln1_bias, &dst[i].ln1_b);
       add_f32(src[i].ln2_weight, &dst[i].ln2_w);
       add_f32(src[i].ln2_bias, &dst[i].ln2_b);
-      add(src[i].qkv_weight, dt, &dst[i].qkv_w);
-      add(src[i].qkv_bias, dt, &dst[i].qkv_b);
-      add(src[i].out_weight, dt, &dst[i].out_w);
-      add_f32(src[i].out_bias, &dst[i].out_b);
-      add(src[i].fc1_weight, dt, &dst[i].fc1_w);
-      add(src[i].fc1_bias, dt, &dst[i].fc1_b);
-      add(src[i].fc2_weight, dt, &dst[i].fc2_w);
-      add_f32(src[i].fc2_bias, &dst[i].fc2_b);
+      RETURN_IF_ERROR(add_sharded(src[i].qkv_weight, TpSplit::kFusedQkvHeads, heads, dt, &dst[i].qkv_w, layer + "qkv"));
+      RETURN_IF_ERROR(add_sharded(src[i].qkv_bias, TpSplit::kFusedQkvHeads, heads, dt, &dst[i].qkv_b, layer + "qkv"));
+      RETURN_IF_ERROR(add_sharded(src[i].out_weight, TpSplit::kRowHeads, heads, dt, &dst[i].out_w,
+                                  layer + "self_attn.out_proj.weight"));
+      RETURN_IF_ERROR(add_sharded(src[i].out_bias, TpSplit::kRowBias, heads, DType::kF32, f32_target(&dst[i].out_b),
+                                  layer + "self_attn.out_proj.bias"));
+      RETURN_IF_ERROR(add_sharded(src[i].fc1_weight, TpSplit::kColumn, 0, dt, &dst[i].fc1_w, layer + "mlp.fc1.weight"));
+      RETURN_IF_ERROR(add_sharded(src[i].fc1_bias, TpSplit::kColumn, 0, dt, &dst[i].fc1_b, layer + "mlp.fc1.bias"));
+      RETURN_IF_ERROR(add_sharded(src[i].fc2_weight, TpSplit::kRow, 0, dt, &dst[i].fc2_w, layer + "mlp.fc2.weight"));
+      RETURN_IF_ERROR(add_sharded(src[i].fc2_bias, TpSplit::kRowBias, 0, DType::kF32, f32_target(&dst[i].fc2_b),
+                                  layer + "mlp.fc2.bias"));
     }
+    return ok_status();
   };
-  blocks(host.text_blocks(), w.text);
-  blocks(host.vision_blocks(), w.vision);
+  RETURN_IF_ERROR(blocks(host.text_blocks(), w.text, config_.text.num_attention_heads, "text_model"));
+  RETURN_IF_ERROR(blocks(host.vision_blocks(), w.vision, config_.vision.num_attention_heads, "vision_model"));
   add(host.weight("text_model.embeddings.token_embedding.weight"), dt, &w.token_embedding);
   add(host.weight("text_model.embeddings.position_embedding.weight"), dt, &w.text_positions);
   add_f32(host.weight("text_model.final_layer_norm.weight"), &w.final_ln_w);
@@ -209,12 +327,12 @@ Status ClipCudaModel::upload_weights(const ClipModel& host) {
 
   size_t total = 0;
   for (const Job& j : jobs) total += DeviceArena::aligned(storage_bytes(j.dtype, j.source.numel()));
-  RETURN_IF_ERROR(weight_arena_.init(total));
-  memory_.weight_bytes = total;
+  RETURN_IF_ERROR(rank.weight_arena.init(total));
+  memory_.weight_bytes += total;
   std::vector<uint16_t> half;
   for (const Job& j : jobs) {
     const int64_t n = j.source.numel();
-    ASSIGN_OR_RETURN(void* dst, weight_arena_.allocate(storage_bytes(j.dtype, n)));
+    ASSIGN_OR_RETURN(void* dst, rank.weight_arena.allocate(storage_bytes(j.dtype, n)));
     const float* src = j.source.data_as<float>();
     if (j.dtype == DType::kF32) {
       CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -228,13 +346,16 @@ Status ClipCudaModel::upload_weights(const ClipModel& host) {
   return ok_status();
 }
 
-Status ClipCudaModel::plan_activations() {
+Status ClipCudaModel::plan_activations(Rank& rank) {
   const size_t e = dtype_size(options_.dtype);
   const int64_t b = max_batch();
-  const TowerNeeds v = vision_needs(config_, b, e), t = text_needs(config_, b, e);
-  for (int64_t bucket : buckets_) {
-    memory_.vision_bucket_bytes[bucket] = vision_needs(config_, bucket, e).total();
-    memory_.text_bucket_bytes[bucket] = text_needs(config_, bucket, e).total();
+  const TowerShape vs = vision_shape(rank.index), ts = text_shape(rank.index);
+  const TowerNeeds v = vision_needs(config_, b, e, vs.inner(), vs.mlp), t = text_needs(config_, b, e, ts.inner(), ts.mlp);
+  if (rank.index == 0) {
+    for (int64_t bucket : buckets_) {
+      memory_.vision_bucket_bytes[bucket] = vision_needs(config_, bucket, e, vs.inner(), vs.mlp).total();
+      memory_.text_bucket_bytes[bucket] = text_needs(config_, bucket, e, ts.inner(), ts.mlp).total();
+    }
   }
   // Each buffer takes the larger of the two towers' needs.
   const size_t sizes[] = {v.pixels,
@@ -252,14 +373,14 @@ Status ClipCudaModel::plan_activations() {
                           kernels::CublasLtGemm::kDefaultWorkspaceBytes};
   size_t total = 0;
   for (size_t s : sizes) total += DeviceArena::aligned(s);
-  RETURN_IF_ERROR(activation_arena_.init(total));
-  memory_.activation_bytes = total - kernels::CublasLtGemm::kDefaultWorkspaceBytes;
-  memory_.workspace_bytes = kernels::CublasLtGemm::kDefaultWorkspaceBytes;
-  act_ = std::make_unique<Activations>();
-  Activations& a = *act_;
+  RETURN_IF_ERROR(rank.activation_arena.init(total));
+  memory_.activation_bytes += total - kernels::CublasLtGemm::kDefaultWorkspaceBytes;
+  memory_.workspace_bytes += kernels::CublasLtGemm::kDefaultWorkspaceBytes;
+  rank.act = std::make_unique<Activations>();
+  Activations& a = *rank.act;
   void* p[13];
   for (int i = 0; i < 13; ++i) {
-    ASSIGN_OR_RETURN(p[i], activation_arena_.allocate(sizes[i]));
+    ASSIGN_OR_RETURN(p[i], rank.activation_arena.allocate(sizes[i]));
   }
   a.pixels = static_cast<float*>(p[0]);
   a.patches = p[1];
@@ -281,62 +402,74 @@ Status ClipCudaModel::plan_activations() {
   for (int64_t i = 0; i < b; ++i) class_rows[i] = static_cast<int32_t>(i * (config_.vision.num_patches() + 1));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(a.class_rows, class_rows.data(), b * sizeof(int32_t), cudaMemcpyHostToDevice));
 
-  RETURN_IF_ERROR(pinned_in_.init(t.ints));
-  RETURN_IF_ERROR(pinned_out_.init(sizeof(float) * b * config_.projection_dim));
-  memory_.pinned_bytes = pinned_in_.size() + pinned_out_.size();
+  RETURN_IF_ERROR(rank.pinned_in.init(t.ints));
+  RETURN_IF_ERROR(rank.pinned_out.init(sizeof(float) * b * config_.projection_dim));
+  memory_.pinned_bytes += rank.pinned_in.size() + rank.pinned_out.size();
   return ok_status();
 }
 
-Status ClipCudaModel::encoder_block(const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch, int64_t hidden,
-                                    int64_t heads, int64_t intermediate, float eps, kernels::Activation activation,
-                                    bool causal, const int32_t* kv_lengths) {
+Status ClipCudaModel::reduce_residual(Rank& rank, int64_t rows, int64_t hidden) {
+  if (!group_) return ok_status();
+  return group_->collective()->all_reduce_sum(rank.index, rank.act->x, rows * hidden, DType::kF32,
+                                              rank.stream.get());
+}
+
+Status ClipCudaModel::encoder_block(Rank& rank, const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch,
+                                    const TowerShape& shape, float eps, kernels::Activation activation, bool causal,
+                                    const int32_t* kv_lengths) {
   const DType dt = options_.dtype;
-  const Activations& a = *act_;
-  cudaStream_t s = stream_.get();
+  const Activations& a = *rank.act;
+  cudaStream_t s = rank.stream.get();
+  const int64_t hidden = shape.hidden, inner = shape.inner(), mlp = shape.mlp;
+  // Rank 0 adds its partial sums onto the residual stream (beta = 1); the other ranks overwrite their copy with
+  // theirs (beta = 0), so the all-reduce that follows leaves x + the sum of every rank's part (tensor_parallel.h).
+  const float residual_beta = rank.index == 0 ? 1.0f : 0.0f;
   // normed = layer_norm1(x)
   kernels::LayerNormCudaArgs ln;
   ln.x = a.x, ln.x_ld = hidden, ln.weight = w.ln1_w, ln.bias = w.ln1_b, ln.eps = eps, ln.rows = rows;
   ln.cols = hidden, ln.y = a.normed, ln.y_dtype = dt, ln.y_ld = hidden;
   RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
-  // qkv = normed @ [Wq; Wk; Wv]^T + b
+  // qkv = normed @ [Wq; Wk; Wv]^T + b   (this rank's heads: [q_r | k_r | v_r])
   GemmCudaArgs g;
-  g.m = rows, g.n = 3 * hidden, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.qkv_w, g.ldw = hidden;
-  g.in_dtype = dt, g.d = a.qkv, g.ldd = 3 * hidden, g.out_dtype = dt, g.bias = w.qkv_b;
-  RETURN_IF_ERROR(gemm_->run(g, s));
+  g.m = rows, g.n = 3 * inner, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.qkv_w, g.ldw = hidden;
+  g.in_dtype = dt, g.d = a.qkv, g.ldd = 3 * inner, g.out_dtype = dt, g.bias = w.qkv_b;
+  RETURN_IF_ERROR(rank.gemm->run(g, s));
   // context = attention(q, k, v)
   kernels::AttentionCudaArgs at;
-  at.qkv = a.qkv, at.qkv_ld = 3 * hidden, at.out = a.context, at.out_ld = hidden, at.dtype = dt;
-  at.batch = batch, at.seq = seq, at.heads = heads, at.head_dim = hidden / heads;
-  at.scale = 1.0f / std::sqrt(static_cast<float>(hidden / heads)), at.causal = causal, at.kv_lengths = kv_lengths;
+  at.qkv = a.qkv, at.qkv_ld = 3 * inner, at.out = a.context, at.out_ld = inner, at.dtype = dt;
+  at.batch = batch, at.seq = seq, at.heads = shape.heads, at.head_dim = shape.head_dim;
+  at.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim)), at.causal = causal, at.kv_lengths = kv_lengths;
   RETURN_IF_ERROR(kernels::attention_cuda(at, s));
   // x += context @ Wo^T + bo  (f32 output, beta = 1: the residual add)
   g = GemmCudaArgs{};
-  g.m = rows, g.n = hidden, g.k = hidden, g.a = a.context, g.lda = hidden, g.w = w.out_w, g.ldw = hidden;
-  g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.out_b, g.beta = 1.0f;
-  RETURN_IF_ERROR(gemm_->run(g, s));
+  g.m = rows, g.n = hidden, g.k = inner, g.a = a.context, g.lda = inner, g.w = w.out_w, g.ldw = inner;
+  g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.out_b, g.beta = residual_beta;
+  RETURN_IF_ERROR(rank.gemm->run(g, s));
+  RETURN_IF_ERROR(reduce_residual(rank, rows, hidden));
   // normed = layer_norm2(x)
   ln.weight = w.ln2_w, ln.bias = w.ln2_b;
   RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
   // mlp = act(normed @ W1^T + b1)
   g = GemmCudaArgs{};
-  g.m = rows, g.n = intermediate, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.fc1_w, g.ldw = hidden;
-  g.in_dtype = dt, g.d = a.mlp, g.ldd = intermediate, g.out_dtype = dt, g.bias = w.fc1_b;
-  RETURN_IF_ERROR(gemm_->run(g, s));
-  RETURN_IF_ERROR(kernels::activation_cuda(activation, a.mlp, dt, rows * intermediate, s));
+  g.m = rows, g.n = mlp, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.fc1_w, g.ldw = hidden;
+  g.in_dtype = dt, g.d = a.mlp, g.ldd = mlp, g.out_dtype = dt, g.bias = w.fc1_b;
+  RETURN_IF_ERROR(rank.gemm->run(g, s));
+  RETURN_IF_ERROR(kernels::activation_cuda(activation, a.mlp, dt, rows * mlp, s));
   // x += mlp @ W2^T + b2
   g = GemmCudaArgs{};
-  g.m = rows, g.n = hidden, g.k = intermediate, g.a = a.mlp, g.lda = intermediate, g.w = w.fc2_w;
-  g.ldw = intermediate, g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.fc2_b;
-  g.beta = 1.0f;
-  return gemm_->run(g, s);
+  g.m = rows, g.n = hidden, g.k = mlp, g.a = a.mlp, g.lda = mlp, g.w = w.fc2_w;
+  g.ldw = mlp, g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.fc2_b;
+  g.beta = residual_beta;
+  RETURN_IF_ERROR(rank.gemm->run(g, s));
+  return reduce_residual(rank, rows, hidden);
 }
 
-Status ClipCudaModel::vision_forward(int64_t batch) {
+Status ClipCudaModel::vision_forward(Rank& rank, int64_t batch) {
   const ClipVisionConfig& v = config_.vision;
   const DType dt = options_.dtype;
-  const Activations& a = *act_;
-  const Weights& w = *weights_;
-  cudaStream_t s = stream_.get();
+  const Activations& a = *rank.act;
+  const Weights& w = *rank.weights;
+  cudaStream_t s = rank.stream.get();
   const int64_t patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size, rows = batch * seq;
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
   // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
@@ -345,16 +478,17 @@ Status ClipCudaModel::vision_forward(int64_t batch) {
   GemmCudaArgs g;
   g.m = batch * patches, g.n = hidden, g.k = patch_cols, g.a = a.patches, g.lda = patch_cols, g.w = w.patch_weight;
   g.ldw = patch_cols, g.in_dtype = dt, g.d = a.patch_out, g.ldd = hidden, g.out_dtype = DType::kF32;
-  RETURN_IF_ERROR(gemm_->run(g, s));
+  RETURN_IF_ERROR(rank.gemm->run(g, s));
   RETURN_IF_ERROR(kernels::assemble_vision_embeddings_cuda(a.patch_out, w.class_embedding, w.vision_positions, dt,
                                                            batch, patches, hidden, a.x, s));
   kernels::LayerNormCudaArgs ln;
   ln.x = a.x, ln.x_ld = hidden, ln.weight = w.pre_ln_w, ln.bias = w.pre_ln_b, ln.eps = v.layer_norm_eps;
   ln.rows = rows, ln.cols = hidden, ln.y = a.x, ln.y_dtype = DType::kF32, ln.y_ld = hidden;
   RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  const TowerShape shape = vision_shape(rank.index);
   for (const BlockWeights& block : w.vision) {
-    RETURN_IF_ERROR(encoder_block(block, rows, seq, batch, hidden, v.num_attention_heads, v.intermediate_size,
-                                  v.layer_norm_eps, v.hidden_act, /*causal=*/false, /*kv_lengths=*/nullptr));
+    RETURN_IF_ERROR(encoder_block(rank, block, rows, seq, batch, shape, v.layer_norm_eps, v.hidden_act,
+                                  /*causal=*/false, /*kv_lengths=*/nullptr));
   }
   // Pool the class tokens through post_layernorm (one gathered layer norm), then project.
   ln = kernels::LayerNormCudaArgs{};
@@ -364,24 +498,25 @@ Status ClipCudaModel::vision_forward(int64_t batch) {
   g = GemmCudaArgs{};
   g.m = batch, g.n = config_.projection_dim, g.k = hidden, g.a = a.pooled, g.lda = hidden, g.w = w.visual_projection;
   g.ldw = hidden, g.in_dtype = dt, g.d = a.embeds, g.ldd = config_.projection_dim, g.out_dtype = DType::kF32;
-  return gemm_->run(g, s);
+  return rank.gemm->run(g, s);
 }
 
-Status ClipCudaModel::text_forward(int64_t batch) {
+Status ClipCudaModel::text_forward(Rank& rank, int64_t batch) {
   const ClipTextConfig& t = config_.text;
   const DType dt = options_.dtype;
-  const Activations& a = *act_;
-  const Weights& w = *weights_;
-  cudaStream_t s = stream_.get();
+  const Activations& a = *rank.act;
+  const Weights& w = *rank.weights;
+  cudaStream_t s = rank.stream.get();
   const int64_t seq = t.max_position_embeddings, hidden = t.hidden_size, rows = batch * seq;
   const int32_t* ids = a.text_ints;
   const int32_t* lengths = ids + rows;
   const int32_t* pool_rows = lengths + batch;
   RETURN_IF_ERROR(kernels::token_position_embedding_cuda(ids, batch, seq, w.token_embedding, w.text_positions, dt,
                                                          t.vocab_size, hidden, a.x, s));
+  const TowerShape shape = text_shape(rank.index);
   for (const BlockWeights& block : w.text) {
-    RETURN_IF_ERROR(encoder_block(block, rows, seq, batch, hidden, t.num_attention_heads, t.intermediate_size,
-                                  t.layer_norm_eps, t.hidden_act, /*causal=*/true, lengths));
+    RETURN_IF_ERROR(encoder_block(rank, block, rows, seq, batch, shape, t.layer_norm_eps, t.hidden_act,
+                                  /*causal=*/true, lengths));
   }
   // final_layer_norm is per row, so only the pooled (EOS) rows need it: gather + normalise in one launch.
   kernels::LayerNormCudaArgs ln;
@@ -391,43 +526,57 @@ Status ClipCudaModel::text_forward(int64_t batch) {
   GemmCudaArgs g;
   g.m = batch, g.n = config_.projection_dim, g.k = hidden, g.a = a.pooled, g.lda = hidden, g.w = w.text_projection;
   g.ldw = hidden, g.in_dtype = dt, g.d = a.embeds, g.ldd = config_.projection_dim, g.out_dtype = DType::kF32;
-  return gemm_->run(g, s);
+  return rank.gemm->run(g, s);
+}
+
+Status ClipCudaModel::run_ranks(const std::function<Status(Rank&)>& body) {
+  if (!group_) return body(*ranks_[0]);
+  return group_->run([&](int r) { return body(*ranks_[r]); });
 }
 
 Status ClipCudaModel::capture_graphs() {
-  cudaStream_t s = stream_.get();
   // Eager runs first: they check every kernel accepts the shapes and let cuBLASLt choose (and us cache)
-  // every algorithm, so the captures below make no heuristic calls.
-  for (int64_t bucket : buckets_) {
-    RETURN_IF_ERROR(vision_forward(bucket));
-    RETURN_IF_ERROR(text_forward(bucket));
-  }
-  RETURN_IF_ERROR(stream_.synchronize());
-  if (!options_.use_graphs) return ok_status();
-  size_t free_before = 0, free_after = 0, total = 0;
-  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
-  for (int64_t bucket : buckets_) {
-    for (Tower tower : {Tower::kVision, Tower::kText}) {
-      cudaGraph_t graph = nullptr;
-      CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      Status forward = tower == Tower::kVision ? vision_forward(bucket) : text_forward(bucket);
-      const cudaError_t end = cudaStreamEndCapture(s, &graph);
-      if (!forward.ok()) {
-        if (graph) cudaGraphDestroy(graph);
-        return forward.with_context("capturing the CUDA graph");
-      }
-      CUDA_RETURN_IF_ERROR(end);
-      cudaGraphExec_t exec = nullptr;
-      const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-      cudaGraphDestroy(graph);
-      CUDA_RETURN_IF_ERROR(instantiated);
-      graphs_[{static_cast<int>(tower), bucket}] = exec;
-      CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+  // every algorithm, so the captures below make no heuristic calls. Under tensor parallel they also make NCCL
+  // set up its connections before any capture.
+  RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
+    for (int64_t bucket : buckets_) {
+      RETURN_IF_ERROR(vision_forward(rank, bucket));
+      RETURN_IF_ERROR(text_forward(rank, bucket));
     }
-  }
-  RETURN_IF_ERROR(stream_.synchronize());
-  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
-  memory_.graph_bytes = free_before > free_after ? free_before - free_after : 0;
+    return rank.stream.synchronize();
+  }));
+  if (!options_.use_graphs) return ok_status();
+  // Each rank captures its own graphs (with its all-reduces) on its own thread; captures only record work, so
+  // the ranks need not be in step here.
+  RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
+    cudaStream_t s = rank.stream.get();
+    size_t free_before = 0, free_after = 0, total = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
+    for (int64_t bucket : buckets_) {
+      for (Tower tower : {Tower::kVision, Tower::kText}) {
+        cudaGraph_t graph = nullptr;
+        CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        Status forward = tower == Tower::kVision ? vision_forward(rank, bucket) : text_forward(rank, bucket);
+        const cudaError_t end = cudaStreamEndCapture(s, &graph);
+        if (!forward.ok()) {
+          if (graph) cudaGraphDestroy(graph);
+          return forward.with_context("capturing the CUDA graph");
+        }
+        CUDA_RETURN_IF_ERROR(end);
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        CUDA_RETURN_IF_ERROR(instantiated);
+        rank.graphs[{static_cast<int>(tower), bucket}] = exec;
+        CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+      }
+    }
+    RETURN_IF_ERROR(rank.stream.synchronize());
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
+    rank.graph_bytes = free_before > free_after ? free_before - free_after : 0;
+    return ok_status();
+  }));
+  for (const std::unique_ptr<Rank>& rank : ranks_) memory_.graph_bytes += rank->graph_bytes;
   return ok_status();
 }
 
@@ -438,21 +587,21 @@ int64_t ClipCudaModel::bucket_for(int64_t n) const {
   return buckets_.back();
 }
 
-Status ClipCudaModel::run(Tower tower, int64_t bucket, int64_t n, float* embeds, bool normalize) {
-  cudaStream_t s = stream_.get();
-  auto it = graphs_.find({static_cast<int>(tower), bucket});
-  if (it != graphs_.end()) {
+Status ClipCudaModel::run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bool normalize) {
+  cudaStream_t s = rank.stream.get();
+  auto it = rank.graphs.find({static_cast<int>(tower), bucket});
+  if (it != rank.graphs.end()) {
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, s));
   } else {
-    RETURN_IF_ERROR(tower == Tower::kVision ? vision_forward(bucket) : text_forward(bucket));
+    RETURN_IF_ERROR(tower == Tower::kVision ? vision_forward(rank, bucket) : text_forward(rank, bucket));
   }
-  const int64_t dim = config_.projection_dim;
-  if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(act_->embeds, n, dim, s));
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(pinned_out_.data(), act_->embeds, n * dim * sizeof(float), cudaMemcpyDeviceToHost, s));
-  RETURN_IF_ERROR(stream_.synchronize());
-  std::memcpy(embeds, pinned_out_.data(), n * dim * sizeof(float));
-  return ok_status();
+  if (rank.index == 0) {  // every rank holds the same embeddings; rank 0's are the output
+    const int64_t dim = config_.projection_dim;
+    if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(rank.act->embeds, n, dim, s));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(rank.pinned_out.data(), rank.act->embeds, n * dim * sizeof(float), cudaMemcpyDeviceToHost, s));
+  }
+  return rank.stream.synchronize();
 }
 
 Status ClipCudaModel::encode_images(const float* pixels, int64_t n, float* embeds, bool normalize) {
@@ -460,7 +609,8 @@ Status ClipCudaModel::encode_images(const float* pixels, int64_t n, float* embed
 }
 
 Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize) {
-  return copy_and_encode_images(device_pixels, cudaMemcpyDeviceToDevice, n, embeds, normalize);
+  // cudaMemcpyDefault: under tensor parallel the other ranks copy from rank 0's GPU.
+  return copy_and_encode_images(device_pixels, cudaMemcpyDefault, n, embeds, normalize);
 }
 
 Status ClipCudaModel::copy_and_encode_images(const float* pixels, cudaMemcpyKind kind, int64_t n, float* embeds,
@@ -472,10 +622,15 @@ Status ClipCudaModel::copy_and_encode_images(const float* pixels, cudaMemcpyKind
   if (n == 0) return ok_status();
   const ClipVisionConfig& v = config_.vision;
   const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
-  if (pixels != act_->pixels) {
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->pixels, pixels, bytes, kind, stream_.get()));
-  }
-  return run(Tower::kVision, bucket_for(n), n, embeds, normalize);
+  const int64_t bucket = bucket_for(n);
+  RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
+    if (pixels != rank.act->pixels) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rank.act->pixels, pixels, bytes, kind, rank.stream.get()));
+    }
+    return run(rank, Tower::kVision, bucket, n, normalize);
+  }));
+  std::memcpy(embeds, ranks_[0]->pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
 }
 
 Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids, float* embeds, bool normalize) {
@@ -487,8 +642,9 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
   }
   if (n == 0) return ok_status();
   const int64_t bucket = bucket_for(n), rows = bucket * seq;
-  // Pinned layout, as text_forward reads it: [bucket * seq ids | bucket lengths | bucket pooling rows].
-  int32_t* in = pinned_in_.data_as<int32_t>();
+  // Pinned layout, as text_forward reads it: [bucket * seq ids | bucket lengths | bucket pooling rows]. Filled in
+  // rank 0's staging; the other ranks copy it into theirs.
+  int32_t* in = ranks_[0]->pinned_in.data_as<int32_t>();
   std::fill(in, in + rows + 2 * bucket, 0);
   for (int64_t b = 0; b < bucket; ++b) {
     in[rows + b] = 1;                                       // padding rows: one visible key, finite output
@@ -511,9 +667,15 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
     in[rows + b] = static_cast<int32_t>(row.size());
     in[rows + bucket + b] = static_cast<int32_t>(b * seq + clip_pooling_position(row, t.eos_token_id));
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(act_->text_ints, in, (rows + 2 * bucket) * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, stream_.get()));
-  return run(Tower::kText, bucket, n, embeds, normalize);
+  const size_t bytes = (rows + 2 * bucket) * sizeof(int32_t);
+  RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
+    int32_t* staged = rank.pinned_in.data_as<int32_t>();
+    if (staged != in) std::memcpy(staged, in, bytes);
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rank.act->text_ints, staged, bytes, cudaMemcpyHostToDevice, rank.stream.get()));
+    return run(rank, Tower::kText, bucket, n, normalize);
+  }));
+  std::memcpy(embeds, ranks_[0]->pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
 }
 
 }  // namespace mmserve::models

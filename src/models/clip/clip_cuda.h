@@ -15,17 +15,29 @@
 // The text tower always runs max_position_embeddings (77) tokens per text: shorter texts are padded and
 // masked (causal + key lengths), so one graph per bucket serves every length.
 // One ClipCudaModel is driven by one thread at a time (the server's engine thread of the instance).
+//
+// Tensor parallel (issue 6 item 2; ClipCudaOptions::tp_devices): the model is T ranks, rank r on tp_devices[r],
+// each holding its slice of every encoder block (models/common/tensor_parallel.h: QKV and fc1 column-parallel by
+// whole heads / rows, out_proj and fc2 row-parallel) and a full copy of everything else. Each rank runs the whole
+// forward on its own thread (core/rank_workers.h) and stream; after out_proj and after fc2 one all-reduce of the
+// f32 residual stream (core/cuda/collective.h) makes every rank's stream whole again. Rank 0's embeddings are the
+// output. With NCCL each rank captures its own graphs, all-reduces included; the host-staged collective (ranks may
+// share a GPU: one-GPU checks of the sharded forward) runs eagerly. A rank failing mid-forward aborts the
+// collective (the others stop waiting) and puts the model out of service: every later call is kInternal naming
+// the group, which the server's replica handling takes out of rotation (issue 6 item 6).
 // Tests: tests/conformance/clip_cuda_test.cpp (HF goldens in bf16/f16/f32, graphs vs eager, buckets).
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/cuda/tp_group.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
 #include "core/status.h"
@@ -34,14 +46,22 @@
 
 namespace mmserve::models {
 
+using mmserve::TpCollectiveKind;
+
 struct ClipCudaOptions {
   int device = 0;
+  // Tensor parallel over these GPUs (rank r on tp_devices[r]; `device` is then unused). Empty: no group. One entry
+  // is a group of one: the collective path on one GPU (NCCL's all-reduce over one rank adds nothing), which the
+  // tests use where there is no second GPU. The heads of both towers must divide by the group size.
+  std::vector<int> tp_devices;
+  TpCollectiveKind tp_collective = TpCollectiveKind::kNccl;
   DType dtype = DType::kBF16;                               // f32, f16 or bf16
   std::vector<int64_t> buckets = {1, 2, 4, 8, 16, 32, 64};  // batch sizes with a graph; the largest is the max batch
   bool use_graphs = true;  // false (or env MMSERVE_CUDA_GRAPHS=0): every call runs the kernels eagerly
 };
 
 // What the model holds on the GPU, for the load log and the memory metrics.
+// Figures are summed over the ranks of a tensor-parallel group.
 struct ClipCudaMemory {
   size_t weight_bytes = 0;      // weights in the compute dtype (+ f32 norms and residual-side biases)
   size_t activation_bytes = 0;  // the planned activations of the largest bucket
@@ -65,6 +85,14 @@ class ClipCudaModel {
   int64_t max_batch() const { return buckets_.back(); }
   const ClipCudaMemory& memory() const { return memory_; }
   DType dtype() const { return options_.dtype; }
+  int tp_world_size() const { return static_cast<int>(ranks_.size()); }
+  // "nccl" / "staged" under tensor parallel, "" without.
+  std::string tp_collective() const;
+  // OK while every rank and the collective are healthy; kInternal (sticky) once the group is out of service.
+  Status health();
+  // Puts a tensor-parallel group out of service with `why` (aborting its collective: ranks waiting in it return).
+  // For the runtime's fault handling and the fault tests; no-op without a group.
+  void abort_tp_group(const Status& why);
 
   // pixels: n images [3, image_size, image_size] f32 in host memory, n <= max_batch(). Writes n rows of
   // projection_dim floats to `embeds` (host), L2-normalised when `normalize`.
@@ -78,37 +106,45 @@ class ClipCudaModel {
   struct BlockWeights;
   struct Weights;
   struct Activations;
+  struct Rank;
+  // One tower's shapes on one rank: `heads` and `mlp` are the rank's share under tensor parallel.
+  struct TowerShape {
+    int64_t hidden = 0, heads = 0, head_dim = 0, mlp = 0;
+    int64_t inner() const { return heads * head_dim; }  // the rank's width of q, k, v and the attention context
+  };
   enum class Tower { kVision, kText };
 
   ClipCudaModel() = default;
-  Status upload_weights(const ClipModel& host);
-  Status plan_activations();
+  Status make_ranks();
+  Status upload_weights(Rank& rank, const ClipModel& host);
+  Status plan_activations(Rank& rank);
   Status capture_graphs();
   int64_t bucket_for(int64_t n) const;
+  TowerShape vision_shape(int rank) const;
+  TowerShape text_shape(int rank) const;
+  // body(rank) on every rank at once (TpGroup::run's error rules); without a group, on the calling thread.
+  Status run_ranks(const std::function<Status(Rank&)>& body);
 
-  // The forward passes over a whole bucket, reading the inputs already in the activation buffers.
-  Status vision_forward(int64_t batch);
-  Status text_forward(int64_t batch);
-  Status encoder_block(const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch, int64_t hidden, int64_t heads,
-                       int64_t intermediate, float eps, kernels::Activation act, bool causal,
+  // The forward passes of one rank over a whole bucket, reading the inputs already in its activation buffers.
+  Status vision_forward(Rank& rank, int64_t batch);
+  Status text_forward(Rank& rank, int64_t batch);
+  Status encoder_block(Rank& rank, const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch,
+                       const TowerShape& shape, float eps, kernels::Activation act, bool causal,
                        const int32_t* kv_lengths);
+  // The residual stream after a row-parallel GEMM: the sum over ranks (nothing without tensor parallel).
+  Status reduce_residual(Rank& rank, int64_t rows, int64_t hidden);
   // Both encode_images entry points: validates n, copies the pixels into the activation buffer, runs.
   Status copy_and_encode_images(const float* pixels, cudaMemcpyKind kind, int64_t n, float* embeds, bool normalize);
-  // Runs `tower` at `bucket`: the graph if captured, else the kernels; then normalises and copies out.
-  Status run(Tower tower, int64_t bucket, int64_t n, float* embeds, bool normalize);
+  // Runs `tower` at `bucket` on one rank: the graph if captured, else the kernels; rank 0 then normalises and
+  // copies out (into its pinned staging; the caller copies to `embeds`).
+  Status run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bool normalize);
 
   ClipConfig config_;
   ClipCudaOptions options_;
   std::vector<int64_t> buckets_;
   float logit_scale_ = 0.0f;
-  CudaStream stream_;
-  DeviceArena weight_arena_;
-  DeviceArena activation_arena_;
-  std::unique_ptr<Weights> weights_;
-  std::unique_ptr<Activations> act_;
-  std::unique_ptr<kernels::CublasLtGemm> gemm_;
-  PinnedBuffer pinned_in_, pinned_out_;
-  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs_;  // (tower, bucket) -> graph
+  std::vector<std::unique_ptr<Rank>> ranks_;  // rank 0 first; one without tensor parallel
+  std::unique_ptr<TpGroup> group_;            // null without tensor parallel
   ClipCudaMemory memory_;
 };
 

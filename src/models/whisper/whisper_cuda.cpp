@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <sstream>
 
 #include "core/cuda/cuda_status.h"
@@ -24,6 +25,7 @@
 #include "kernels/conv1d/im2col_1d_cuda.h"
 #include "kernels/kv_cache/kv_cache_cuda.h"
 #include "kernels/layer_norm/layer_norm_cuda.h"
+#include "models/common/tensor_parallel.h"
 
 namespace mmserve::models {
 
@@ -199,6 +201,25 @@ Status WhisperCudaModel::init(const WhisperModel& host, const WhisperCudaOptions
   }
   config_ = host.config();
   options_ = options;
+  if (options.tp_collective != nullptr) {
+    tp_world_ = options.tp_collective->world_size();
+    if (options.tp_rank < 0 || options.tp_rank >= tp_world_) {
+      return invalid_argument("tensor-parallel rank " + std::to_string(options.tp_rank) + " of " +
+                              std::to_string(tp_world_));
+    }
+    tp_rank_ = options.tp_rank;
+    for (const auto& [part, heads] : {std::pair<const char*, int64_t>{"encoder", config_.encoder_attention_heads},
+                                      std::pair<const char*, int64_t>{"decoder", config_.decoder_attention_heads}}) {
+      if (heads % tp_world_ != 0) {
+        return invalid_argument("tensor parallel over " + std::to_string(tp_world_) + " GPUs needs the " + part +
+                                "'s " + std::to_string(heads) + " heads to divide by " + std::to_string(tp_world_));
+      }
+    }
+    if (!options.tp_collective->graph_capturable()) options_.cuda_graphs = false;
+  }
+  attn_width_ = config_.d_model / tp_world_;
+  encoder_ffn_ = tp_shard_range(config_.encoder_ffn_dim, tp_world_, tp_rank_)->size();
+  decoder_ffn_ = tp_shard_range(config_.decoder_ffn_dim, tp_world_, tp_rank_)->size();
   if (const char* graphs = std::getenv("MMSERVE_CUDA_GRAPHS"); graphs && std::string(graphs) == "0") {
     options_.cuda_graphs = false;
   }
@@ -229,12 +250,14 @@ Status WhisperCudaModel::init(const WhisperModel& host, const WhisperCudaOptions
   kernels::AttentionKvArgs probe;
   probe.q = probe.k = probe.v = probe.out = &probe_target;
   probe.k_scale = probe.v_scale = &probe_target;
-  probe.q_ld = probe.kv_ld = probe.out_ld = config_.d_model;
+  probe.q_ld = probe.kv_ld = probe.out_ld = attn_width_;
   probe.dtype = dt, probe.batch = 1, probe.q_len = frames_max_, probe.kv_len = frames_max_;
-  probe.heads = config_.encoder_attention_heads, probe.head_dim = config_.d_model / config_.encoder_attention_heads;
+  probe.heads = config_.encoder_attention_heads / tp_world_;
+  probe.head_dim = config_.d_model / config_.encoder_attention_heads;
   probe.kv_batch_stride = frames_max_;
   bool supported = kernels::attention_kv_cuda_supported(probe);
-  probe.heads = config_.decoder_attention_heads, probe.head_dim = config_.d_model / config_.decoder_attention_heads;
+  probe.heads = config_.decoder_attention_heads / tp_world_;
+  probe.head_dim = config_.d_model / config_.decoder_attention_heads;
   probe.storage = options_.cross_kv, probe.q_len = 1;
   supported = supported && kernels::attention_kv_cuda_supported(probe);
   if (!supported) {
@@ -259,34 +282,56 @@ Status WhisperCudaModel::upload_weights(const WhisperModel& host) {
     const void** target;
   };
   std::vector<Job> jobs;
+  std::deque<HostTensor> slices;  // this rank's shares under tensor parallel, alive until uploaded
+  Status sliced;                  // the first slicing error
   weights_ = std::make_unique<Weights>();
   Weights& w = *weights_;
-  auto add = [&](const std::string& name, const void** target) { jobs.push_back({host.weight(name), dt, target}); };
-  auto add_f32 = [&](const std::string& name, const float** target) {
-    jobs.push_back({host.weight(name), DType::kF32, reinterpret_cast<const void**>(target)});
+  // A tensor whole (no tensor parallel, or a replicated one), or this rank's share of it under `split`
+  // (models/common/tensor_parallel.h); a row-parallel bias stays null on ranks > 0.
+  auto add_as = [&](const std::string& name, DType dtype, const void** target, TpSplit split, int64_t heads) {
+    if (tp_world_ == 1 || split == TpSplit::kReplicated) {
+      jobs.push_back({host.weight(name), dtype, target});
+      return;
+    }
+    StatusOr<HostTensor> slice = tp_slice(host.weight(name), split, heads, tp_world_, tp_rank_, name);
+    if (!slice.ok()) {
+      if (sliced.ok()) sliced = slice.status();
+      return;
+    }
+    if (slice->empty()) return;
+    slices.push_back(std::move(*slice));
+    jobs.push_back({slices.back().view(), dtype, target});
+  };
+  auto add = [&](const std::string& name, const void** target, TpSplit split = TpSplit::kReplicated,
+                 int64_t heads = 0) { add_as(name, dt, target, split, heads); };
+  auto add_f32 = [&](const std::string& name, const float** target, TpSplit split = TpSplit::kReplicated) {
+    add_as(name, DType::kF32, reinterpret_cast<const void**>(target), split, 0);
   };
   // The CPU model's fused QKV ("<p>.self_attn.qkv.*", zero k bias) and HF's names for the rest.
-  auto block = [&](const std::string& p, BlockWeightsCuda& b) {
+  auto block = [&](const std::string& p, BlockWeightsCuda& b, int64_t heads) {
     add_f32(p + ".self_attn_layer_norm.weight", &b.ln1_w);
     add_f32(p + ".self_attn_layer_norm.bias", &b.ln1_b);
-    add(p + ".self_attn.qkv.weight", &b.qkv_w);
-    add(p + ".self_attn.qkv.bias", &b.qkv_b);
-    add(p + ".self_attn.out_proj.weight", &b.out_w);
-    add_f32(p + ".self_attn.out_proj.bias", &b.out_b);
+    add(p + ".self_attn.qkv.weight", &b.qkv_w, TpSplit::kFusedQkvHeads, heads);
+    add(p + ".self_attn.qkv.bias", &b.qkv_b, TpSplit::kFusedQkvHeads, heads);
+    add(p + ".self_attn.out_proj.weight", &b.out_w, TpSplit::kRowHeads, heads);
+    add_f32(p + ".self_attn.out_proj.bias", &b.out_b, TpSplit::kRowBias);
     add_f32(p + ".final_layer_norm.weight", &b.ln2_w);
     add_f32(p + ".final_layer_norm.bias", &b.ln2_b);
-    add(p + ".fc1.weight", &b.fc1_w);
-    add(p + ".fc1.bias", &b.fc1_b);
-    add(p + ".fc2.weight", &b.fc2_w);
-    add_f32(p + ".fc2.bias", &b.fc2_b);
+    add(p + ".fc1.weight", &b.fc1_w, TpSplit::kColumn);
+    add(p + ".fc1.bias", &b.fc1_b, TpSplit::kColumn);
+    add(p + ".fc2.weight", &b.fc2_w, TpSplit::kRow);
+    add_f32(p + ".fc2.bias", &b.fc2_b, TpSplit::kRowBias);
   };
+  const int64_t enc_heads = config_.encoder_attention_heads, dec_heads = config_.decoder_attention_heads;
   add("model.encoder.conv1.weight", &w.conv1_w);
   add("model.encoder.conv1.bias", &w.conv1_b);
   add("model.encoder.conv2.weight", &w.conv2_w);
   add_f32("model.encoder.conv2.bias", &w.conv2_b);
   add("model.encoder.embed_positions.weight", &w.encoder_positions);
   w.encoder.resize(static_cast<size_t>(config_.encoder_layers));
-  for (int64_t i = 0; i < config_.encoder_layers; ++i) block("model.encoder.layers." + std::to_string(i), w.encoder[i]);
+  for (int64_t i = 0; i < config_.encoder_layers; ++i) {
+    block("model.encoder.layers." + std::to_string(i), w.encoder[i], enc_heads);
+  }
   add_f32("model.encoder.layer_norm.weight", &w.encoder_ln_w);
   add_f32("model.encoder.layer_norm.bias", &w.encoder_ln_b);
   add("model.decoder.embed_tokens.weight", &w.tokens);
@@ -295,21 +340,22 @@ Status WhisperCudaModel::upload_weights(const WhisperModel& host) {
   for (int64_t i = 0; i < config_.decoder_layers; ++i) {
     const std::string p = "model.decoder.layers." + std::to_string(i);
     LayerWeights& l = w.decoder[i];
-    block(p, l.self);
+    block(p, l.self, dec_heads);
     add_f32(p + ".encoder_attn_layer_norm.weight", &l.cross_ln_w);
     add_f32(p + ".encoder_attn_layer_norm.bias", &l.cross_ln_b);
-    add(p + ".encoder_attn.q_proj.weight", &l.cross_q_w);
-    add(p + ".encoder_attn.q_proj.bias", &l.cross_q_b);
-    add(p + ".encoder_attn.k_proj.weight", &l.cross_k_w);
-    add(p + ".encoder_attn.v_proj.weight", &l.cross_v_w);
-    add(p + ".encoder_attn.v_proj.bias", &l.cross_v_b);
-    add(p + ".encoder_attn.out_proj.weight", &l.cross_out_w);
-    add_f32(p + ".encoder_attn.out_proj.bias", &l.cross_out_b);
+    add(p + ".encoder_attn.q_proj.weight", &l.cross_q_w, TpSplit::kColumnHeads, dec_heads);
+    add(p + ".encoder_attn.q_proj.bias", &l.cross_q_b, TpSplit::kColumnHeads, dec_heads);
+    add(p + ".encoder_attn.k_proj.weight", &l.cross_k_w, TpSplit::kColumnHeads, dec_heads);
+    add(p + ".encoder_attn.v_proj.weight", &l.cross_v_w, TpSplit::kColumnHeads, dec_heads);
+    add(p + ".encoder_attn.v_proj.bias", &l.cross_v_b, TpSplit::kColumnHeads, dec_heads);
+    add(p + ".encoder_attn.out_proj.weight", &l.cross_out_w, TpSplit::kRowHeads, dec_heads);
+    add_f32(p + ".encoder_attn.out_proj.bias", &l.cross_out_b, TpSplit::kRowBias);
   }
   add_f32("model.decoder.layer_norm.weight", &w.decoder_ln_w);
   add_f32("model.decoder.layer_norm.bias", &w.decoder_ln_b);
   if (!config_.tie_word_embeddings) add("proj_out.weight", &w.lm_head);
 
+  RETURN_IF_ERROR(sliced);
   size_t total = 0;
   for (const Job& j : jobs) {
     if (j.source.data() == nullptr) return internal_error("Whisper weight table: a tensor is missing");
@@ -342,7 +388,8 @@ Status WhisperCudaModel::upload_weights(const WhisperModel& host) {
 Status WhisperCudaModel::plan_state() {
   const size_t e = dtype_size(options_.dtype);
   const size_t ce = options_.cross_kv == KvStorage::kSame ? e : 1;
-  const int64_t mb = options_.max_batch, d = config_.d_model, heads = config_.decoder_attention_heads;
+  // Under tensor parallel a rank caches its heads only: attn_width_ = d / T columns, heads / T scales per row.
+  const int64_t mb = options_.max_batch, d = attn_width_, heads = config_.decoder_attention_heads / tp_world_;
   const size_t self_bytes = static_cast<size_t>(mb * capacity_ * d) * e;
   const size_t cross_bytes = static_cast<size_t>(mb * frames_max_ * d) * ce;
   const size_t scale_bytes = options_.cross_kv == KvStorage::kSame ? 0 : sizeof(float) * mb * heads;
@@ -378,16 +425,16 @@ Status WhisperCudaModel::plan_activations() {
   const WhisperConfig& c = config_;
   const size_t e = dtype_size(options_.dtype);
   const size_t ce = options_.cross_kv == KvStorage::kSame ? e : 1;
-  const int64_t mb = options_.max_batch, d = c.d_model, mel_frames = 2 * frames_max_;
+  const int64_t mb = options_.max_batch, d = c.d_model, da = attn_width_, mel_frames = 2 * frames_max_;
   const int64_t rows_max = std::max(mb * frames_max_, mb * max_prefill_);
-  const int64_t ffn = std::max(c.encoder_ffn_dim, c.decoder_ffn_dim);
+  const int64_t ffn = std::max(encoder_ffn_, decoder_ffn_);
   const int64_t ints = 6 * mb + mb * max_prefill_;
 
   // Split-KV partials of the decode steps: the largest need over the buckets and both attentions.
   size_t attention_ws = 0;
   for (int64_t b = 1; b <= mb; ++b) {  // every batch a prefill of one token or a step may run
     kernels::AttentionKvArgs a;
-    a.dtype = options_.dtype, a.batch = b, a.q_len = 1, a.heads = c.decoder_attention_heads;
+    a.dtype = options_.dtype, a.batch = b, a.q_len = 1, a.heads = c.decoder_attention_heads / tp_world_;
     a.head_dim = d / c.decoder_attention_heads;
     a.kv_len = capacity_, a.kv_batch_stride = capacity_;
     attention_ws = std::max(attention_ws, kernels::attention_kv_cuda_workspace_bytes(a));
@@ -396,7 +443,7 @@ Status WhisperCudaModel::plan_activations() {
   }
   // In-place beam reorders of a self cache or a cross K/V array.
   kernels::KvCacheGatherArgs g;
-  g.batch = mb, g.batch_src = mb, g.capacity = capacity_, g.rows = capacity_, g.width = d, g.element_bytes = e;
+  g.batch = mb, g.batch_src = mb, g.capacity = capacity_, g.rows = capacity_, g.width = da, g.element_bytes = e;
   size_t gather = kernels::kv_cache_gather_scratch_bytes(g);
   g.capacity = frames_max_, g.rows = frames_max_, g.element_bytes = ce;
   gather = std::max(gather, kernels::kv_cache_gather_scratch_bytes(g));
@@ -406,8 +453,8 @@ Status WhisperCudaModel::plan_activations() {
                           e * mb * mel_frames * d,
                           sizeof(float) * rows_max * d,
                           e * rows_max * d,
-                          e * rows_max * 3 * d,
-                          e * rows_max * d,
+                          e * rows_max * std::max(3 * da, d),  // qkv (a rank's heads); the cross q
+                          e * rows_max * da,
                           e * rows_max * ffn,
                           sizeof(float) * ln_rows_max_ * c.vocab_size,
                           sizeof(int32_t) * ints,
@@ -506,7 +553,10 @@ Status WhisperCudaModel::encoder_forward(int64_t windows, int64_t mel_frames, vo
   const Weights& w = *weights_;
   cudaStream_t s = stream_.get();
   const int64_t d = c.d_model, frames = whisper_encoder_frames(mel_frames), rows = windows * frames;
-  const int64_t heads = c.encoder_attention_heads, ffn = c.encoder_ffn_dim;
+  // A rank's share under tensor parallel: da = d / T attention columns, heads / T heads, its fc1 rows.
+  const int64_t da = attn_width_, heads = c.encoder_attention_heads / tp_world_, ffn = encoder_ffn_;
+  const int64_t head_dim = d / c.encoder_attention_heads;
+  const float beta = residual_beta();
 
   // conv1: im2col of the channel-major mel, GEMM (+bias) in dtype, gelu.
   kernels::Im2col1dArgs im;
@@ -537,19 +587,20 @@ Status WhisperCudaModel::encoder_forward(int64_t windows, int64_t mel_frames, vo
     ln.cols = d, ln.y = a.normed, ln.y_dtype = dt, ln.y_ld = d;
     RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
     g = GemmCudaArgs{};
-    g.m = rows, g.n = 3 * d, g.k = d, g.a = a.normed, g.lda = d, g.w = b.qkv_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.qkv, g.ldd = 3 * d, g.out_dtype = dt, g.bias = b.qkv_b;
+    g.m = rows, g.n = 3 * da, g.k = d, g.a = a.normed, g.lda = d, g.w = b.qkv_w, g.ldw = d, g.in_dtype = dt;
+    g.d = a.qkv, g.ldd = 3 * da, g.out_dtype = dt, g.bias = b.qkv_b;
     RETURN_IF_ERROR(gemm_->run(g, s));
     kernels::AttentionKvArgs at;
-    at.q = a.qkv, at.q_ld = 3 * d, at.k = static_cast<const char*>(a.qkv) + e * d;
-    at.v = static_cast<const char*>(a.qkv) + 2 * e * d, at.kv_ld = 3 * d, at.kv_batch_stride = frames;
-    at.out = a.context, at.out_ld = d, at.dtype = dt, at.batch = windows, at.q_len = frames, at.kv_len = frames;
-    at.heads = heads, at.head_dim = d / heads, at.scale = 1.0f / std::sqrt(static_cast<float>(d / heads));
+    at.q = a.qkv, at.q_ld = 3 * da, at.k = static_cast<const char*>(a.qkv) + e * da;
+    at.v = static_cast<const char*>(a.qkv) + 2 * e * da, at.kv_ld = 3 * da, at.kv_batch_stride = frames;
+    at.out = a.context, at.out_ld = da, at.dtype = dt, at.batch = windows, at.q_len = frames, at.kv_len = frames;
+    at.heads = heads, at.head_dim = head_dim, at.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     RETURN_IF_ERROR(kernels::attention_kv_cuda(at, s));
     g = GemmCudaArgs{};
-    g.m = rows, g.n = d, g.k = d, g.a = a.context, g.lda = d, g.w = b.out_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.out_b, g.beta = 1.0f;
+    g.m = rows, g.n = d, g.k = da, g.a = a.context, g.lda = da, g.w = b.out_w, g.ldw = da, g.in_dtype = dt;
+    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.out_b, g.beta = beta;
     RETURN_IF_ERROR(gemm_->run(g, s));
+    RETURN_IF_ERROR(reduce_residual(rows));
     ln.weight = b.ln2_w, ln.bias = b.ln2_b;
     RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
     g = GemmCudaArgs{};
@@ -559,8 +610,9 @@ Status WhisperCudaModel::encoder_forward(int64_t windows, int64_t mel_frames, vo
     RETURN_IF_ERROR(kernels::activation_cuda(c.activation_function, a.mlp, dt, rows * ffn, s));
     g = GemmCudaArgs{};
     g.m = rows, g.n = d, g.k = ffn, g.a = a.mlp, g.lda = ffn, g.w = b.fc2_w, g.ldw = ffn, g.in_dtype = dt;
-    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.fc2_b, g.beta = 1.0f;
+    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.fc2_b, g.beta = beta;
     RETURN_IF_ERROR(gemm_->run(g, s));
+    RETURN_IF_ERROR(reduce_residual(rows));
   }
   kernels::LayerNormCudaArgs ln;
   ln.x = a.x, ln.x_ld = d, ln.weight = w.encoder_ln_w, ln.bias = w.encoder_ln_b, ln.eps = c.layer_norm_eps;
@@ -574,27 +626,28 @@ Status WhisperCudaModel::compute_cross_kv(int64_t row0, int64_t count, const voi
   const WhisperConfig& c = config_;
   const DType dt = options_.dtype;
   const size_t e = dtype_size(dt);
-  const int64_t d = c.d_model, heads = c.decoder_attention_heads;
+  // A rank computes the K/V of its heads only (da = d / T columns).
+  const int64_t d = c.d_model, da = attn_width_, heads = c.decoder_attention_heads / tp_world_;
   const bool compressed = options_.cross_kv != KvStorage::kSame;
   cudaStream_t s = stream_.get();
   // Compressed: K and V go through the (idle between calls) qkv activation buffer, then quantize_kv.
   void* scratch_k = act_->qkv;
-  void* scratch_v = static_cast<char*>(act_->qkv) + e * options_.max_batch * frames_max_ * d;
+  void* scratch_v = static_cast<char*>(act_->qkv) + e * options_.max_batch * frames_max_ * da;
   for (size_t l = 0; l < weights_->decoder.size(); ++l) {
     const LayerWeights& w = weights_->decoder[l];
-    void* k_dst = static_cast<char*>(state_->cross_k[l]) + (compressed ? 1 : e) * row0 * frames_max_ * d;
-    void* v_dst = static_cast<char*>(state_->cross_v[l]) + (compressed ? 1 : e) * row0 * frames_max_ * d;
+    void* k_dst = static_cast<char*>(state_->cross_k[l]) + (compressed ? 1 : e) * row0 * frames_max_ * da;
+    void* v_dst = static_cast<char*>(state_->cross_v[l]) + (compressed ? 1 : e) * row0 * frames_max_ * da;
     GemmCudaArgs g;
-    g.m = count * frames, g.n = d, g.k = d, g.a = encoder_rows, g.lda = d, g.w = w.cross_k_w, g.ldw = d;
-    g.in_dtype = dt, g.d = compressed ? scratch_k : k_dst, g.ldd = d, g.out_dtype = dt;
+    g.m = count * frames, g.n = da, g.k = d, g.a = encoder_rows, g.lda = d, g.w = w.cross_k_w, g.ldw = d;
+    g.in_dtype = dt, g.d = compressed ? scratch_k : k_dst, g.ldd = da, g.out_dtype = dt;
     RETURN_IF_ERROR(gemm_->run(g, s));
     g.w = w.cross_v_w, g.bias = w.cross_v_b, g.d = compressed ? scratch_v : v_dst;
     RETURN_IF_ERROR(gemm_->run(g, s));
     if (compressed) {
       kernels::QuantizeKvArgs q;
-      q.src = scratch_k, q.src_ld = d, q.dtype = dt, q.dst = k_dst, q.dst_ld = d, q.dst_batch_stride = frames_max_;
+      q.src = scratch_k, q.src_ld = da, q.dtype = dt, q.dst = k_dst, q.dst_ld = da, q.dst_batch_stride = frames_max_;
       q.storage = options_.cross_kv, q.scale = state_->k_scale[l] + row0 * heads, q.batch = count, q.rows = frames;
-      q.heads = heads, q.head_dim = d / heads;
+      q.heads = heads, q.head_dim = da / heads;
       RETURN_IF_ERROR(kernels::quantize_kv(q, s));
       q.src = scratch_v, q.dst = v_dst, q.scale = state_->v_scale[l] + row0 * heads;
       RETURN_IF_ERROR(kernels::quantize_kv(q, s));
@@ -611,9 +664,11 @@ Status WhisperCudaModel::decoder_forward(int64_t row0, int64_t batch, int64_t n,
   const Activations& a = *act_;
   const Weights& w = *weights_;
   cudaStream_t s = stream_.get();
-  const int64_t mb = options_.max_batch, d = c.d_model, rows = batch * n, ffn = c.decoder_ffn_dim;
-  const int64_t heads = c.decoder_attention_heads, head_dim = d / heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const int64_t mb = options_.max_batch, d = c.d_model, rows = batch * n, ffn = decoder_ffn_;
+  // A rank's share under tensor parallel: its heads (da = d / T columns of q, k, v, caches) and fc1 rows.
+  const int64_t da = attn_width_, heads = c.decoder_attention_heads / tp_world_;
+  const int64_t head_dim = d / c.decoder_attention_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim)), beta = residual_beta();
   const int32_t* positions = a.ints;
   const int32_t* self_lengths = a.ints + mb;
   const int32_t* cross_lengths = a.ints + 2 * mb;
@@ -625,45 +680,46 @@ Status WhisperCudaModel::decoder_forward(int64_t row0, int64_t batch, int64_t n,
   for (size_t l = 0; l < w.decoder.size(); ++l) {
     const LayerWeights& lw = w.decoder[l];
     const BlockWeightsCuda& b = lw.self;
-    void* cache_k = static_cast<char*>(state_->self_k[l]) + e * row0 * capacity_ * d;
-    void* cache_v = static_cast<char*>(state_->self_v[l]) + e * row0 * capacity_ * d;
+    void* cache_k = static_cast<char*>(state_->self_k[l]) + e * row0 * capacity_ * da;
+    void* cache_v = static_cast<char*>(state_->self_v[l]) + e * row0 * capacity_ * da;
     // Self-attention: LN, QKV, append k/v at each row's position, attend over the cache.
     kernels::LayerNormCudaArgs ln;
     ln.x = a.x, ln.x_ld = d, ln.weight = b.ln1_w, ln.bias = b.ln1_b, ln.eps = c.layer_norm_eps, ln.rows = rows;
     ln.cols = d, ln.y = a.normed, ln.y_dtype = dt, ln.y_ld = d;
     RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
     GemmCudaArgs g;
-    g.m = rows, g.n = 3 * d, g.k = d, g.a = a.normed, g.lda = d, g.w = b.qkv_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.qkv, g.ldd = 3 * d, g.out_dtype = dt, g.bias = b.qkv_b;
+    g.m = rows, g.n = 3 * da, g.k = d, g.a = a.normed, g.lda = d, g.w = b.qkv_w, g.ldw = d, g.in_dtype = dt;
+    g.d = a.qkv, g.ldd = 3 * da, g.out_dtype = dt, g.bias = b.qkv_b;
     RETURN_IF_ERROR(gemm_->run(g, s));
     kernels::KvCacheAppendArgs ap;
-    ap.k = static_cast<const char*>(a.qkv) + e * d, ap.v = static_cast<const char*>(a.qkv) + 2 * e * d;
-    ap.src_ld = 3 * d, ap.k_cache = cache_k, ap.v_cache = cache_v, ap.dtype = dt, ap.batch = batch, ap.n = n;
-    ap.capacity = capacity_, ap.width = d, ap.positions = positions;
+    ap.k = static_cast<const char*>(a.qkv) + e * da, ap.v = static_cast<const char*>(a.qkv) + 2 * e * da;
+    ap.src_ld = 3 * da, ap.k_cache = cache_k, ap.v_cache = cache_v, ap.dtype = dt, ap.batch = batch, ap.n = n;
+    ap.capacity = capacity_, ap.width = da, ap.positions = positions;
     RETURN_IF_ERROR(kernels::kv_cache_append(ap, s));
     kernels::AttentionKvArgs at;
-    at.q = a.qkv, at.q_ld = 3 * d, at.k = cache_k, at.v = cache_v, at.kv_ld = d, at.kv_batch_stride = capacity_;
-    at.out = a.context, at.out_ld = d, at.dtype = dt, at.batch = batch, at.q_len = n, at.kv_len = capacity_;
+    at.q = a.qkv, at.q_ld = 3 * da, at.k = cache_k, at.v = cache_v, at.kv_ld = da, at.kv_batch_stride = capacity_;
+    at.out = a.context, at.out_ld = da, at.dtype = dt, at.batch = batch, at.q_len = n, at.kv_len = capacity_;
     at.heads = heads, at.head_dim = head_dim, at.scale = scale, at.kv_lengths = self_lengths, at.causal = true;
     at.workspace = a.attention_ws, at.workspace_bytes = a.attention_ws_bytes;
     RETURN_IF_ERROR(kernels::attention_kv_cuda(at, s));
     g = GemmCudaArgs{};
-    g.m = rows, g.n = d, g.k = d, g.a = a.context, g.lda = d, g.w = b.out_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.out_b, g.beta = 1.0f;
+    g.m = rows, g.n = d, g.k = da, g.a = a.context, g.lda = da, g.w = b.out_w, g.ldw = da, g.in_dtype = dt;
+    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.out_b, g.beta = beta;
     RETURN_IF_ERROR(gemm_->run(g, s));
+    RETURN_IF_ERROR(reduce_residual(rows));
 
     // Cross-attention over the row's encoder K/V (computed when the row joined).
     ln.weight = lw.cross_ln_w, ln.bias = lw.cross_ln_b;
     RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
     g = GemmCudaArgs{};
-    g.m = rows, g.n = d, g.k = d, g.a = a.normed, g.lda = d, g.w = lw.cross_q_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.qkv, g.ldd = d, g.out_dtype = dt, g.bias = lw.cross_q_b;
+    g.m = rows, g.n = da, g.k = d, g.a = a.normed, g.lda = d, g.w = lw.cross_q_w, g.ldw = d, g.in_dtype = dt;
+    g.d = a.qkv, g.ldd = da, g.out_dtype = dt, g.bias = lw.cross_q_b;
     RETURN_IF_ERROR(gemm_->run(g, s));
     at = kernels::AttentionKvArgs{};
-    at.q = a.qkv, at.q_ld = d;
-    at.k = static_cast<const char*>(state_->cross_k[l]) + ce * row0 * frames_max_ * d;
-    at.v = static_cast<const char*>(state_->cross_v[l]) + ce * row0 * frames_max_ * d;
-    at.kv_ld = d, at.kv_batch_stride = frames_max_, at.out = a.context, at.out_ld = d, at.dtype = dt;
+    at.q = a.qkv, at.q_ld = da;
+    at.k = static_cast<const char*>(state_->cross_k[l]) + ce * row0 * frames_max_ * da;
+    at.v = static_cast<const char*>(state_->cross_v[l]) + ce * row0 * frames_max_ * da;
+    at.kv_ld = da, at.kv_batch_stride = frames_max_, at.out = a.context, at.out_ld = da, at.dtype = dt;
     at.storage = options_.cross_kv;
     if (options_.cross_kv != KvStorage::kSame) {
       at.k_scale = state_->k_scale[l] + row0 * heads, at.v_scale = state_->v_scale[l] + row0 * heads;
@@ -673,9 +729,10 @@ Status WhisperCudaModel::decoder_forward(int64_t row0, int64_t batch, int64_t n,
     at.workspace = a.attention_ws, at.workspace_bytes = a.attention_ws_bytes;
     RETURN_IF_ERROR(kernels::attention_kv_cuda(at, s));
     g = GemmCudaArgs{};
-    g.m = rows, g.n = d, g.k = d, g.a = a.context, g.lda = d, g.w = lw.cross_out_w, g.ldw = d, g.in_dtype = dt;
-    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = lw.cross_out_b, g.beta = 1.0f;
+    g.m = rows, g.n = d, g.k = da, g.a = a.context, g.lda = da, g.w = lw.cross_out_w, g.ldw = da, g.in_dtype = dt;
+    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = lw.cross_out_b, g.beta = beta;
     RETURN_IF_ERROR(gemm_->run(g, s));
+    RETURN_IF_ERROR(reduce_residual(rows));
 
     // MLP.
     ln.weight = b.ln2_w, ln.bias = b.ln2_b;
@@ -687,8 +744,9 @@ Status WhisperCudaModel::decoder_forward(int64_t row0, int64_t batch, int64_t n,
     RETURN_IF_ERROR(kernels::activation_cuda(c.activation_function, a.mlp, dt, rows * ffn, s));
     g = GemmCudaArgs{};
     g.m = rows, g.n = d, g.k = ffn, g.a = a.mlp, g.lda = ffn, g.w = b.fc2_w, g.ldw = ffn, g.in_dtype = dt;
-    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.fc2_b, g.beta = 1.0f;
+    g.d = a.x, g.ldd = d, g.out_dtype = DType::kF32, g.bias = b.fc2_b, g.beta = beta;
     RETURN_IF_ERROR(gemm_->run(g, s));
+    RETURN_IF_ERROR(reduce_residual(rows));
   }
   // Final layer norm of the rows whose logits are wanted (gathered), then logits = h @ lm_head^T in f32.
   kernels::LayerNormCudaArgs ln;
@@ -699,6 +757,18 @@ Status WhisperCudaModel::decoder_forward(int64_t row0, int64_t batch, int64_t n,
   g.m = logit_rows, g.n = c.vocab_size, g.k = d, g.a = a.normed, g.lda = d, g.w = w.lm_head, g.ldw = d;
   g.in_dtype = dt, g.d = a.logits, g.ldd = c.vocab_size, g.out_dtype = DType::kF32;
   return gemm_->run(g, s);
+}
+
+float WhisperCudaModel::residual_beta() const {
+  // Rank 0 adds its partial sums onto the f32 stream, the other ranks overwrite their copy with theirs, so the
+  // all-reduce after each row-parallel GEMM leaves x + every rank's part (models/common/tensor_parallel.h).
+  return tp_rank_ == 0 ? 1.0f : 0.0f;
+}
+
+Status WhisperCudaModel::reduce_residual(int64_t rows) {
+  if (options_.tp_collective == nullptr) return ok_status();
+  return options_.tp_collective->all_reduce_sum(tp_rank_, act_->x, rows * config_.d_model, DType::kF32,
+                                                stream_.get());
 }
 
 Status WhisperCudaModel::upload_inputs(int64_t id_count) {
@@ -939,7 +1009,7 @@ Status WhisperCudaModel::rows_reorder(Rows& rows, const std::vector<int64_t>& sr
   if (!identity && count > 0) {
     RETURN_IF_ERROR(set_cuda_device(options_.device));
     cudaStream_t s = stream_.get();
-    const int64_t mb = options_.max_batch, d = config_.d_model, heads = config_.decoder_attention_heads;
+    const int64_t mb = options_.max_batch, d = attn_width_, heads = config_.decoder_attention_heads / tp_world_;
     const size_t e = dtype_size(options_.dtype);
     const size_t ce = options_.cross_kv == KvStorage::kSame ? e : 1;
     int32_t* index_host = pinned_ints_.data_as<int32_t>() + 5 * mb + mb * max_prefill_;

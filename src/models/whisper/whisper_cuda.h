@@ -18,6 +18,12 @@
 // result owns one allocation for its output. The step graphs are captured at load after one eager run of
 // each bucket (which also picks every cuBLASLt algorithm).
 // One WhisperCudaModel is driven by one thread at a time, with at most one live WhisperDecoderRows.
+// Tensor parallel: with options.tp_collective set, the model is rank tp_rank of a group (whisper_cuda_tp.h drives
+// the ranks): it holds its heads of every attention (QKV, cross q/k/v column-parallel by whole heads, the out
+// projections row-parallel) and its share of fc1/fc2, caches only its heads' K/V, and all-reduces the f32 stream
+// after each row-parallel GEMM (2 per encoder block, 3 per decoder layer). Embeddings, convolutions, norms and the
+// tied output projection stay whole (models/common/tensor_parallel.h says why), so every rank computes the same
+// logits.
 // Tests: tests/unit/models/whisper_cuda_test.cpp (HF goldens per dtype, graphs vs eager, batch vs alone,
 // compressed cross K/V agreement); bench: bench/whisper_gpu_bench.cpp.
 #pragma once
@@ -30,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/collective.h"
 #include "core/cuda/device_memory.h"
 #include "core/dtype.h"
 #include "core/status.h"
@@ -52,6 +59,10 @@ struct WhisperCudaOptions {
   int64_t capacity = 0;          // tokens per row; 0 = max_target_positions
   bool cuda_graphs = true;       // false (or env MMSERVE_CUDA_GRAPHS=0): eager steps
   WhisperCrossKv cross_kv = WhisperCrossKv::kSame;
+  // Tensor parallel: this model is rank `tp_rank` of tp_collective's group (not owned; null: no group). A
+  // collective that cannot be captured turns the step graphs off.
+  DeviceCollective* tp_collective = nullptr;
+  int tp_rank = 0;
 };
 
 struct WhisperCudaMemory {
@@ -129,6 +140,9 @@ class WhisperCudaModel : public WhisperBackend {
   // Host -> device: the per-call int block (see Activations::ints), filled by the caller in pinned_ints_:
   // [positions | self lengths | cross lengths | ln rows (2x) | id_count ids], each per-row array max_batch long.
   Status upload_inputs(int64_t id_count);
+  // Tensor parallel: the beta of the row-parallel GEMMs (1 on rank 0, else 0) and the all-reduce of the stream.
+  float residual_beta() const;
+  Status reduce_residual(int64_t rows);
   Status copy_logits(int64_t rows, float* out);
   // Rows' entry points (see Rows in whisper_cuda.cpp).
   Status rows_prefill(Rows& rows, const Encoded& encoded, const std::vector<int64_t>& windows,
@@ -141,6 +155,9 @@ class WhisperCudaModel : public WhisperBackend {
   WhisperCudaOptions options_;
   std::vector<int64_t> buckets_;
   int64_t capacity_ = 0, max_prefill_ = 0, frames_max_ = 0, ln_rows_max_ = 0;
+  int64_t tp_world_ = 1, tp_rank_ = 0;
+  int64_t attn_width_ = 0;                   // d_model / tp_world_: this rank's columns of q, k, v and the caches
+  int64_t encoder_ffn_ = 0, decoder_ffn_ = 0;  // this rank's rows of fc1
   CudaStream stream_;
   DeviceArena weight_arena_, state_arena_, activation_arena_;
   std::unique_ptr<Weights> weights_;

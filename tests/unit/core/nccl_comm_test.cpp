@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rank_workers.h"
 #include "kernels/testing/cuda_test_util.h"
 
 namespace mmserve {
@@ -90,6 +91,8 @@ float value(int rank, int64_t i) {
 }
 
 void check_all_reduce(const std::vector<int>& devices, DType dtype, int64_t count) {
+  std::string why;
+  if (!nccl_available(&why)) GTEST_SKIP() << "NCCL test skipped: " << why;
   SCOPED_TRACE(std::string(dtype_name(dtype)) + " over " + std::to_string(devices.size()) + " GPU(s), " +
                std::to_string(count) + " elements");
   StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::create(devices);
@@ -147,6 +150,50 @@ TEST(NcclCommGpu, WorldSizeOneIsTheIdentity) {
   check_all_reduce({0}, DType::kF32, 4099);
 }
 
+// The DeviceCollective entry: each rank's thread issues its own call (as the tensor-parallel forwards do).
+TEST(NcclCommGpu, PerRankCallsFromRankThreadsSum) {
+  MMSERVE_REQUIRE_GPU();
+  std::string why;
+  if (!nccl_available(&why)) GTEST_SKIP() << "NCCL test skipped: " << why;
+  const std::vector<int> devices = visible_devices();
+  StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::create(devices);
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  const int world = static_cast<int>(devices.size());
+  const int64_t count = 65537;
+  std::vector<std::unique_ptr<RankBuffer>> buffers;
+  for (int r = 0; r < world; ++r) {
+    std::vector<float> host(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) host[i] = value(r, i);
+    buffers.push_back(std::make_unique<RankBuffer>(devices[r], count * sizeof(float)));
+    ASSERT_CUDA_OK(cudaMemcpy(buffers.back()->data(), host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  RankWorkers workers(world);
+  std::vector<Status> results(static_cast<size_t>(world));
+  workers.run([&](int r) {
+    cudaSetDevice(devices[r]);
+    results[r] = (*comm)->all_reduce_sum(r, buffers[r]->data(), count, DType::kF32, buffers[r]->stream());
+    if (results[r].ok() && cudaStreamSynchronize(buffers[r]->stream()) != cudaSuccess) {
+      results[r] = internal_error("stream synchronize");
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(results[r].ok()) << results[r].to_string();
+    std::vector<float> got(static_cast<size_t>(count));
+    ASSERT_CUDA_OK(cudaMemcpy(got.data(), buffers[r]->data(), count * sizeof(float), cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < count; i += 97) {
+      float expect = 0.0f;
+      for (int q = 0; q < world; ++q) expect += value(q, i);
+      ASSERT_EQ(got[i], expect) << "rank " << r << " element " << i;
+    }
+  }
+  // abort(): the group is out of service, with the reason, and later calls fail without touching NCCL.
+  (*comm)->abort(Status(StatusCode::kUnavailable, "test: peer lost"));
+  EXPECT_EQ((*comm)->health().code(), StatusCode::kUnavailable);
+  EXPECT_NE((*comm)->health().message().find("peer lost"), std::string::npos);
+  EXPECT_EQ((*comm)->all_reduce_sum(0, buffers[0]->data(), count, DType::kF32, buffers[0]->stream()).code(),
+            StatusCode::kUnavailable);
+}
+
 TEST(NcclCommGpu, BadArgumentsAreErrors) {
   MMSERVE_REQUIRE_GPU();
   const std::vector<int> devices = visible_devices();
@@ -154,6 +201,8 @@ TEST(NcclCommGpu, BadArgumentsAreErrors) {
   EXPECT_EQ(NcclComm::create({0, 0}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(NcclComm::create({count}).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(NcclComm::create({-1}).status().code(), StatusCode::kInvalidArgument);
+  std::string why;
+  if (!nccl_available(&why)) GTEST_SKIP() << "NCCL test skipped (the device checks above ran): " << why;
 
   StatusOr<std::unique_ptr<NcclComm>> comm = NcclComm::create(devices);
   ASSERT_TRUE(comm.ok()) << comm.status().to_string();

@@ -24,6 +24,7 @@
 
 #include "core/safetensors.h"
 #include "kernels/testing/cuda_test_util.h"
+#include "whisper_gpu_decode.h"
 
 namespace mmserve::models {
 namespace {
@@ -63,9 +64,7 @@ double same_kernels_tolerance(DType dtype) {
   return dtype == DType::kF32 ? 1e-5 : 1e-2;
 }
 
-int32_t argmax(const float* row, int64_t n) {
-  return static_cast<int32_t>(std::max_element(row, row + n) - row);  // first index on ties, as torch
-}
+using testing::argmax;
 
 class WhisperCudaConformance : public ::testing::TestWithParam<Case> {
  protected:
@@ -115,42 +114,11 @@ class WhisperCudaConformance : public ::testing::TestWithParam<Case> {
 
   // Teacher-forced decoding of the golden ids: the logits of each step (steps = tokens_.size()), one row.
   std::vector<std::vector<float>> forced_logits(WhisperCudaModel& m) {
-    auto encoded = m.encode(mel_tensor(mel_, 1));
-    EXPECT_TRUE(encoded.ok()) << encoded.status().to_string();
-    auto rows = m.new_rows(static_cast<int64_t>(prompt_.size() + tokens_.size()));
-    EXPECT_TRUE(rows.ok()) << rows.status().to_string();
-    if (!encoded.ok() || !rows.ok()) return {};
-    std::vector<std::vector<float>> out;
-    std::vector<float> logits;
-    Status s = (*rows)->prefill(*encoded, {0}, {prompt_}, logits);
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    out.push_back(logits);
-    for (size_t i = 0; i + 1 < tokens_.size() && s.ok(); ++i) {
-      s = (*rows)->step({tokens_[i]}, logits);
-      EXPECT_TRUE(s.ok()) << s.to_string();
-      out.push_back(logits);
-    }
-    return out;
+    return testing::forced_logits(m, mel_tensor(mel_, 1), prompt_, tokens_);
   }
-
   // Free-running greedy decoding of `steps` tokens (no eos stop: the golden never hit it), one row.
   std::vector<int32_t> greedy(WhisperCudaModel& m, int64_t steps) {
-    auto encoded = m.encode(mel_tensor(mel_, 1));
-    EXPECT_TRUE(encoded.ok()) << encoded.status().to_string();
-    auto rows = m.new_rows(static_cast<int64_t>(prompt_.size()) + steps);
-    EXPECT_TRUE(rows.ok());
-    if (!encoded.ok() || !rows.ok()) return {};
-    const int64_t vocab = m.config().vocab_size;
-    std::vector<float> logits;
-    std::vector<int32_t> out;
-    Status s = (*rows)->prefill(*encoded, {0}, {prompt_}, logits);
-    while (s.ok()) {
-      out.push_back(argmax(logits.data(), vocab));
-      if (static_cast<int64_t>(out.size()) == steps) break;
-      s = (*rows)->step({out.back()}, logits);
-    }
-    EXPECT_TRUE(s.ok()) << s.to_string();
-    return out;
+    return testing::greedy(m, mel_tensor(mel_, 1), prompt_, steps);
   }
 
   std::string label() const { return std::string(GetParam().dir) + " " + dtype_name(GetParam().dtype); }

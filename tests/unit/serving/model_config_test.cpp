@@ -122,6 +122,43 @@ TEST(ModelConfig, EmptyTextGivesTheHeaderDefaults) {
   }
 }
 
+TEST(ModelConfig, TensorParallelCutsTheDevicesIntoGroups) {
+  using Groups = std::vector<std::vector<Device>>;
+  auto c = parse_model_config("devices: [cuda:0, cuda:1, cuda:2, cuda:3]\ntensor_parallel: 2\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->tensor_parallel, 2);
+  auto groups = replica_groups(*c, 0, kLabel);
+  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
+  EXPECT_EQ(*groups, (Groups{{Device::cuda(0), Device::cuda(1)}, {Device::cuda(2), Device::cuda(3)}}));
+
+  c = parse_model_config("device: cuda:all\ntensor_parallel: 2\ninstances: 3\n", kLabel);  // groups round-robin
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  groups = replica_groups(*c, 2, kLabel);
+  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
+  EXPECT_EQ(*groups, (Groups(3, {Device::cuda(0), Device::cuda(1)})));
+  // With one visible GPU, cuda:all cannot make a group of two: an error saying how many were listed.
+  groups = replica_groups(*c, 1, kLabel);
+  EXPECT_EQ(groups.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(groups.status().message().find("1 device(s) listed"), std::string::npos) << groups.status().to_string();
+
+  // Without tensor parallel every replica is a group of one, as replica_devices places them.
+  c = parse_model_config("devices: [cuda:1, cpu]\ninstances: 3\n", kLabel);
+  ASSERT_TRUE(c.ok());
+  groups = replica_groups(*c, 0, kLabel);
+  ASSERT_TRUE(groups.ok());
+  EXPECT_EQ(*groups, (Groups{{Device::cuda(1)}, {Device::cpu()}, {Device::cuda(1)}}));
+
+  // A group needs distinct GPUs, and no CPU.
+  for (const char* yaml : {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\n", "devices: [cuda:0, cpu]\ntensor_parallel: 2\n",
+                           "device: cuda:0\ntensor_parallel: 2\n"}) {
+    c = parse_model_config(yaml, kLabel);
+    ASSERT_TRUE(c.ok()) << yaml << c.status().to_string();
+    groups = replica_groups(*c, 2, kLabel);
+    EXPECT_EQ(groups.status().code(), StatusCode::kInvalidArgument) << yaml;
+    EXPECT_NE(groups.status().message().find("tensor_parallel"), std::string::npos) << groups.status().to_string();
+  }
+}
+
 TEST(ModelConfig, MaxBatchSizeWithoutBucketsGetsBucketsThatReachIt) {
   auto c = parse_model_config("max_batch_size: 100\n", kLabel);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -206,7 +243,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"devices: []\n", "devices"}, BadCase{"devices: cpu\n", "devices"},
         BadCase{"devices: [cpu, tpu]\n", "devices[1]"}, BadCase{"devices: [cpu, [cpu]]\n", "devices[1]"},
         BadCase{"devices: [cuda:all]\n", "cuda:all goes in 'device'"},
-        BadCase{"devices: [cpu, cpu, cpu]\ninstances: 2\n", "instances"}, BadCase{"device: cuda:any\n", "device"}),
+        BadCase{"devices: [cpu, cpu, cpu]\ninstances: 2\n", "instances"}, BadCase{"device: cuda:any\n", "device"},
+        // Tensor parallel: 1..8 GPUs per replica, and `instances` counts groups.
+        BadCase{"tensor_parallel: 0\n", "tensor_parallel"}, BadCase{"tensor_parallel: 9\n", "tensor_parallel"},
+        BadCase{"tensor_parallel: two\n", "tensor_parallel"},
+        BadCase{"devices: [cuda:0, cuda:1, cuda:2, cuda:3]\ntensor_parallel: 2\ninstances: 1\n", "groups of 2"}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
       for (const char* c = info.param.must_mention; *c; ++c)
