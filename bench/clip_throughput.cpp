@@ -5,7 +5,9 @@
 //
 //   clip_throughput --model DIR [--threads N] [--batches 1,16] [--iters 20] [--seq 77]
 //                   [--device cpu|cuda[:N]] [--dtype bf16|f16|f32] [--tower vision|text|both] [--input device|host]
-//                   [--tp-devices 0,1]
+//                   [--tp-devices 0,1] [--pipeline-devices 0,1] [--micro-batches 8,4] [--no-overlap]
+// --pipeline-devices: two pipeline stages (micro-batches of --micro-batches VISION,TEXT; --no-overlap runs each
+// micro-batch through both stages before the next, the baseline for the overlap).
 // --tp-devices: tensor parallel over these GPUs (NCCL; one entry is a group of one, the NCCL path on one GPU).
 // On cuda, images are timed from pixels already on the GPU (`--input device`, as HF's benchmark gives
 // torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels. Each call
@@ -55,7 +57,9 @@ int main(int argc, char** argv) {
   int threads = 0, iters = 20, seq = 77;
   std::string device_name = "cpu", dtype_name = "", tower = "both", input = "device";
   std::vector<int64_t> batches = {1, 16};
-  std::vector<int> tp_devices;
+  std::vector<int> tp_devices, pipeline_devices;
+  int64_t vision_micro = 8, text_micro = 4;
+  bool overlap = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -75,13 +79,19 @@ int main(int argc, char** argv) {
       tower = next();
     else if (a == "--input")
       input = next();
-    else if (a == "--tp-devices") {
+    else if (a == "--tp-devices" || a == "--pipeline-devices" || a == "--micro-batches") {
       std::string list = next();
+      std::vector<int> values;
       for (size_t p = 0; p < list.size();) {
         size_t q = list.find(',', p);
-        tp_devices.push_back(std::atoi(list.substr(p, q - p).c_str()));
+        values.push_back(std::atoi(list.substr(p, q - p).c_str()));
         p = q == std::string::npos ? list.size() : q + 1;
       }
+      if (a == "--tp-devices") tp_devices = values;
+      if (a == "--pipeline-devices") pipeline_devices = values;
+      if (a == "--micro-batches" && values.size() == 2) vision_micro = values[0], text_micro = values[1];
+    } else if (a == "--no-overlap") {
+      overlap = false;
     } else if (a == "--batches") {
       batches.clear();
       std::string list = next();
@@ -121,6 +131,10 @@ int main(int argc, char** argv) {
   // Exactly the measured batch sizes get graphs (plus the largest).
   options.batch_buckets = batches;
   options.tp_devices = tp_devices;
+  options.pipeline_devices = pipeline_devices;
+  options.vision_micro_batch = vision_micro;
+  options.text_micro_batch = text_micro;
+  options.pipeline_overlap = overlap;
   auto executor = mmserve::engine::ClipExecutor::create(model_dir, options);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", executor.status().to_string().c_str());
@@ -185,6 +199,9 @@ int main(int argc, char** argv) {
                                       {"input", options.device.is_cpu() ? "host" : input},
                                       {"memory_bytes", exec.memory_bytes()},
                                       {"tp_devices", tp_devices},
+                                      {"pipeline_devices", pipeline_devices},
+                                      {"micro_batches", {vision_micro, text_micro}},
+                                      {"pipeline_overlap", overlap},
                                       {"threads", threads},
                                       {"blas_core", mmserve::kernels::blas_core_name()},
                                       {"openblas_coretype", coretype ? coretype : ""},

@@ -5,7 +5,9 @@
 //  "ms_per_step"}}}, "memory": {...}}.
 //
 //   whisper_gpu_bench --model DIR [--windows 1,16] [--batches 1,16] [--new-tokens 128] [--iters 3]
-//                     [--dtype f16|bf16|f32] [--cross-kv same,fp8_e4m3,int8]
+//                     [--dtype f16|bf16|f32] [--cross-kv same,fp8_e4m3,int8] [--tp-devices 0,1]
+// --tp-devices: tensor parallel over these GPUs (models/whisper/whisper_cuda_tp.h, NCCL; one entry is a group of
+// one). The encoder is then timed from host mel (encode(), the copy included); decoding is timed as without.
 // encoder: encode_on_device() of W random 30 s windows already on the GPU (median of max(iters, 5) after one
 // warm-up; each call includes its output allocation and the final stream synchronisation).
 // decoding: prefill of B rows with the 4-token prompt, then new_tokens - 1 steps, each row fed its own argmax
@@ -25,12 +27,15 @@
 #include <vector>
 
 #include "models/whisper/whisper_cuda.h"
+#include "models/whisper/whisper_cuda_tp.h"
 
 namespace {
 
 using mmserve::models::WhisperCrossKv;
 using mmserve::models::WhisperCudaModel;
 using mmserve::models::WhisperCudaOptions;
+using mmserve::models::WhisperCudaTpModel;
+using mmserve::models::WhisperCudaTpOptions;
 using mmserve::models::WhisperModel;
 
 double median(std::vector<double> v) {
@@ -98,7 +103,7 @@ int fail(const std::string& what) {
 
 int main(int argc, char** argv) {
   std::string model_dir, dtype_name = "f16", cross = "same";
-  std::vector<int64_t> windows = {1, 16}, batches = {1, 16};
+  std::vector<int64_t> windows = {1, 16}, batches = {1, 16}, tp_devices;
   int64_t new_tokens = 128;
   int iters = 3;
   for (int i = 1; i < argc; ++i) {
@@ -118,6 +123,8 @@ int main(int argc, char** argv) {
       dtype_name = next();
     else if (a == "--cross-kv")
       cross = next();
+    else if (a == "--tp-devices")
+      tp_devices = parse_list(next());
     else
       return fail("unknown argument " + a);
   }
@@ -150,7 +157,8 @@ int main(int argc, char** argv) {
   const mmserve::models::WhisperConfig& c = (*host)->config();
 
   nlohmann::json result = {{"side", "mmserve"}, {"dtype", dtype_name},  {"new_tokens", new_tokens},
-                           {"prompt", prompt},  {"d_model", c.d_model}, {"decoder_layers", c.decoder_layers}};
+                           {"prompt", prompt},  {"d_model", c.d_model}, {"decoder_layers", c.decoder_layers},
+                           {"tp_devices", tp_devices}, {"encoder_input", tp_devices.empty() ? "device" : "host"}};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (size_t si = 0; si < storages.size(); ++si) {
@@ -160,20 +168,33 @@ int main(int argc, char** argv) {
     o.buckets = batches;
     o.cross_kv = storages[si];
     t0 = now_ms();
-    auto model = WhisperCudaModel::load(**host, o);
-    if (!model.ok()) return fail(model.status().to_string());
-    WhisperCudaModel& m = **model;
+    std::unique_ptr<WhisperCudaModel> single;
+    std::unique_ptr<WhisperCudaTpModel> group;
+    if (tp_devices.empty()) {
+      auto model = WhisperCudaModel::load(**host, o);
+      if (!model.ok()) return fail(model.status().to_string());
+      single = std::move(*model);
+    } else {
+      WhisperCudaTpOptions tp;
+      tp.rank = o;
+      tp.devices.assign(tp_devices.begin(), tp_devices.end());
+      auto model = WhisperCudaTpModel::load(**host, tp);
+      if (!model.ok()) return fail(model.status().to_string());
+      group = std::move(*model);
+    }
+    mmserve::models::WhisperBackend& m = single ? static_cast<mmserve::models::WhisperBackend&>(*single) : *group;
+    const mmserve::models::WhisperCudaMemory& memory = single ? single->memory() : group->rank(0).memory();
     const std::string storage = mmserve::models::whisper_cross_kv_name(storages[si]);
-    std::fprintf(stderr, "GPU model (%s cross K/V) ready in %.1f s: %s\n", storage.c_str(), (now_ms() - t0) / 1000,
-                 m.memory().to_string().c_str());
+    std::fprintf(stderr, "GPU model (%s cross K/V) ready in %.1f s: %s%s\n", storage.c_str(), (now_ms() - t0) / 1000,
+                 memory.to_string().c_str(), group ? " (rank 0 of the group)" : "");
     nlohmann::json& mem = result["memory"][storage];
-    mem = {{"weights", m.memory().weight_bytes},
-           {"self_kv", m.memory().self_kv_bytes},
-           {"cross_kv", m.memory().cross_kv_bytes},
-           {"cross_kv_uncompressed", m.memory().cross_kv_bytes_same},
-           {"activations", m.memory().activation_bytes},
-           {"workspace", m.memory().workspace_bytes},
-           {"graphs", m.memory().graph_bytes}};
+    mem = {{"weights", memory.weight_bytes},
+           {"self_kv", memory.self_kv_bytes},
+           {"cross_kv", memory.cross_kv_bytes},
+           {"cross_kv_uncompressed", memory.cross_kv_bytes_same},
+           {"activations", memory.activation_bytes},
+           {"workspace", memory.workspace_bytes},
+           {"graphs", memory.graph_bytes}};
 
     // Random log-mel windows on the GPU, as HF's side has them.
     const int64_t window_floats = c.num_mel_bins * 3000;
@@ -184,13 +205,17 @@ int main(int argc, char** argv) {
       return fail("cudaMalloc of the mel failed");
     }
     cudaMemcpy(mel, mel_host.data(), mel_host.size() * sizeof(float), cudaMemcpyHostToDevice);
+    auto encode = [&](int64_t w) {
+      if (single) return single->encode_on_device(mel, w, 3000);
+      return group->encode(mmserve::Tensor(mel_host.data(), mmserve::DType::kF32, {w, c.num_mel_bins, 3000}));
+    };
 
     if (si == 0) {
       for (int64_t w : windows) {
         std::vector<double> times;
         for (int it = 0; it < std::max(iters, 5) + 1; ++it) {
           const double start = now_ms();
-          auto encoded = m.encode_on_device(mel, w, 3000);
+          auto encoded = encode(w);
           if (!encoded.ok()) return fail(encoded.status().to_string());
           if (it > 0) times.push_back(now_ms() - start);
         }
@@ -199,7 +224,7 @@ int main(int argc, char** argv) {
       }
     }
     for (int64_t b : batches) {
-      auto encoded = m.encode_on_device(mel, b, 3000);
+      auto encoded = encode(b);
       if (!encoded.ok()) return fail(encoded.status().to_string());
       std::vector<int64_t> rows_windows(b);
       for (int64_t i = 0; i < b; ++i) rows_windows[i] = i;

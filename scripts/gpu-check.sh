@@ -12,8 +12,8 @@
 # (kernels_cuda_bench), clip (bench/run_clip_gpu_bench.sh), server (bench/server_gpu.sh), cpu (the CPU CLIP
 # bench of issue 2), whisper (bench/run_whisper_gpu_bench.sh: Whisper fp16 against HF generate), whisper-fixtures
 # (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
-# fixtures/whisper), tp (bench/run_clip_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
-# and at TP=2 where 2 GPUs are visible). Default: "tests memcheck kernels".
+# fixtures/whisper), tp (bench/run_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
+# and at TP=2 where 2 GPUs are visible; Whisper large-v3 decode tokens/s the same way). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -38,7 +38,7 @@ fi
 summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_executor_cuda_test topology_gpu_test"
+GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test"
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -57,7 +57,7 @@ if has tests; then
   # The conformance figures (relative error, cosine per dtype), for docs/perf/clip_gpu.md.
   grep -E 'relative error' "$RES/clip_cuda_conformance_test.log" > "$RES/conformance_figures.txt" 2>/dev/null || true
   # Tensor parallel's (TP vs TP=1 and vs HF per fixture), for docs/multi-gpu.md.
-  grep -E 'TP=' "$RES/clip_cuda_tp_test.log" > "$RES/tp_figures.txt" 2>/dev/null || true
+  grep -hE 'TP=' "$RES/clip_cuda_tp_test.log" "$RES/whisper_cuda_tp_test.log" > "$RES/tp_figures.txt" 2>/dev/null || true
   # Whisper's (encoder/logits error, greedy agreement, compressed cross K/V), for docs/perf/whisper_gpu.md.
   grep -E '^  whisper-' "$RES/whisper_cuda_test.log" > "$RES/whisper_figures.txt" 2>/dev/null || true
 fi
@@ -105,10 +105,10 @@ if has clip; then
 fi
 
 if has tp; then
-  if bench/run_clip_tp_bench.sh "$BIN" "$RES/clip_tp" > "$RES/clip_tp_table.md" 2> "$RES/clip_tp.err"; then
-    summary+=("bench clip tp: ok")
+  if bench/run_tp_bench.sh "$BIN" "$RES/tp" > "$RES/tp_table.md" 2> "$RES/tp.err"; then
+    summary+=("bench tp: ok")
   else
-    summary+=("bench clip tp: FAIL (see clip_tp.err)")
+    summary+=("bench tp: FAIL (see tp.err)")
   fi
 fi
 
@@ -153,7 +153,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in conformance_figures.txt tp_figures.txt clip_tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"

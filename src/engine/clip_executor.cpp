@@ -41,6 +41,10 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   cuda.dtype = options.dtype.value_or(DType::kBF16);
   cuda.use_graphs = options.cuda_graphs;
   cuda.tp_devices = options.tp_devices;
+  cuda.pipeline_devices = options.pipeline_devices;
+  cuda.vision_micro_batch = options.vision_micro_batch;
+  cuda.text_micro_batch = options.text_micro_batch;
+  cuda.pipeline_overlap = options.pipeline_overlap;
   cuda.buckets.clear();
   if (options.batch_buckets.empty()) {
     for (int64_t b = 1; b < options.batch_size_max; b *= 2) cuda.buckets.push_back(b);
@@ -76,6 +80,10 @@ std::string ClipExecutor::describe() const {
 #if MMSERVE_HAS_CUDA
   if (cuda_model_) {
     const models::ClipCudaMemory& m = cuda_model_->memory();
+    if (cuda_model_->pipeline_stages() > 1) {
+      text += ", pipeline over 2 stages (micro-batches " + std::to_string(options_.vision_micro_batch) + " images / " +
+              std::to_string(options_.text_micro_batch) + " texts; memory summed over the stages)";
+    }
     if (cuda_model_->tp_world_size() > 1) {
       text += ", tensor parallel over " + std::to_string(cuda_model_->tp_world_size()) + " GPUs (" +
               cuda_model_->tp_collective() + "; memory summed over the ranks)";

@@ -38,8 +38,13 @@ struct ExecutorOptions {
   // Whisper on CUDA: how the cross-attention K/V are stored: "same" (the compute dtype), "fp8_e4m3" or "int8"
   // (per row-and-head scales; half the bytes of f16). The CPU path takes "same" only.
   std::string whisper_cross_kv = "same";
-  // CLIP on CUDA: tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
+  // CUDA (CLIP and Whisper): tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
   std::vector<int> tp_devices;
+  // CLIP on CUDA: pipeline parallel over two GPUs (stage s on pipeline_devices[s]), batches run as micro-batches
+  // of these sizes; overlap false runs each micro-batch through both stages before the next (the bench baseline).
+  std::vector<int> pipeline_devices;
+  int64_t vision_micro_batch = 8, text_micro_batch = 4;
+  bool pipeline_overlap = true;
 };
 
 class ClipExecutor {

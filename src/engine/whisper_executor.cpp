@@ -30,6 +30,7 @@
 #include "models/whisper/whisper_decoding.h"
 #if MMSERVE_HAS_CUDA
 #include "models/whisper/whisper_cuda.h"
+#include "models/whisper/whisper_cuda_tp.h"
 #define MMSERVE_WHISPER_CUDA 1
 #endif
 
@@ -155,8 +156,19 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     } else if (options.whisper_cross_kv != "same") {
       return invalid_argument("cross_kv '" + options.whisper_cross_kv + "' is not one of same, fp8_e4m3, int8");
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperCudaModel> model, models::WhisperCudaModel::load(model_dir, cuda));
-    impl.backend = std::move(model);
+    if (!options.tp_devices.empty()) {
+      // A tensor-parallel group (whisper_cuda_tp.h): the same backend interface over every rank.
+      models::WhisperCudaTpOptions tp;
+      tp.rank = cuda;
+      tp.devices = options.tp_devices;
+      ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperCudaTpModel> model,
+                       models::WhisperCudaTpModel::load(model_dir, tp));
+      impl.backend = std::move(model);
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperCudaModel> model,
+                       models::WhisperCudaModel::load(model_dir, cuda));
+      impl.backend = std::move(model);
+    }
 #else
     return unimplemented(
         "device " + options.device.to_string() +

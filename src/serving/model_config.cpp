@@ -163,10 +163,23 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
     return out_of_range_value(label, "tensor_parallel", std::to_string(c.tensor_parallel),
                               "must be in 1.." + std::to_string(kTensorParallelMax));
   }
-  if (c.instances != 0 && static_cast<size_t>(c.instances) * c.tensor_parallel < c.devices.size()) {
+  if (c.pipeline_parallel != 1 && c.pipeline_parallel != 2) {
+    return out_of_range_value(label, "pipeline_parallel", std::to_string(c.pipeline_parallel), "must be 1 or 2");
+  }
+  if (c.pipeline_parallel > 1 && c.tensor_parallel > 1) {
+    return invalid_argument(where(label, "pipeline_parallel") + ": cannot be combined with tensor_parallel (yet)");
+  }
+  if (c.vision_micro_batch < 1 || c.vision_micro_batch > 4096) {
+    return out_of_range_value(label, "vision_micro_batch", std::to_string(c.vision_micro_batch), "must be in 1..4096");
+  }
+  if (c.text_micro_batch < 1 || c.text_micro_batch > 4096) {
+    return out_of_range_value(label, "text_micro_batch", std::to_string(c.text_micro_batch), "must be in 1..4096");
+  }
+  const int group = c.tensor_parallel * c.pipeline_parallel;
+  if (c.instances != 0 && static_cast<size_t>(c.instances) * group < c.devices.size()) {
     return out_of_range_value(label, "instances", std::to_string(c.instances),
                               "is below the " + std::to_string(c.devices.size()) + " entries of 'devices'" +
-                                  (c.tensor_parallel > 1 ? " in groups of " + std::to_string(c.tensor_parallel) : "") +
+                                  (group > 1 ? " in groups of " + std::to_string(group) : "") +
                                   " (a listed device would get no replica)");
   }
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
@@ -270,6 +283,9 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
       {"cross_kv", set_string(&c.cross_kv)},
       {"instances", set_int(&c.instances)},
       {"tensor_parallel", set_int(&c.tensor_parallel)},
+      {"pipeline_parallel", set_int(&c.pipeline_parallel)},
+      {"vision_micro_batch", set_int(&c.vision_micro_batch)},
+      {"text_micro_batch", set_int(&c.text_micro_batch)},
       {"max_batch_size", set_int(&c.max_batch_size)},
       {"batch_buckets",
        [&](const YAML::Node& n, const std::string& key) -> Status {
@@ -339,7 +355,9 @@ StatusOr<std::vector<Device>> replica_devices(const ModelConfig& c, int visible_
 StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, int visible_gpus,
                                                           const std::string& label) {
   std::vector<std::vector<Device>> groups;
-  if (c.tensor_parallel == 1) {
+  const int group_size = c.tensor_parallel * c.pipeline_parallel;
+  const std::string key = c.pipeline_parallel > 1 ? "pipeline_parallel" : "tensor_parallel";
+  if (group_size == 1) {
     ASSIGN_OR_RETURN(std::vector<Device> devices, replica_devices(c, visible_gpus, label));
     for (const Device& d : devices) groups.push_back({d});
     return groups;
@@ -347,9 +365,9 @@ StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, 
   ModelConfig listing = c;
   listing.instances = 0;  // one entry per listed device
   ASSIGN_OR_RETURN(std::vector<Device> listed, replica_devices(listing, visible_gpus, label));
-  const size_t tp = static_cast<size_t>(c.tensor_parallel);
+  const size_t tp = static_cast<size_t>(group_size);
   if (listed.size() % tp != 0) {
-    return invalid_argument(where(label, "tensor_parallel") + ": " + std::to_string(tp) + " GPUs per replica but " +
+    return invalid_argument(where(label, key) + ": " + std::to_string(tp) + " GPUs per replica but " +
                             std::to_string(listed.size()) + " device(s) listed (list them in 'devices', or use " +
                             "device: cuda:all, in groups of " + std::to_string(tp) + ")");
   }
@@ -358,11 +376,11 @@ StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, 
                               listed.begin() + static_cast<std::ptrdiff_t>(first + tp));
     for (size_t i = 0; i < group.size(); ++i) {
       if (group[i].is_cpu()) {
-        return invalid_argument(where(label, "tensor_parallel") + ": tensor parallel runs on GPUs, not on the CPU");
+        return invalid_argument(where(label, key) + ": a GPU group runs on GPUs, not on the CPU");
       }
       for (size_t j = 0; j < i; ++j) {
         if (group[j].index == group[i].index) {
-          return invalid_argument(where(label, "tensor_parallel") + ": the group " + std::to_string(first / tp) +
+          return invalid_argument(where(label, key) + ": the group " + std::to_string(first / tp) +
                                   " holds " + group[i].to_string() + " twice (one rank per GPU)");
         }
       }

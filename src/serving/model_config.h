@@ -7,9 +7,13 @@
 //   dtype: auto                 # auto | f32 | f16 | bf16
 //   instances: 0                # executors = replicas, each with its own engine thread; 0 (the default) = one
 //                               # per device of `devices` / cuda:all, else 1; never fewer than the devices
-//   tensor_parallel: 1          # CLIP on cuda: each replica spans this many GPUs (Megatron-style sharding, NCCL
+//   tensor_parallel: 1          # cuda (CLIP, Whisper): each replica spans this many GPUs (Megatron-style sharding, NCCL
 //                               # all-reduces); the devices are cut into consecutive groups of this size, and
 //                               # `instances` counts groups (docs/multi-gpu.md)
+//   pipeline_parallel: 1        # CLIP on cuda: 2 = each replica is two pipeline stages on two GPUs (grouped
+//                               # as tensor_parallel is; the two cannot be combined yet)
+//   vision_micro_batch: 8       # pipeline parallel: images per micro-batch
+//   text_micro_batch: 4         # pipeline parallel: texts per micro-batch
 //   max_batch_size: 64
 //   batch_buckets: [1, 2, 4, 8, 16, 32, 64]
 //   max_queue_delay_ms: 5       # how long the batcher waits to fill a batch
@@ -58,6 +62,9 @@ struct ModelConfig {
   int64_t audio_bytes_max = 256LL << 20;
   std::string cross_kv = "same";
   int tensor_parallel = 1;
+  int pipeline_parallel = 1;
+  int vision_micro_batch = 8;
+  int text_micro_batch = 4;
 };
 
 // Parses YAML text (`label` names it in errors); missing keys keep their defaults.
@@ -72,8 +79,8 @@ Status validate_model_config(const ModelConfig& config, const std::string& label
 // kInvalidArgument when instances is below the number of devices (a listed device would stay idle);
 // kUnavailable for cuda:all with no visible GPU. `label` names the file in errors.
 StatusOr<std::vector<Device>> replica_devices(const ModelConfig& config, int visible_gpus, const std::string& label);
-// The GPUs of each replica: with tensor_parallel 1, replica_devices() one each; with tensor_parallel N, the listed
-// devices (`devices`, or every visible GPU of cuda:all) cut into consecutive groups of N distinct GPUs, repeated
+// The GPUs of each replica: with tensor_parallel and pipeline_parallel 1, replica_devices() one each; with either
+// N > 1, the listed devices (`devices`, or every visible GPU of cuda:all) cut into consecutive groups of N distinct GPUs, repeated
 // round-robin up to `instances` groups (0: one per group). kInvalidArgument when the list does not divide into
 // groups, a group repeats a GPU or holds the CPU.
 StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& config, int visible_gpus,

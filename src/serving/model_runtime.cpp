@@ -91,10 +91,15 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.whisper_cross_kv = config_.cross_kv;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
-  if (config_.tensor_parallel > 1 && (family_ != models::Family::kClip || any_cpu)) {
-    return unimplemented(dir + "/mmserve.yaml: tensor_parallel " + std::to_string(config_.tensor_parallel) +
-                         " is implemented for CLIP on cuda only (Whisper's sharded forward is not written yet)");
+  if ((config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) && any_cpu) {
+    return invalid_argument(dir + "/mmserve.yaml: tensor_parallel / pipeline_parallel run on GPUs (device cuda), "
+                            "not on the CPU");
   }
+  if (config_.pipeline_parallel > 1 && family_ != models::Family::kClip) {
+    return unimplemented(dir + "/mmserve.yaml: pipeline_parallel is implemented for CLIP only");
+  }
+  options.vision_micro_batch = config_.vision_micro_batch;
+  options.text_micro_batch = config_.text_micro_batch;
   if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota, devices);
   MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
   if (config_.cross_kv != "same") {
@@ -106,7 +111,9 @@ Status ModelRuntime::load_instances(const std::string& dir) {
 
   for (int i = 0; i < instances; ++i) {
     options.device = devices[static_cast<size_t>(i)];
-    options.tp_devices = replicas_[static_cast<size_t>(i)]->tp_group;
+    // A GPU group is a tensor-parallel group or the two pipeline stages.
+    const std::vector<int>& group = replicas_[static_cast<size_t>(i)]->tp_group;
+    (config_.pipeline_parallel > 1 ? options.pipeline_devices : options.tp_devices) = group;
     ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
     if (i > 0) description_ += "; ";
     description_ += "replica " + std::to_string(i) + ": " + executor->describe();

@@ -108,7 +108,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   struct Replica {
     int index = 0;
     Device device;              // the first GPU of a tensor-parallel group
-    std::vector<int> tp_group;  // the group's CUDA ordinals (tensor_parallel > 1), else empty
+    std::vector<int> tp_group;  // the group's CUDA ordinals (tensor_parallel or pipeline_parallel > 1), else empty
     std::string label;          // "cuda:0", or "cuda:0+cuda:1" for a group: metrics and logs
     Counter* batches = nullptr;
     Counter* items = nullptr;

@@ -94,7 +94,8 @@ Status ModelRuntime::place_replicas(std::vector<Device>& devices) {
     replica->index = static_cast<int>(i);
     replica->device = groups[i][0];
     for (const Device& d : groups[i]) {
-      replica->label += (replica->label.empty() ? "" : "+") + d.to_string();
+      if (!replica->label.empty()) replica->label += '+';
+      replica->label += d.to_string();
       if (groups[i].size() > 1) replica->tp_group.push_back(d.index);
     }
     devices.push_back(groups[i][0]);

@@ -26,6 +26,7 @@ Status ModelRuntime::load_whisper_instances(const std::string& dir, engine::Exec
   const int instances = static_cast<int>(devices.size());
   for (int i = 0; i < instances; ++i) {
     options.device = devices[static_cast<size_t>(i)];
+    options.tp_devices = replicas_[static_cast<size_t>(i)]->tp_group;
     ASSIGN_OR_RETURN(auto executor, engine::WhisperExecutor::create(dir, options));
     if (i > 0) description_ += "; ";
     description_ += "replica " + std::to_string(i) + ": " + executor->describe();

@@ -6,7 +6,9 @@
 //     output is bit-equal to the model without a group;
 //   - NCCL over every visible GPU (2 or 4 here; skipped, saying so, with fewer than 2);
 //   - a group whose collective is aborted is out of service (kInternal, the server's device-fault code) and never
-//     hangs; heads that do not divide by the group size are a load error.
+//     hangs; heads that do not divide by the group size are a load error;
+//   - pipeline parallel (issue 6 item 3), both stages on GPU 0: batches of several micro-batches (with a partial
+//     last one) equal each item run alone without a pipeline, overlapped or not, and match HF.
 // Every test skips, with the reason, without a GPU (and the NCCL ones without libnccl.so.2).
 #include <gtest/gtest.h>
 
@@ -200,6 +202,66 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, ClipCudaTp,
                            return name;
                          });
 
+// Pipeline parallel: the golden inputs repeated to 11 items, micro-batches of 3 images / 2 texts (4 and 6
+// micro-batches, the last partial), both stages on GPU 0. Each row must equal that item's embedding from the model
+// without a pipeline run one item at a time (bucket 1 there, bucket 3 or 2 here: rounding-level differences in
+// 16-bit), and overlap on or off changes nothing (same kernels, same order per stage).
+TEST_P(ClipCudaTp, PipelineOnOneGpuEqualsTheItemsAlone) {
+  const std::vector<int64_t> shape = golden_->shape("pixel_values");
+  const std::vector<float> golden_pixels = golden_->f32("pixel_values");
+  const std::vector<std::vector<int32_t>> golden_ids = golden_->unpadded_ids();
+  const int64_t n = 11, image_floats = shape[1] * shape[2] * shape[3];
+  std::vector<float> pixels;
+  std::vector<std::vector<int32_t>> ids;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t g = i % shape[0];
+    pixels.insert(pixels.end(), golden_pixels.begin() + g * image_floats, golden_pixels.begin() + (g + 1) * image_floats);
+    ids.push_back(golden_ids[i % golden_ids.size()]);
+  }
+  // Reference: no pipeline, one item per call.
+  auto alone = load(dir_, GetParam().second, {}, TpCollectiveKind::kNccl);
+  ASSERT_TRUE(alone);
+  std::vector<float> ref_images(n * dim_), ref_texts(n * dim_);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(alone->encode_images(pixels.data() + i * image_floats, 1, ref_images.data() + i * dim_).ok());
+    ASSERT_TRUE(alone->encode_texts({ids[i]}, ref_texts.data() + i * dim_).ok());
+  }
+  std::vector<std::vector<float>> runs;
+  for (bool overlap : {true, false}) {
+    ClipCudaOptions options;
+    options.dtype = GetParam().second;
+    options.buckets = {16};
+    options.pipeline_devices = {0, 0};
+    options.vision_micro_batch = 3;
+    options.text_micro_batch = 2;
+    options.pipeline_overlap = overlap;
+    auto model = ClipCudaModel::load(dir_, options);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    EXPECT_EQ((*model)->pipeline_stages(), 2);
+    EXPECT_EQ((*model)->max_batch(), 16);
+    std::vector<float> images(n * dim_), texts(n * dim_);
+    Status s = (*model)->encode_images(pixels.data(), n, images.data());
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    s = (*model)->encode_texts(ids, texts.data());
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const double tolerance = GetParam().second == DType::kF32 ? 1e-5 : 1e-2;
+    const std::string label = std::string("pipeline 2 stages") + (overlap ? " overlapped" : " in turn");
+    expect_close((label + " images vs alone").c_str(), images, ref_images, dim_, tolerance, 0.9999);
+    expect_close((label + " texts vs alone").c_str(), texts, ref_texts, dim_, tolerance, 0.9999);
+    // The golden items themselves against HF.
+    const Tolerance t = tolerance_for(GetParam().second);
+    expect_close((label + " images vs HF").c_str(), std::vector<float>(images.begin(), images.begin() + shape[0] * dim_),
+                 golden_->f32("image_embeds"), dim_, t.vs_hf, t.min_cosine);
+    runs.push_back(images);
+    runs.push_back(texts);
+    // Bad input is still a request error.
+    EXPECT_EQ((*model)->encode_texts({{}}, texts.data()).code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*model)->encode_images(pixels.data(), 17, images.data()).code(), StatusCode::kInvalidArgument);
+  }
+  EXPECT_EQ(runs[0], runs[2]) << "overlap must not change the numbers";
+  EXPECT_EQ(runs[1], runs[3]);
+}
+
 TEST(ClipCudaTpFaults, StagedGroupAbortedMidServiceNeverHangs) {
   MMSERVE_REQUIRE_GPU();
   const std::string dir = fixture("clip-tiny-gelu-bf16");
@@ -214,6 +276,19 @@ TEST(ClipCudaTpFaults, StagedGroupAbortedMidServiceNeverHangs) {
   EXPECT_NE(s.message().find("out of service"), std::string::npos) << s.to_string();
   // Sticky: the next call fails the same way.
   EXPECT_EQ(model->encode_texts(golden.unpadded_ids(), out.data()).code(), StatusCode::kInternal);
+}
+
+TEST(ClipCudaTpFaults, PipelineOptionErrors) {
+  MMSERVE_REQUIRE_GPU();
+  ClipCudaOptions options;
+  options.pipeline_devices = {0, 0, 0};
+  EXPECT_EQ(ClipCudaModel::load(fixture("clip-tiny-gelu-bf16"), options).status().code(), StatusCode::kInvalidArgument);
+  options.pipeline_devices = {0, 0};
+  options.tp_devices = {0};
+  EXPECT_EQ(ClipCudaModel::load(fixture("clip-tiny-gelu-bf16"), options).status().code(), StatusCode::kInvalidArgument);
+  options.tp_devices.clear();
+  options.vision_micro_batch = 0;
+  EXPECT_EQ(ClipCudaModel::load(fixture("clip-tiny-gelu-bf16"), options).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ClipCudaTpFaults, HeadsThatDoNotDivideAreALoadError) {

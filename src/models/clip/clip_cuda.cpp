@@ -75,6 +75,11 @@ struct ClipCudaModel::Rank {
   PinnedBuffer pinned_in, pinned_out;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs;  // (tower, bucket) -> graph
   size_t graph_bytes = 0;
+  // Pipeline parallel: the blocks [begin, end) of each tower this stage holds, whether it embeds the inputs
+  // (stage 0) and pools the outputs (the last stage). Without a pipeline: every block, both ends.
+  int64_t vision_begin = 0, vision_end = 0, text_begin = 0, text_end = 0;
+  bool first_stage = true, last_stage = true;
+  CudaEvent done, copied;  // pipeline: this stage's micro-batch finished / its input was copied in
   ~Rank() {
     for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
   }
@@ -195,6 +200,23 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   model->buckets_ = options.buckets;
   std::sort(model->buckets_.begin(), model->buckets_.end());
   model->buckets_.erase(std::unique(model->buckets_.begin(), model->buckets_.end()), model->buckets_.end());
+  model->max_batch_ = model->buckets_.back();
+  if (!options.pipeline_devices.empty()) {
+    if (options.pipeline_devices.size() != 2) {
+      return invalid_argument("pipeline parallel takes 2 stages, not " + std::to_string(options.pipeline_devices.size()));
+    }
+    if (!options.tp_devices.empty()) return invalid_argument("pipeline and tensor parallel cannot be combined (yet)");
+    if (options.vision_micro_batch < 1 || options.vision_micro_batch > 4096 || options.text_micro_batch < 1 ||
+        options.text_micro_batch > 4096) {
+      return invalid_argument("micro-batch sizes must be in [1, 4096] (vision " +
+                              std::to_string(options.vision_micro_batch) + ", text " +
+                              std::to_string(options.text_micro_batch) + ")");
+    }
+    // Graphs and activations per micro-batch: the largest call is split into micro-batches.
+    model->buckets_ = {std::min(options.text_micro_batch, options.vision_micro_batch),
+                       std::max(options.text_micro_batch, options.vision_micro_batch)};
+    model->buckets_.erase(std::unique(model->buckets_.begin(), model->buckets_.end()), model->buckets_.end());
+  }
   RETURN_IF_ERROR(model->make_ranks());
   {
     // The host model parses and checks the checkpoint (same errors as the CPU path) and fuses QKV; its f32
@@ -222,6 +244,7 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
     if (c.vision.image_size % c.vision.patch_size != 0) {
       return unimplemented(model_dir + ": image_size must be a multiple of patch_size");
     }
+    model->assign_layers();
     for (std::unique_ptr<Rank>& rank : model->ranks_) {
       RETURN_IF_ERROR(set_cuda_device(rank->device));
       RETURN_IF_ERROR(rank->stream.init());
@@ -240,19 +263,38 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
 }
 
 Status ClipCudaModel::make_ranks() {
-  std::vector<int> devices = options_.tp_devices;
+  std::vector<int> devices = pipelined() ? options_.pipeline_devices : options_.tp_devices;
   if (devices.empty()) devices.push_back(options_.device);
   for (size_t r = 0; r < devices.size(); ++r) {
     RETURN_IF_ERROR(set_cuda_device(devices[r]));
     auto rank = std::make_unique<Rank>();
-    rank->index = static_cast<int>(r);
+    rank->index = pipelined() ? 0 : static_cast<int>(r);  // a stage holds whole layers: rank 0 of no group
     rank->device = devices[r];
+    RETURN_IF_ERROR(rank->done.init());
+    RETURN_IF_ERROR(rank->copied.init());
     ranks_.push_back(std::move(rank));
   }
-  if (options_.tp_devices.empty()) return ok_status();
+  if (options_.tp_devices.empty()) return ok_status();  // one GPU, or pipeline stages (no collective)
   ASSIGN_OR_RETURN(group_, TpGroup::create(devices, options_.tp_collective));
   if (!group_->graph_capturable()) options_.use_graphs = false;  // staged sums synchronise on the host
   return ok_status();
+}
+
+void ClipCudaModel::assign_layers() {
+  const int64_t vision = config_.vision.num_hidden_layers, text = config_.text.num_hidden_layers;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Rank& rank = *ranks_[r];
+    rank.vision_begin = 0, rank.vision_end = vision, rank.text_begin = 0, rank.text_end = text;
+    if (!pipelined()) continue;
+    // Two stages: the first half of each tower's blocks (rounded down) on stage 0, the rest on stage 1.
+    rank.first_stage = r == 0;
+    rank.last_stage = r + 1 == ranks_.size();
+    if (r == 0) {
+      rank.vision_end = vision / 2, rank.text_end = text / 2;
+    } else {
+      rank.vision_begin = vision / 2, rank.text_begin = text / 2;
+    }
+  }
 }
 
 Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
@@ -286,9 +328,9 @@ Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
     return ok_status();
   };
   auto blocks = [&](const std::vector<EncoderBlockWeights>& src, std::vector<BlockWeights>& dst, int64_t heads,
-                    const std::string& tower) -> Status {
+                    const std::string& tower, int64_t begin, int64_t end) -> Status {
     dst.resize(src.size());
-    for (size_t i = 0; i < src.size(); ++i) {
+    for (size_t i = static_cast<size_t>(begin); i < static_cast<size_t>(end); ++i) {  // this stage's blocks
       const std::string layer = tower + ".encoder.layers." + std::to_string(i) + ".";
       const auto f32_target = [](const float** p) { return reinterpret_cast<const void**>(p); };
       add_f32(src[i].ln1_weight, &dst[i].ln1_w);
@@ -309,8 +351,10 @@ Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
     }
     return ok_status();
   };
-  RETURN_IF_ERROR(blocks(host.text_blocks(), w.text, config_.text.num_attention_heads, "text_model"));
-  RETURN_IF_ERROR(blocks(host.vision_blocks(), w.vision, config_.vision.num_attention_heads, "vision_model"));
+  RETURN_IF_ERROR(
+      blocks(host.text_blocks(), w.text, config_.text.num_attention_heads, "text_model", rank.text_begin, rank.text_end));
+  RETURN_IF_ERROR(blocks(host.vision_blocks(), w.vision, config_.vision.num_attention_heads, "vision_model",
+                         rank.vision_begin, rank.vision_end));
   add(host.weight("text_model.embeddings.token_embedding.weight"), dt, &w.token_embedding);
   add(host.weight("text_model.embeddings.position_embedding.weight"), dt, &w.text_positions);
   add_f32(host.weight("text_model.final_layer_norm.weight"), &w.final_ln_w);
@@ -348,7 +392,7 @@ Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
 
 Status ClipCudaModel::plan_activations(Rank& rank) {
   const size_t e = dtype_size(options_.dtype);
-  const int64_t b = max_batch();
+  const int64_t b = buckets_.back();  // the largest graphed batch (a micro-batch under pipeline parallel)
   const TowerShape vs = vision_shape(rank.index), ts = text_shape(rank.index);
   const TowerNeeds v = vision_needs(config_, b, e, vs.inner(), vs.mlp), t = text_needs(config_, b, e, ts.inner(), ts.mlp);
   if (rank.index == 0) {
@@ -397,13 +441,21 @@ Status ClipCudaModel::plan_activations(Rank& rank) {
   a.workspace = p[12];
   // Inputs start as zeros (a bucket's padding rows are then finite), and the class rows are constant.
   CUDA_RETURN_IF_ERROR(cudaMemset(a.pixels, 0, sizes[0]));
+  CUDA_RETURN_IF_ERROR(cudaMemset(a.x, 0, sizes[3]));  // a later stage's warm-up reads x before any copy
   CUDA_RETURN_IF_ERROR(cudaMemset(a.text_ints, 0, sizes[11]));
   std::vector<int32_t> class_rows(static_cast<size_t>(b));
   for (int64_t i = 0; i < b; ++i) class_rows[i] = static_cast<int32_t>(i * (config_.vision.num_patches() + 1));
   CUDA_RETURN_IF_ERROR(cudaMemcpy(a.class_rows, class_rows.data(), b * sizeof(int32_t), cudaMemcpyHostToDevice));
 
-  RETURN_IF_ERROR(rank.pinned_in.init(t.ints));
-  RETURN_IF_ERROR(rank.pinned_out.init(sizeof(float) * b * config_.projection_dim));
+  // Pipeline parallel stages every micro-batch's text layout in page-locked memory up front (a copy from pageable
+  // memory could make the host wait for a stage's stream and serialise the stages).
+  size_t pinned_in = t.ints;
+  if (pipelined()) {
+    const int64_t micro = options_.text_micro_batch, seq = config_.text.max_position_embeddings;
+    pinned_in = sizeof(int32_t) * ((max_batch_ + micro - 1) / micro) * (micro * seq + 2 * micro);
+  }
+  RETURN_IF_ERROR(rank.pinned_in.init(pinned_in));
+  RETURN_IF_ERROR(rank.pinned_out.init(sizeof(float) * max_batch_ * config_.projection_dim));
   memory_.pinned_bytes += rank.pinned_in.size() + rank.pinned_out.size();
   return ok_status();
 }
@@ -472,24 +524,27 @@ Status ClipCudaModel::vision_forward(Rank& rank, int64_t batch) {
   cudaStream_t s = rank.stream.get();
   const int64_t patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size, rows = batch * seq;
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
-  // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
-  RETURN_IF_ERROR(
-      kernels::im2col_patches_cuda(a.pixels, batch, v.num_channels, v.image_size, v.patch_size, a.patches, dt, s));
   GemmCudaArgs g;
-  g.m = batch * patches, g.n = hidden, g.k = patch_cols, g.a = a.patches, g.lda = patch_cols, g.w = w.patch_weight;
-  g.ldw = patch_cols, g.in_dtype = dt, g.d = a.patch_out, g.ldd = hidden, g.out_dtype = DType::kF32;
-  RETURN_IF_ERROR(rank.gemm->run(g, s));
-  RETURN_IF_ERROR(kernels::assemble_vision_embeddings_cuda(a.patch_out, w.class_embedding, w.vision_positions, dt,
-                                                           batch, patches, hidden, a.x, s));
   kernels::LayerNormCudaArgs ln;
-  ln.x = a.x, ln.x_ld = hidden, ln.weight = w.pre_ln_w, ln.bias = w.pre_ln_b, ln.eps = v.layer_norm_eps;
-  ln.rows = rows, ln.cols = hidden, ln.y = a.x, ln.y_dtype = DType::kF32, ln.y_ld = hidden;
-  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  if (rank.first_stage) {
+    // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
+    RETURN_IF_ERROR(
+        kernels::im2col_patches_cuda(a.pixels, batch, v.num_channels, v.image_size, v.patch_size, a.patches, dt, s));
+    g.m = batch * patches, g.n = hidden, g.k = patch_cols, g.a = a.patches, g.lda = patch_cols, g.w = w.patch_weight;
+    g.ldw = patch_cols, g.in_dtype = dt, g.d = a.patch_out, g.ldd = hidden, g.out_dtype = DType::kF32;
+    RETURN_IF_ERROR(rank.gemm->run(g, s));
+    RETURN_IF_ERROR(kernels::assemble_vision_embeddings_cuda(a.patch_out, w.class_embedding, w.vision_positions, dt,
+                                                             batch, patches, hidden, a.x, s));
+    ln.x = a.x, ln.x_ld = hidden, ln.weight = w.pre_ln_w, ln.bias = w.pre_ln_b, ln.eps = v.layer_norm_eps;
+    ln.rows = rows, ln.cols = hidden, ln.y = a.x, ln.y_dtype = DType::kF32, ln.y_ld = hidden;
+    RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
+  }
   const TowerShape shape = vision_shape(rank.index);
-  for (const BlockWeights& block : w.vision) {
-    RETURN_IF_ERROR(encoder_block(rank, block, rows, seq, batch, shape, v.layer_norm_eps, v.hidden_act,
+  for (int64_t l = rank.vision_begin; l < rank.vision_end; ++l) {
+    RETURN_IF_ERROR(encoder_block(rank, w.vision[l], rows, seq, batch, shape, v.layer_norm_eps, v.hidden_act,
                                   /*causal=*/false, /*kv_lengths=*/nullptr));
   }
+  if (!rank.last_stage) return ok_status();
   // Pool the class tokens through post_layernorm (one gathered layer norm), then project.
   ln = kernels::LayerNormCudaArgs{};
   ln.x = a.x, ln.x_ld = hidden, ln.row_index = a.class_rows, ln.weight = w.post_ln_w, ln.bias = w.post_ln_b;
@@ -511,13 +566,16 @@ Status ClipCudaModel::text_forward(Rank& rank, int64_t batch) {
   const int32_t* ids = a.text_ints;
   const int32_t* lengths = ids + rows;
   const int32_t* pool_rows = lengths + batch;
-  RETURN_IF_ERROR(kernels::token_position_embedding_cuda(ids, batch, seq, w.token_embedding, w.text_positions, dt,
-                                                         t.vocab_size, hidden, a.x, s));
+  if (rank.first_stage) {
+    RETURN_IF_ERROR(kernels::token_position_embedding_cuda(ids, batch, seq, w.token_embedding, w.text_positions, dt,
+                                                           t.vocab_size, hidden, a.x, s));
+  }
   const TowerShape shape = text_shape(rank.index);
-  for (const BlockWeights& block : w.text) {
-    RETURN_IF_ERROR(encoder_block(rank, block, rows, seq, batch, shape, t.layer_norm_eps, t.hidden_act,
+  for (int64_t l = rank.text_begin; l < rank.text_end; ++l) {
+    RETURN_IF_ERROR(encoder_block(rank, w.text[l], rows, seq, batch, shape, t.layer_norm_eps, t.hidden_act,
                                   /*causal=*/true, lengths));
   }
+  if (!rank.last_stage) return ok_status();
   // final_layer_norm is per row, so only the pooled (EOS) rows need it: gather + normalise in one launch.
   kernels::LayerNormCudaArgs ln;
   ln.x = a.x, ln.x_ld = hidden, ln.row_index = pool_rows, ln.weight = w.final_ln_w, ln.bias = w.final_ln_b;
@@ -530,7 +588,14 @@ Status ClipCudaModel::text_forward(Rank& rank, int64_t batch) {
 }
 
 Status ClipCudaModel::run_ranks(const std::function<Status(Rank&)>& body) {
-  if (!group_) return body(*ranks_[0]);
+  if (ranks_.size() == 1) return body(*ranks_[0]);
+  if (!group_) {  // pipeline stages: independent, in turn
+    for (std::unique_ptr<Rank>& rank : ranks_) {
+      RETURN_IF_ERROR(set_cuda_device(rank->device));
+      RETURN_IF_ERROR(body(*rank));
+    }
+    return set_cuda_device(ranks_[0]->device);
+  }
   return group_->run([&](int r) { return body(*ranks_[r]); });
 }
 
@@ -587,14 +652,18 @@ int64_t ClipCudaModel::bucket_for(int64_t n) const {
   return buckets_.back();
 }
 
-Status ClipCudaModel::run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bool normalize) {
-  cudaStream_t s = rank.stream.get();
+Status ClipCudaModel::launch(Rank& rank, Tower tower, int64_t bucket) {
   auto it = rank.graphs.find({static_cast<int>(tower), bucket});
   if (it != rank.graphs.end()) {
-    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, s));
-  } else {
-    RETURN_IF_ERROR(tower == Tower::kVision ? vision_forward(rank, bucket) : text_forward(rank, bucket));
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second, rank.stream.get()));
+    return ok_status();
   }
+  return tower == Tower::kVision ? vision_forward(rank, bucket) : text_forward(rank, bucket);
+}
+
+Status ClipCudaModel::run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bool normalize) {
+  cudaStream_t s = rank.stream.get();
+  RETURN_IF_ERROR(launch(rank, tower, bucket));
   if (rank.index == 0) {  // every rank holds the same embeddings; rank 0's are the output
     const int64_t dim = config_.projection_dim;
     if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(rank.act->embeds, n, dim, s));
@@ -622,6 +691,16 @@ Status ClipCudaModel::copy_and_encode_images(const float* pixels, cudaMemcpyKind
   if (n == 0) return ok_status();
   const ClipVisionConfig& v = config_.vision;
   const size_t bytes = sizeof(float) * n * v.num_channels * v.image_size * v.image_size;
+  if (pipelined()) {
+    const int64_t image_floats = v.num_channels * v.image_size * v.image_size;
+    Rank& stage0 = *ranks_[0];
+    return run_pipeline(Tower::kVision, n, embeds, normalize, [&](int64_t, int64_t first, int64_t count) -> Status {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage0.act->pixels, pixels + first * image_floats,
+                                           sizeof(float) * count * image_floats, cudaMemcpyDefault,
+                                           stage0.stream.get()));
+      return ok_status();
+    });
+  }
   const int64_t bucket = bucket_for(n);
   RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
     if (pixels != rank.act->pixels) {
@@ -641,15 +720,6 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
                             std::to_string(max_batch()) + " per call)");
   }
   if (n == 0) return ok_status();
-  const int64_t bucket = bucket_for(n), rows = bucket * seq;
-  // Pinned layout, as text_forward reads it: [bucket * seq ids | bucket lengths | bucket pooling rows]. Filled in
-  // rank 0's staging; the other ranks copy it into theirs.
-  int32_t* in = ranks_[0]->pinned_in.data_as<int32_t>();
-  std::fill(in, in + rows + 2 * bucket, 0);
-  for (int64_t b = 0; b < bucket; ++b) {
-    in[rows + b] = 1;                                       // padding rows: one visible key, finite output
-    in[rows + bucket + b] = static_cast<int32_t>(b * seq);  // and pool their first token
-  }
   for (int64_t b = 0; b < n; ++b) {
     const std::vector<int32_t>& row = ids[b];
     if (row.empty()) return invalid_argument("text " + std::to_string(b) + " has no tokens");
@@ -663,11 +733,49 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
                                 std::to_string(t.vocab_size) + ")");
       }
     }
-    std::copy(row.begin(), row.end(), in + b * seq);
-    in[rows + b] = static_cast<int32_t>(row.size());
-    in[rows + bucket + b] = static_cast<int32_t>(b * seq + clip_pooling_position(row, t.eos_token_id));
   }
-  const size_t bytes = (rows + 2 * bucket) * sizeof(int32_t);
+  // The layout text_forward reads for texts [first, first + count) in `bucket` rows: [bucket * seq ids | bucket
+  // lengths | bucket pooling rows]; padding rows get one visible key (finite output) and pool their first token.
+  auto fill = [&](int64_t first, int64_t count, int64_t bucket, int32_t* in) {
+    const int64_t rows = bucket * seq;
+    std::fill(in, in + rows + 2 * bucket, 0);
+    for (int64_t b = 0; b < bucket; ++b) {
+      in[rows + b] = 1;
+      in[rows + bucket + b] = static_cast<int32_t>(b * seq);
+    }
+    for (int64_t b = 0; b < count; ++b) {
+      const std::vector<int32_t>& row = ids[first + b];
+      std::copy(row.begin(), row.end(), in + b * seq);
+      in[rows + b] = static_cast<int32_t>(row.size());
+      in[rows + bucket + b] = static_cast<int32_t>(b * seq + clip_pooling_position(row, t.eos_token_id));
+    }
+    return sizeof(int32_t) * (rows + 2 * bucket);
+  };
+  if (pipelined()) {
+    // Every micro-batch's layout up front: both stages read it (lengths and pooling rows), each copying it on its
+    // own stream when its previous micro-batch is done with the buffer.
+    const int64_t micro = options_.text_micro_batch, chunks = (n + micro - 1) / micro;
+    const int64_t stride = micro * seq + 2 * micro;
+    int32_t* layouts = ranks_[0]->pinned_in.data_as<int32_t>();  // sized for max_batch() texts (plan_activations)
+    std::vector<size_t> bytes(static_cast<size_t>(chunks));
+    for (int64_t i = 0; i < chunks; ++i) {
+      const int64_t count = std::min(micro, n - i * micro);
+      bytes[i] = fill(i * micro, count, bucket_for(count), layouts + i * stride);
+    }
+    return run_pipeline(Tower::kText, n, embeds, normalize, [&](int64_t i, int64_t, int64_t) -> Status {
+      for (const std::unique_ptr<Rank>& stage : ranks_) {
+        CUDA_RETURN_IF_ERROR(cudaSetDevice(stage->device));
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(stage->act->text_ints, layouts + i * stride, bytes[i],
+                                             cudaMemcpyHostToDevice, stage->stream.get()));
+      }
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(ranks_[0]->device));
+      return ok_status();
+    });
+  }
+  const int64_t bucket = bucket_for(n);
+  // Filled in rank 0's pinned staging; the other ranks copy it into theirs.
+  int32_t* in = ranks_[0]->pinned_in.data_as<int32_t>();
+  const size_t bytes = fill(0, n, bucket, in);
   RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
     int32_t* staged = rank.pinned_in.data_as<int32_t>();
     if (staged != in) std::memcpy(staged, in, bytes);
@@ -675,6 +783,46 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
     return run(rank, Tower::kText, bucket, n, normalize);
   }));
   std::memcpy(embeds, ranks_[0]->pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
+}
+
+Status ClipCudaModel::run_pipeline(Tower tower, int64_t n, float* embeds, bool normalize,
+                                   const std::function<Status(int64_t, int64_t, int64_t)>& stage_input) {
+  Rank& s0 = *ranks_[0];
+  Rank& s1 = *ranks_[1];
+  const bool vision = tower == Tower::kVision;
+  const int64_t micro = vision ? options_.vision_micro_batch : options_.text_micro_batch;
+  const int64_t seq = vision ? config_.vision.num_patches() + 1 : config_.text.max_position_embeddings;
+  const int64_t hidden = vision ? config_.vision.hidden_size : config_.text.hidden_size;
+  const int64_t dim = config_.projection_dim;
+  for (int64_t i = 0, first = 0; first < n; ++i, first += micro) {
+    const int64_t count = std::min(micro, n - first), bucket = bucket_for(count);
+    // Stage 0: micro-batch i may overwrite its residual stream once stage 1 has copied micro-batch i - 1 out of it
+    // (the overlap); without overlap, once stage 1 has finished it.
+    RETURN_IF_ERROR(set_cuda_device(s0.device));
+    if (i > 0) {
+      CUDA_RETURN_IF_ERROR(
+          cudaStreamWaitEvent(s0.stream.get(), options_.pipeline_overlap ? s1.copied.get() : s1.done.get(), 0));
+    }
+    RETURN_IF_ERROR(stage_input(i, first, count));
+    RETURN_IF_ERROR(launch(s0, tower, bucket));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(s0.done.get(), s0.stream.get()));
+    // Stage 1: take the stream (one device-to-device copy, peer-to-peer across GPUs), run, emit the embeddings.
+    RETURN_IF_ERROR(set_cuda_device(s1.device));
+    CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s1.stream.get(), s0.done.get(), 0));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s1.act->x, s0.act->x, sizeof(float) * bucket * seq * hidden,
+                                         cudaMemcpyDefault, s1.stream.get()));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(s1.copied.get(), s1.stream.get()));
+    RETURN_IF_ERROR(launch(s1, tower, bucket));
+    if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(s1.act->embeds, count, dim, s1.stream.get()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s1.pinned_out.data_as<float>() + first * dim, s1.act->embeds,
+                                         sizeof(float) * count * dim, cudaMemcpyDeviceToHost, s1.stream.get()));
+    CUDA_RETURN_IF_ERROR(cudaEventRecord(s1.done.get(), s1.stream.get()));
+  }
+  RETURN_IF_ERROR(s1.stream.synchronize());
+  RETURN_IF_ERROR(set_cuda_device(s0.device));
+  RETURN_IF_ERROR(s0.stream.synchronize());
+  std::memcpy(embeds, s1.pinned_out.data(), sizeof(float) * n * dim);
   return ok_status();
 }
 

@@ -25,6 +25,15 @@
 // share a GPU: one-GPU checks of the sharded forward) runs eagerly. A rank failing mid-forward aborts the
 // collective (the others stop waiting) and puts the model out of service: every later call is kInternal naming
 // the group, which the server's replica handling takes out of rotation (issue 6 item 6).
+//
+// Pipeline parallel (issue 6 item 3; ClipCudaOptions::pipeline_devices): two stages, stage 0 holding the embeddings
+// and the first half of each tower's blocks, stage 1 the second half and the pooling head. A batch runs as
+// micro-batches (vision 8 and text 4 by default, the design document's), each stage replaying its own graph per
+// micro-batch; the f32 residual stream of micro-batch i crosses to stage 1 with one device-to-device copy, and
+// stage 0 starts micro-batch i + 1 as soon as that copy is done, so the stages work on consecutive micro-batches at
+// once. Events order it all on the two streams; the host only waits for the last embeddings. Each stage's
+// activations are sized for one micro-batch. With pipeline_overlap = false every micro-batch goes through both
+// stages before the next starts (the benchmark's baseline for the overlap).
 // Tests: tests/conformance/clip_cuda_test.cpp (HF goldens in bf16/f16/f32, graphs vs eager, buckets).
 #pragma once
 
@@ -55,6 +64,12 @@ struct ClipCudaOptions {
   // tests use where there is no second GPU. The heads of both towers must divide by the group size.
   std::vector<int> tp_devices;
   TpCollectiveKind tp_collective = TpCollectiveKind::kNccl;
+  // Pipeline parallel over two GPUs (stage s on pipeline_devices[s]; the two may be the same GPU). Exclusive with
+  // tp_devices. `buckets`' largest entry is then the largest batch per call; graphs are captured per micro-batch.
+  std::vector<int> pipeline_devices;
+  int64_t vision_micro_batch = 8;
+  int64_t text_micro_batch = 4;
+  bool pipeline_overlap = true;
   DType dtype = DType::kBF16;                               // f32, f16 or bf16
   std::vector<int64_t> buckets = {1, 2, 4, 8, 16, 32, 64};  // batch sizes with a graph; the largest is the max batch
   bool use_graphs = true;  // false (or env MMSERVE_CUDA_GRAPHS=0): every call runs the kernels eagerly
@@ -82,10 +97,11 @@ class ClipCudaModel {
 
   const ClipConfig& config() const { return config_; }
   float logit_scale() const { return logit_scale_; }
-  int64_t max_batch() const { return buckets_.back(); }
+  int64_t max_batch() const { return max_batch_; }
+  int pipeline_stages() const { return pipelined() ? static_cast<int>(ranks_.size()) : 1; }
   const ClipCudaMemory& memory() const { return memory_; }
   DType dtype() const { return options_.dtype; }
-  int tp_world_size() const { return static_cast<int>(ranks_.size()); }
+  int tp_world_size() const { return group_ ? static_cast<int>(ranks_.size()) : 1; }
   // "nccl" / "staged" under tensor parallel, "" without.
   std::string tp_collective() const;
   // OK while every rank and the collective are healthy; kInternal (sticky) once the group is out of service.
@@ -116,6 +132,9 @@ class ClipCudaModel {
 
   ClipCudaModel() = default;
   Status make_ranks();
+  bool pipelined() const { return !options_.pipeline_devices.empty(); }
+  // Pipeline parallel: which blocks of each tower stage `rank` holds (all of them otherwise).
+  void assign_layers();
   Status upload_weights(Rank& rank, const ClipModel& host);
   Status plan_activations(Rank& rank);
   Status capture_graphs();
@@ -138,10 +157,17 @@ class ClipCudaModel {
   // Runs `tower` at `bucket` on one rank: the graph if captured, else the kernels; rank 0 then normalises and
   // copies out (into its pinned staging; the caller copies to `embeds`).
   Status run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bool normalize);
+  // Enqueues one stage's forward of `tower` at `bucket` on its stream (graph or kernels), nothing else.
+  Status launch(Rank& rank, Tower tower, int64_t bucket);
+  // Pipeline parallel: n items as micro-batches through both stages. `stage_input(i, first, count)` enqueues
+  // micro-batch i's inputs (items [first, first + count)) on the stage streams.
+  Status run_pipeline(Tower tower, int64_t n, float* embeds, bool normalize,
+                      const std::function<Status(int64_t, int64_t, int64_t)>& stage_input);
 
   ClipConfig config_;
   ClipCudaOptions options_;
-  std::vector<int64_t> buckets_;
+  std::vector<int64_t> buckets_;  // graphed batch sizes (the micro-batch sizes under pipeline parallel)
+  int64_t max_batch_ = 0;          // the largest batch per call
   float logit_scale_ = 0.0f;
   std::vector<std::unique_ptr<Rank>> ranks_;  // rank 0 first; one without tensor parallel
   std::unique_ptr<TpGroup> group_;            // null without tensor parallel

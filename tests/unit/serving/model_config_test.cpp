@@ -148,6 +148,15 @@ TEST(ModelConfig, TensorParallelCutsTheDevicesIntoGroups) {
   ASSERT_TRUE(groups.ok());
   EXPECT_EQ(*groups, (Groups{{Device::cuda(1)}, {Device::cpu()}, {Device::cuda(1)}}));
 
+  // Pipeline stages are grouped the same way.
+  c = parse_model_config("devices: [cuda:0, cuda:1]\npipeline_parallel: 2\nvision_micro_batch: 16\n", kLabel);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->vision_micro_batch, 16);
+  EXPECT_EQ(c->text_micro_batch, 4);
+  groups = replica_groups(*c, 0, kLabel);
+  ASSERT_TRUE(groups.ok()) << groups.status().to_string();
+  EXPECT_EQ(*groups, (Groups{{Device::cuda(0), Device::cuda(1)}}));
+
   // A group needs distinct GPUs, and no CPU.
   for (const char* yaml : {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\n", "devices: [cuda:0, cpu]\ntensor_parallel: 2\n",
                            "device: cuda:0\ntensor_parallel: 2\n"}) {
@@ -247,7 +256,11 @@ INSTANTIATE_TEST_SUITE_P(
         // Tensor parallel: 1..8 GPUs per replica, and `instances` counts groups.
         BadCase{"tensor_parallel: 0\n", "tensor_parallel"}, BadCase{"tensor_parallel: 9\n", "tensor_parallel"},
         BadCase{"tensor_parallel: two\n", "tensor_parallel"},
-        BadCase{"devices: [cuda:0, cuda:1, cuda:2, cuda:3]\ntensor_parallel: 2\ninstances: 1\n", "groups of 2"}),
+        BadCase{"devices: [cuda:0, cuda:1, cuda:2, cuda:3]\ntensor_parallel: 2\ninstances: 1\n", "groups of 2"},
+        // Pipeline parallel: 2 stages, not combined with tensor parallel, positive micro-batches.
+        BadCase{"pipeline_parallel: 3\n", "pipeline_parallel"},
+        BadCase{"pipeline_parallel: 2\ntensor_parallel: 2\n", "cannot be combined"},
+        BadCase{"vision_micro_batch: 0\n", "vision_micro_batch"}, BadCase{"text_micro_batch: -1\n", "text_micro_batch"}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
       for (const char* c = info.param.must_mention; *c; ++c)
