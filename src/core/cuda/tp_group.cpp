@@ -33,6 +33,13 @@ StatusOr<std::unique_ptr<TpGroup>> TpGroup::create(const std::vector<int>& devic
   return group;
 }
 
+std::unique_ptr<TpGroup> TpGroup::over(std::unique_ptr<DeviceCollective> collective) {
+  std::unique_ptr<TpGroup> group(new TpGroup());
+  group->workers_ = std::make_unique<RankWorkers>(collective->world_size());
+  group->collective_ = std::move(collective);
+  return group;
+}
+
 Status TpGroup::out_of_service(const Status& cause) {
   if (broken_.ok()) {
     broken_ = internal_error("tensor-parallel group over " + std::to_string(world_size()) +
@@ -61,7 +68,7 @@ Status TpGroup::run(const std::function<Status(int rank)>& body) {
   std::condition_variable returned_cv;
   int returned = 0;
   workers_->run([&](int r) {
-    Status s = set_cuda_device(device(r));
+    Status s = device(r) >= 0 ? set_cuda_device(device(r)) : ok_status();
     if (s.ok()) s = body(r);
     std::unique_lock<std::mutex> lock(mutex);
     results[r] = s;

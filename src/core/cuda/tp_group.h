@@ -10,7 +10,8 @@
 //     no rank waits for a peer that will not come, and the group is out of service for good: this and every later
 //     call is kInternal ("tensor-parallel group over N GPUs is out of service: <first failure>"), which the
 //     server's replica handling treats as a device fault.
-// Tests: tests/unit/core/collective_test.cpp (StagedCollective), tests/conformance/clip_cuda_tp_test.cpp.
+// Tests: tests/unit/core/tp_group_test.cpp (the rules, on the CPU), tests/unit/core/collective_test.cpp
+// (StagedCollective), tests/conformance/clip_cuda_tp_test.cpp, tests/unit/models/whisper_cuda_tp_test.cpp.
 #pragma once
 
 #include <functional>
@@ -34,6 +35,9 @@ class TpGroup {
   // devices[r] is rank r's CUDA ordinal. Errors: the collective's (NCCL refuses a GPU twice; no NCCL in this
   // build or libnccl.so.2 missing: kUnimplemented / kFailedPrecondition with the reason).
   static StatusOr<std::unique_ptr<TpGroup>> create(const std::vector<int>& devices, TpCollectiveKind kind);
+  // A group over a collective made elsewhere (another transport; the CPU tests of the rules above use one over host
+  // memory). A rank whose device() is negative runs without selecting a GPU.
+  static std::unique_ptr<TpGroup> over(std::unique_ptr<DeviceCollective> collective);
 
   int world_size() const { return collective_->world_size(); }
   int device(int rank) const { return collective_->device(rank); }
