@@ -156,8 +156,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "host model loaded in %.1f s\n", (now_ms() - t0) / 1000);
   const mmserve::models::WhisperConfig& c = (*host)->config();
 
-  nlohmann::json result = {{"side", "mmserve"}, {"dtype", dtype_name},  {"new_tokens", new_tokens},
-                           {"prompt", prompt},  {"d_model", c.d_model}, {"decoder_layers", c.decoder_layers},
+  nlohmann::json result = {{"side", "mmserve"},        {"dtype", dtype_name},
+                           {"new_tokens", new_tokens}, {"prompt", prompt},
+                           {"d_model", c.d_model},     {"decoder_layers", c.decoder_layers},
                            {"tp_devices", tp_devices}, {"encoder_input", tp_devices.empty() ? "device" : "host"}};
   std::mt19937 rng(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);

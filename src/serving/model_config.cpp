@@ -24,7 +24,7 @@ namespace {
 
 constexpr int kPriorityLevelsMax = 64;  // bounds the {priority} label's cardinality
 constexpr int kInstancesMax = 64;
-constexpr int kTensorParallelMax = 8;  // the GPUs of one node
+constexpr int kTensorParallelMax = 8;         // the GPUs of one node
 constexpr const char* kAllGpus = "cuda:all";  // `device: cuda:all`: one replica per visible GPU
 
 // Where a value sits, for messages: "models/a/mmserve.yaml: key 'qos.image'".
@@ -380,8 +380,8 @@ StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, 
       }
       for (size_t j = 0; j < i; ++j) {
         if (group[j].index == group[i].index) {
-          return invalid_argument(where(label, key) + ": the group " + std::to_string(first / tp) +
-                                  " holds " + group[i].to_string() + " twice (one rank per GPU)");
+          return invalid_argument(where(label, key) + ": the group " + std::to_string(first / tp) + " holds " +
+                                  group[i].to_string() + " twice (one rank per GPU)");
         }
       }
     }

@@ -7,7 +7,8 @@
 //   dtype: auto                 # auto | f32 | f16 | bf16
 //   instances: 0                # executors = replicas, each with its own engine thread; 0 (the default) = one
 //                               # per device of `devices` / cuda:all, else 1; never fewer than the devices
-//   tensor_parallel: 1          # cuda (CLIP, Whisper): each replica spans this many GPUs (Megatron-style sharding, NCCL
+//   tensor_parallel: 1          # cuda (CLIP, Whisper): each replica spans this many GPUs (Megatron-style sharding,
+//   NCCL
 //                               # all-reduces); the devices are cut into consecutive groups of this size, and
 //                               # `instances` counts groups (docs/multi-gpu.md)
 //   pipeline_parallel: 1        # CLIP on cuda: 2 = each replica is two pipeline stages on two GPUs (grouped
@@ -80,9 +81,9 @@ Status validate_model_config(const ModelConfig& config, const std::string& label
 // kUnavailable for cuda:all with no visible GPU. `label` names the file in errors.
 StatusOr<std::vector<Device>> replica_devices(const ModelConfig& config, int visible_gpus, const std::string& label);
 // The GPUs of each replica: with tensor_parallel and pipeline_parallel 1, replica_devices() one each; with either
-// N > 1, the listed devices (`devices`, or every visible GPU of cuda:all) cut into consecutive groups of N distinct GPUs, repeated
-// round-robin up to `instances` groups (0: one per group). kInvalidArgument when the list does not divide into
-// groups, a group repeats a GPU or holds the CPU.
+// N > 1, the listed devices (`devices`, or every visible GPU of cuda:all) cut into consecutive groups of N distinct
+// GPUs, repeated round-robin up to `instances` groups (0: one per group). kInvalidArgument when the list does not
+// divide into groups, a group repeats a GPU or holds the CPU.
 StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& config, int visible_gpus,
                                                           const std::string& label);
 

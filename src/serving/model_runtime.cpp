@@ -92,7 +92,8 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
   if ((config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) && any_cpu) {
-    return invalid_argument(dir + "/mmserve.yaml: tensor_parallel / pipeline_parallel run on GPUs (device cuda), "
+    return invalid_argument(dir +
+                            "/mmserve.yaml: tensor_parallel / pipeline_parallel run on GPUs (device cuda), "
                             "not on the CPU");
   }
   if (config_.pipeline_parallel > 1 && family_ != models::Family::kClip) {

@@ -169,12 +169,12 @@ void ModelRuntime::take_out_of_rotation(Replica& replica, const Status& fault) {
     replica.healthy_gauge->set(0);
     --healthy_count_;
     std::fprintf(stderr, "mmserve: model %s: replica %d (%s) taken out of rotation: %s (%d of %zu left)\n",
-                 name_.c_str(), replica.index, replica.label.c_str(), replica.fault.c_str(),
-                 healthy_count_, replicas_.size());
+                 name_.c_str(), replica.index, replica.label.c_str(), replica.fault.c_str(), healthy_count_,
+                 replicas_.size());
     if (healthy_count_ > 0) return;
     for (const auto& r : replicas_) {
-      summary += (summary.empty() ? "" : "; ") + std::string("replica ") + std::to_string(r->index) + " (" +
-                 r->label + "): " + r->fault;
+      summary += (summary.empty() ? "" : "; ") + std::string("replica ") + std::to_string(r->index) + " (" + r->label +
+                 "): " + r->fault;
     }
   }
   // None left: nothing will serve the queue, so fail what waits there and refuse new requests (503).

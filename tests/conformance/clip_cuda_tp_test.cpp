@@ -1,5 +1,6 @@
 // Tensor-parallel CLIP on the GPU (issue 6 item 2) against the unsharded model and HF's goldens:
-//   - the host-staged collective with 2 and 4 ranks (as the fixture's heads allow) sharing GPU 0 (runs on a one-GPU machine): the sharded
+//   - the host-staged collective with 2 and 4 ranks (as the fixture's heads allow) sharing GPU 0 (runs on a one-GPU
+//   machine): the sharded
 //     forward (QKV/fc1 column-parallel, out_proj/fc2 row-parallel, one all-reduce after each) equals TP=1 within
 //     the dtype's tolerance and still matches HF;
 //   - NCCL over one GPU (a group of one) with CUDA graphs: the all-reduce is captured into each graph and the
@@ -35,10 +36,10 @@ using testing::Golden;
 using testing::min_row_cosine;
 using testing::relative_error;
 
-#define MMSERVE_REQUIRE_NCCL()                                                                   \
-  do {                                                                                           \
-    std::string _mm_nccl;                                                                        \
-    if (!nccl_available(&_mm_nccl)) GTEST_SKIP() << "NCCL test skipped: " << _mm_nccl;           \
+#define MMSERVE_REQUIRE_NCCL()                                                         \
+  do {                                                                                 \
+    std::string _mm_nccl;                                                              \
+    if (!nccl_available(&_mm_nccl)) GTEST_SKIP() << "NCCL test skipped: " << _mm_nccl; \
   } while (0)
 
 struct Outputs {
@@ -105,7 +106,8 @@ class ClipCudaTp : public ::testing::TestWithParam<std::pair<const char*, DType>
     tp1_weight_bytes_ = tp1->memory().weight_bytes;
     // The group sizes that divide both towers' heads (the fixtures have 2 or 4 heads per tower).
     for (int world : {2, 4}) {
-      if (tp1->config().vision.num_attention_heads % world == 0 && tp1->config().text.num_attention_heads % world == 0) {
+      if (tp1->config().vision.num_attention_heads % world == 0 &&
+          tp1->config().text.num_attention_heads % world == 0) {
         worlds_.push_back(world);
       }
     }
@@ -117,8 +119,7 @@ class ClipCudaTp : public ::testing::TestWithParam<std::pair<const char*, DType>
     expect_close((label + " texts vs TP=1").c_str(), got.texts, reference_.texts, dim_, t.vs_tp1, t.min_cosine);
     expect_close((label + " images vs HF").c_str(), got.images, golden_->f32("image_embeds"), dim_, t.vs_hf,
                  t.min_cosine);
-    expect_close((label + " texts vs HF").c_str(), got.texts, golden_->f32("text_embeds"), dim_, t.vs_hf,
-                 t.min_cosine);
+    expect_close((label + " texts vs HF").c_str(), got.texts, golden_->f32("text_embeds"), dim_, t.vs_hf, t.min_cosine);
   }
 
   std::string dir_;
@@ -131,8 +132,8 @@ class ClipCudaTp : public ::testing::TestWithParam<std::pair<const char*, DType>
 
 TEST_P(ClipCudaTp, StagedGroupsOnOneGpuEqualTp1) {
   for (int world : worlds_) {
-    auto model = load(dir_, GetParam().second, std::vector<int>(static_cast<size_t>(world), 0),
-                      TpCollectiveKind::kStaged);
+    auto model =
+        load(dir_, GetParam().second, std::vector<int>(static_cast<size_t>(world), 0), TpCollectiveKind::kStaged);
     ASSERT_TRUE(model);
     EXPECT_EQ(model->tp_world_size(), world);
     EXPECT_EQ(model->tp_collective(), "staged");
@@ -215,7 +216,8 @@ TEST_P(ClipCudaTp, PipelineOnOneGpuEqualsTheItemsAlone) {
   std::vector<std::vector<int32_t>> ids;
   for (int64_t i = 0; i < n; ++i) {
     const int64_t g = i % shape[0];
-    pixels.insert(pixels.end(), golden_pixels.begin() + g * image_floats, golden_pixels.begin() + (g + 1) * image_floats);
+    pixels.insert(pixels.end(), golden_pixels.begin() + g * image_floats,
+                  golden_pixels.begin() + (g + 1) * image_floats);
     ids.push_back(golden_ids[i % golden_ids.size()]);
   }
   // Reference: no pipeline, one item per call.
@@ -250,8 +252,9 @@ TEST_P(ClipCudaTp, PipelineOnOneGpuEqualsTheItemsAlone) {
     expect_close((label + " texts vs alone").c_str(), texts, ref_texts, dim_, tolerance, 0.9999);
     // The golden items themselves against HF.
     const Tolerance t = tolerance_for(GetParam().second);
-    expect_close((label + " images vs HF").c_str(), std::vector<float>(images.begin(), images.begin() + shape[0] * dim_),
-                 golden_->f32("image_embeds"), dim_, t.vs_hf, t.min_cosine);
+    expect_close((label + " images vs HF").c_str(),
+                 std::vector<float>(images.begin(), images.begin() + shape[0] * dim_), golden_->f32("image_embeds"),
+                 dim_, t.vs_hf, t.min_cosine);
     runs.push_back(images);
     runs.push_back(texts);
     // Bad input is still a request error.

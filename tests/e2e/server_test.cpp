@@ -481,12 +481,12 @@ TEST(ServerProcessTest, SigtermLetsAnInFlightRequestComplete) {
 // with the reason, where no GPU is visible; a model on a GPU that does not exist fails with its reason while
 // the server stays up.
 // One KServe infer of the golden texts and images against `server`; each row within `tolerance` of `golden`.
-void expect_golden_infer(ServerProcess& server, const fs::path& repository, const testing::Golden& golden,
-                         size_t dim, double tolerance) {
+void expect_golden_infer(ServerProcess& server, const fs::path& repository, const testing::Golden& golden, size_t dim,
+                         double tolerance) {
   const std::string file = repository.string() + ".request.json";
   std::ofstream(file) << kserve_golden_request().dump();
-  const CurlResult r =
-      curl("-H 'Content-Type: application/json' --data-binary @" + file + " " + server.url() + "/v2/models/clip-tiny/infer");
+  const CurlResult r = curl("-H 'Content-Type: application/json' --data-binary @" + file + " " + server.url() +
+                            "/v2/models/clip-tiny/infer");
   fs::remove(file);
   ASSERT_EQ(r.status, 200) << r.body;
   const json out = json::parse(r.body);
@@ -536,8 +536,9 @@ TEST(ServerProcessTest, ServesTensorParallelAndPipelineGroupsOnTwoGpus) {
 #else
   GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
 #endif
-  for (const char* yaml : {"devices: [cuda:0, cuda:1]\ntensor_parallel: 2\n",
-                           "devices: [cuda:0, cuda:1]\npipeline_parallel: 2\nvision_micro_batch: 1\ntext_micro_batch: 1\n"}) {
+  for (const char* yaml :
+       {"devices: [cuda:0, cuda:1]\ntensor_parallel: 2\n",
+        "devices: [cuda:0, cuda:1]\npipeline_parallel: 2\nvision_micro_batch: 1\ntext_micro_batch: 1\n"}) {
     SCOPED_TRACE(yaml);
     const fs::path repository = make_repository("gpu_group", yaml, "clip-tiny-gelu-bf16");
     testing::Golden golden(fixture("clip-tiny-gelu-bf16/golden.safetensors"));

@@ -215,8 +215,7 @@ Status NcclComm::poll_async_errors(int rank) {
     // A communicator that failed asynchronously is out of service whatever the cause: kUnavailable.
     const std::string what =
         "communicator of rank " + std::to_string(rank) + " (device " + std::to_string(devices_[rank]) + ")";
-    return mark_broken(
-        Status(StatusCode::kUnavailable, nccl_status(async, what.c_str(), last_error(comm)).message()));
+    return mark_broken(Status(StatusCode::kUnavailable, nccl_status(async, what.c_str(), last_error(comm)).message()));
   }
   return ok_status();
 }

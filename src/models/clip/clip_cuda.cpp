@@ -203,7 +203,8 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   model->max_batch_ = model->buckets_.back();
   if (!options.pipeline_devices.empty()) {
     if (options.pipeline_devices.size() != 2) {
-      return invalid_argument("pipeline parallel takes 2 stages, not " + std::to_string(options.pipeline_devices.size()));
+      return invalid_argument("pipeline parallel takes 2 stages, not " +
+                              std::to_string(options.pipeline_devices.size()));
     }
     if (!options.tp_devices.empty()) return invalid_argument("pipeline and tensor parallel cannot be combined (yet)");
     if (options.vision_micro_batch < 1 || options.vision_micro_batch > 4096 || options.text_micro_batch < 1 ||
@@ -254,8 +255,8 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   for (std::unique_ptr<Rank>& rank : model->ranks_) {
     RETURN_IF_ERROR(set_cuda_device(rank->device));
     RETURN_IF_ERROR(model->plan_activations(*rank));
-    ASSIGN_OR_RETURN(rank->gemm, kernels::CublasLtGemm::create(rank->act->workspace,
-                                                               kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+    ASSIGN_OR_RETURN(
+        rank->gemm, kernels::CublasLtGemm::create(rank->act->workspace, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
   }
   RETURN_IF_ERROR(model->capture_graphs());
   RETURN_IF_ERROR(set_cuda_device(model->ranks_[0]->device));  // the caller's thread drives rank 0
@@ -351,8 +352,8 @@ Status ClipCudaModel::upload_weights(Rank& rank, const ClipModel& host) {
     }
     return ok_status();
   };
-  RETURN_IF_ERROR(
-      blocks(host.text_blocks(), w.text, config_.text.num_attention_heads, "text_model", rank.text_begin, rank.text_end));
+  RETURN_IF_ERROR(blocks(host.text_blocks(), w.text, config_.text.num_attention_heads, "text_model", rank.text_begin,
+                         rank.text_end));
   RETURN_IF_ERROR(blocks(host.vision_blocks(), w.vision, config_.vision.num_attention_heads, "vision_model",
                          rank.vision_begin, rank.vision_end));
   add(host.weight("text_model.embeddings.token_embedding.weight"), dt, &w.token_embedding);
@@ -394,7 +395,8 @@ Status ClipCudaModel::plan_activations(Rank& rank) {
   const size_t e = dtype_size(options_.dtype);
   const int64_t b = buckets_.back();  // the largest graphed batch (a micro-batch under pipeline parallel)
   const TowerShape vs = vision_shape(rank.index), ts = text_shape(rank.index);
-  const TowerNeeds v = vision_needs(config_, b, e, vs.inner(), vs.mlp), t = text_needs(config_, b, e, ts.inner(), ts.mlp);
+  const TowerNeeds v = vision_needs(config_, b, e, vs.inner(), vs.mlp),
+                   t = text_needs(config_, b, e, ts.inner(), ts.mlp);
   if (rank.index == 0) {
     for (int64_t bucket : buckets_) {
       memory_.vision_bucket_bytes[bucket] = vision_needs(config_, bucket, e, vs.inner(), vs.mlp).total();
@@ -462,8 +464,7 @@ Status ClipCudaModel::plan_activations(Rank& rank) {
 
 Status ClipCudaModel::reduce_residual(Rank& rank, int64_t rows, int64_t hidden) {
   if (!group_) return ok_status();
-  return group_->collective()->all_reduce_sum(rank.index, rank.act->x, rows * hidden, DType::kF32,
-                                              rank.stream.get());
+  return group_->collective()->all_reduce_sum(rank.index, rank.act->x, rows * hidden, DType::kF32, rank.stream.get());
 }
 
 Status ClipCudaModel::encoder_block(Rank& rank, const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch,
@@ -779,7 +780,8 @@ Status ClipCudaModel::encode_texts(const std::vector<std::vector<int32_t>>& ids,
   RETURN_IF_ERROR(run_ranks([&](Rank& rank) -> Status {
     int32_t* staged = rank.pinned_in.data_as<int32_t>();
     if (staged != in) std::memcpy(staged, in, bytes);
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rank.act->text_ints, staged, bytes, cudaMemcpyHostToDevice, rank.stream.get()));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(rank.act->text_ints, staged, bytes, cudaMemcpyHostToDevice, rank.stream.get()));
     return run(rank, Tower::kText, bucket, n, normalize);
   }));
   std::memcpy(embeds, ranks_[0]->pinned_out.data(), n * config_.projection_dim * sizeof(float));
@@ -810,8 +812,8 @@ Status ClipCudaModel::run_pipeline(Tower tower, int64_t n, float* embeds, bool n
     // Stage 1: take the stream (one device-to-device copy, peer-to-peer across GPUs), run, emit the embeddings.
     RETURN_IF_ERROR(set_cuda_device(s1.device));
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s1.stream.get(), s0.done.get(), 0));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s1.act->x, s0.act->x, sizeof(float) * bucket * seq * hidden,
-                                         cudaMemcpyDefault, s1.stream.get()));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s1.act->x, s0.act->x, sizeof(float) * bucket * seq * hidden, cudaMemcpyDefault,
+                                         s1.stream.get()));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(s1.copied.get(), s1.stream.get()));
     RETURN_IF_ERROR(launch(s1, tower, bucket));
     if (normalize) RETURN_IF_ERROR(kernels::l2_normalize_rows_cuda(s1.act->embeds, count, dim, s1.stream.get()));

@@ -46,8 +46,8 @@
 #include <string>
 #include <vector>
 
-#include "core/cuda/tp_group.h"
 #include "core/cuda/device_memory.h"
+#include "core/cuda/tp_group.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/gemm/gemm_cuda.h"
@@ -167,7 +167,7 @@ class ClipCudaModel {
   ClipConfig config_;
   ClipCudaOptions options_;
   std::vector<int64_t> buckets_;  // graphed batch sizes (the micro-batch sizes under pipeline parallel)
-  int64_t max_batch_ = 0;          // the largest batch per call
+  int64_t max_batch_ = 0;         // the largest batch per call
   float logit_scale_ = 0.0f;
   std::vector<std::unique_ptr<Rank>> ranks_;  // rank 0 first; one without tensor parallel
   std::unique_ptr<TpGroup> group_;            // null without tensor parallel

@@ -767,8 +767,7 @@ float WhisperCudaModel::residual_beta() const {
 
 Status WhisperCudaModel::reduce_residual(int64_t rows) {
   if (options_.tp_collective == nullptr) return ok_status();
-  return options_.tp_collective->all_reduce_sum(tp_rank_, act_->x, rows * config_.d_model, DType::kF32,
-                                                stream_.get());
+  return options_.tp_collective->all_reduce_sum(tp_rank_, act_->x, rows * config_.d_model, DType::kF32, stream_.get());
 }
 
 Status WhisperCudaModel::upload_inputs(int64_t id_count) {

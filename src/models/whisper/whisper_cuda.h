@@ -156,7 +156,7 @@ class WhisperCudaModel : public WhisperBackend {
   std::vector<int64_t> buckets_;
   int64_t capacity_ = 0, max_prefill_ = 0, frames_max_ = 0, ln_rows_max_ = 0;
   int64_t tp_world_ = 1, tp_rank_ = 0;
-  int64_t attn_width_ = 0;                   // d_model / tp_world_: this rank's columns of q, k, v and the caches
+  int64_t attn_width_ = 0;                     // d_model / tp_world_: this rank's columns of q, k, v and the caches
   int64_t encoder_ffn_ = 0, decoder_ffn_ = 0;  // this rank's rows of fc1
   CudaStream stream_;
   DeviceArena weight_arena_, state_arena_, activation_arena_;

@@ -20,7 +20,7 @@
 namespace mmserve::models {
 
 struct WhisperCudaTpOptions {
-  WhisperCudaOptions rank;  // each rank's options; `device` is replaced by devices[r]
+  WhisperCudaOptions rank;   // each rank's options; `device` is replaced by devices[r]
   std::vector<int> devices;  // rank r's GPU; one entry is a group of one (the collective path on one GPU)
   TpCollectiveKind collective = TpCollectiveKind::kNccl;
 };

@@ -130,10 +130,11 @@ class WhisperCudaTp : public ::testing::TestWithParam<Case> {
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, relative_error(got[i], reference_[i]));
     const std::vector<int32_t> ours = greedy(m), alone = greedy(*tp1_);
-    std::printf("  whisper-tp %-28s %-5s %-22s logits vs TP=1 max relative error %.2e over %zu steps (tolerance "
-                "%.0e); greedy ids %s TP=1's, %s HF's\n",
-                GetParam().dir, dtype_name(GetParam().dtype), label.c_str(), worst, got.size(), tolerance,
-                ours == alone ? "equal" : "DIFFER from", ours == tokens_ ? "equal to" : "differ from");
+    std::printf(
+        "  whisper-tp %-28s %-5s %-22s logits vs TP=1 max relative error %.2e over %zu steps (tolerance "
+        "%.0e); greedy ids %s TP=1's, %s HF's\n",
+        GetParam().dir, dtype_name(GetParam().dtype), label.c_str(), worst, got.size(), tolerance,
+        ours == alone ? "equal" : "DIFFER from", ours == tokens_ ? "equal to" : "differ from");
     EXPECT_LE(worst, tolerance) << label;
     EXPECT_EQ(ours, alone) << label;
     if (GetParam().dtype == DType::kF32) {

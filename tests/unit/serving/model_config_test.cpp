@@ -158,8 +158,8 @@ TEST(ModelConfig, TensorParallelCutsTheDevicesIntoGroups) {
   EXPECT_EQ(*groups, (Groups{{Device::cuda(0), Device::cuda(1)}}));
 
   // A group needs distinct GPUs, and no CPU.
-  for (const char* yaml : {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\n", "devices: [cuda:0, cpu]\ntensor_parallel: 2\n",
-                           "device: cuda:0\ntensor_parallel: 2\n"}) {
+  for (const char* yaml : {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\n",
+                           "devices: [cuda:0, cpu]\ntensor_parallel: 2\n", "device: cuda:0\ntensor_parallel: 2\n"}) {
     c = parse_model_config(yaml, kLabel);
     ASSERT_TRUE(c.ok()) << yaml << c.status().to_string();
     groups = replica_groups(*c, 2, kLabel);
@@ -244,8 +244,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"preempt_chunk_images: -1\n", "preempt_chunk_images"},
         BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
         BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
-        BadCase{"cross_kv: fp4\n", "cross_kv"},
-        BadCase{"instances: 99999999999\n", "instances"},  // beyond int
+        BadCase{"cross_kv: fp4\n", "cross_kv"}, BadCase{"instances: 99999999999\n", "instances"},  // beyond int
         // Replicas: the two device keys are exclusive, lists must hold devices, and every device gets a replica.
         BadCase{"device: cuda:0\ndevices: [cuda:0, cuda:1]\n", "'device' and 'devices' are exclusive"},
         BadCase{"device: cpu\ndevices: [cpu]\n", "'device' and 'devices' are exclusive"},
@@ -260,7 +259,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Pipeline parallel: 2 stages, not combined with tensor parallel, positive micro-batches.
         BadCase{"pipeline_parallel: 3\n", "pipeline_parallel"},
         BadCase{"pipeline_parallel: 2\ntensor_parallel: 2\n", "cannot be combined"},
-        BadCase{"vision_micro_batch: 0\n", "vision_micro_batch"}, BadCase{"text_micro_batch: -1\n", "text_micro_batch"}),
+        BadCase{"vision_micro_batch: 0\n", "vision_micro_batch"},
+        BadCase{"text_micro_batch: -1\n", "text_micro_batch"}),
     [](const ::testing::TestParamInfo<BadCase>& info) {
       std::string name = std::to_string(info.index) + "_";
       for (const char* c = info.param.must_mention; *c; ++c)
