@@ -275,6 +275,23 @@ Status ClipCudaModel::make_ranks() {
     RETURN_IF_ERROR(rank->copied.init());
     ranks_.push_back(std::move(rank));
   }
+  if (pipelined() && devices[0] != devices[1]) {
+    // The stream crosses between the stages by a device-to-device copy: direct over NVLink/PCIe when the GPUs can
+    // reach each other (else the driver stages it through the host, correct but slower).
+    for (const auto& [from, to] :
+         {std::pair<int, int>{devices[0], devices[1]}, std::pair<int, int>{devices[1], devices[0]}}) {
+      int can = 0;
+      CUDA_RETURN_IF_ERROR(cudaDeviceCanAccessPeer(&can, from, to));
+      if (!can) continue;
+      RETURN_IF_ERROR(set_cuda_device(from));
+      const cudaError_t enabled = cudaDeviceEnablePeerAccess(to, 0);
+      if (enabled == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();  // already on (another model, or the topology probe): fine
+      } else {
+        CUDA_RETURN_IF_ERROR(enabled);
+      }
+    }
+  }
   if (options_.tp_devices.empty()) return ok_status();  // one GPU, or pipeline stages (no collective)
   ASSIGN_OR_RETURN(group_, TpGroup::create(devices, options_.tp_collective));
   if (!group_->graph_capturable()) options_.use_graphs = false;  // staged sums synchronise on the host
