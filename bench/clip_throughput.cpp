@@ -84,12 +84,22 @@ int main(int argc, char** argv) {
       std::vector<int> values;
       for (size_t p = 0; p < list.size();) {
         size_t q = list.find(',', p);
-        values.push_back(std::atoi(list.substr(p, q - p).c_str()));
+        const std::string item = list.substr(p, q == std::string::npos ? std::string::npos : q - p);
+        if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) {
+          std::fprintf(stderr, "%s: '%s' is not a comma list of non-negative integers\n", a.c_str(), list.c_str());
+          return 2;
+        }
+        values.push_back(std::atoi(item.c_str()));
         p = q == std::string::npos ? list.size() : q + 1;
+      }
+      if (values.empty() || (a == "--micro-batches" && values.size() != 2)) {
+        std::fprintf(stderr, "%s: expected %s\n", a.c_str(),
+                     a == "--micro-batches" ? "VISION,TEXT" : "a comma list of GPU ordinals");
+        return 2;
       }
       if (a == "--tp-devices") tp_devices = values;
       if (a == "--pipeline-devices") pipeline_devices = values;
-      if (a == "--micro-batches" && values.size() == 2) vision_micro = values[0], text_micro = values[1];
+      if (a == "--micro-batches") vision_micro = values[0], text_micro = values[1];
     } else if (a == "--no-overlap") {
       overlap = false;
     } else if (a == "--batches") {

@@ -2,6 +2,7 @@
 #include "core/cuda/collective.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/cuda/cuda_status.h"
 
@@ -10,8 +11,10 @@ namespace mmserve {
 StatusOr<std::unique_ptr<StagedCollective>> StagedCollective::create(const std::vector<int>& devices) {
   if (devices.empty()) return invalid_argument("staged collective: at least one device is needed");
   int count = 0;
-  CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  const bool any_gpu = std::any_of(devices.begin(), devices.end(), [](int d) { return d >= 0; });
+  if (any_gpu) CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
   for (int d : devices) {
+    if (d == kHostRank) continue;
     if (d < 0 || d >= count) {
       return invalid_argument("staged collective: device " + std::to_string(d) + " does not exist (" +
                               std::to_string(count) + " visible)");
@@ -65,10 +68,15 @@ Status StagedCollective::all_reduce_sum(int rank, void* data, int64_t count, DTy
     return s;
   };
   const size_t bytes = sizeof(float) * static_cast<size_t>(count);
+  const bool host = devices_[rank] == kHostRank;
   std::vector<float>& mine = staged_[rank];
   mine.resize(static_cast<size_t>(count));
-  RETURN_IF_ERROR(cuda(cudaMemcpyAsync(mine.data(), data, bytes, cudaMemcpyDeviceToHost, stream), "staging copy"));
-  RETURN_IF_ERROR(cuda(cudaStreamSynchronize(stream), "staging copy"));
+  if (host) {
+    std::memcpy(mine.data(), data, bytes);
+  } else {
+    RETURN_IF_ERROR(cuda(cudaMemcpyAsync(mine.data(), data, bytes, cudaMemcpyDeviceToHost, stream), "staging copy"));
+    RETURN_IF_ERROR(cuda(cudaStreamSynchronize(stream), "staging copy"));
+  }
   std::vector<float>& result = result_[rank];
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -83,6 +91,10 @@ Status StagedCollective::all_reduce_sum(int rank, void* data, int64_t count, DTy
   {
     std::unique_lock<std::mutex> lock(mutex_);
     RETURN_IF_ERROR(barrier(lock));  // nobody rewrites its contribution (next call) before all have read it
+  }
+  if (host) {
+    std::memcpy(data, result.data(), bytes);
+    return ok_status();
   }
   RETURN_IF_ERROR(cuda(cudaMemcpyAsync(data, result.data(), bytes, cudaMemcpyHostToDevice, stream), "staging copy"));
   return cuda(cudaStreamSynchronize(stream), "staging copy");

@@ -12,7 +12,8 @@
 // Faults: abort() puts the group out of service; a rank waiting inside all_reduce_sum returns with the error (NCCL:
 // its kernels stop), and every later call returns it. A model calls abort() when one rank fails mid-forward so the
 // others do not wait forever for it, then reports the group as broken (issue 6 item 6).
-// Tests: tests/unit/core/collective_test.cpp (StagedCollective on one GPU), nccl_comm_test.cpp.
+// Tests: tests/unit/core/collective_test.cpp (StagedCollective on one GPU), tests/unit/core/tp_group_test.cpp
+// (StagedCollective over host-memory ranks, on the CPU), nccl_comm_test.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,7 +51,10 @@ class DeviceCollective {
 // stream; other dtypes are kUnimplemented.
 class StagedCollective : public DeviceCollective {
  public:
-  // devices[r] is rank r's CUDA ordinal; repeats allowed. kInvalidArgument for an empty list or a bad ordinal.
+  // A rank whose buffers are host memory (no copies; the CPU tests of core/cuda/tp_group.h use such ranks).
+  static constexpr int kHostRank = -1;
+  // devices[r] is rank r's CUDA ordinal or kHostRank; repeats allowed. kInvalidArgument for an empty list or a bad
+  // ordinal.
   static StatusOr<std::unique_ptr<StagedCollective>> create(const std::vector<int>& devices);
 
   const char* kind() const override { return "staged"; }

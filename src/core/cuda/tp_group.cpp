@@ -5,7 +5,7 @@
 #include <condition_variable>
 #include <mutex>
 
-#include "core/cuda/device_memory.h"
+#include "core/cuda/cuda_status.h"
 #if MMSERVE_HAS_NCCL
 #include "core/cuda/nccl_comm.h"
 #endif
@@ -68,7 +68,9 @@ Status TpGroup::run(const std::function<Status(int rank)>& body) {
   std::condition_variable returned_cv;
   int returned = 0;
   workers_->run([&](int r) {
-    Status s = device(r) >= 0 ? set_cuda_device(device(r)) : ok_status();
+    // The devices were checked when the collective was made: a plain cudaSetDevice on this per-call path.
+    Status s =
+        device(r) >= 0 ? cuda_status(cudaSetDevice(device(r)), "cudaSetDevice", __FILE__, __LINE__) : ok_status();
     if (s.ok()) s = body(r);
     std::unique_lock<std::mutex> lock(mutex);
     results[r] = s;

@@ -609,10 +609,11 @@ Status ClipCudaModel::run_ranks(const std::function<Status(Rank&)>& body) {
   if (ranks_.size() == 1) return body(*ranks_[0]);
   if (!group_) {  // pipeline stages: independent, in turn
     for (std::unique_ptr<Rank>& rank : ranks_) {
-      RETURN_IF_ERROR(set_cuda_device(rank->device));
+      CUDA_RETURN_IF_ERROR(cudaSetDevice(rank->device));  // checked at load
       RETURN_IF_ERROR(body(*rank));
     }
-    return set_cuda_device(ranks_[0]->device);
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(ranks_[0]->device));
+    return ok_status();
   }
   return group_->run([&](int r) { return body(*ranks_[r]); });
 }
@@ -818,7 +819,7 @@ Status ClipCudaModel::run_pipeline(Tower tower, int64_t n, float* embeds, bool n
     const int64_t count = std::min(micro, n - first), bucket = bucket_for(count);
     // Stage 0: micro-batch i may overwrite its residual stream once stage 1 has copied micro-batch i - 1 out of it
     // (the overlap); without overlap, once stage 1 has finished it.
-    RETURN_IF_ERROR(set_cuda_device(s0.device));
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(s0.device));
     if (i > 0) {
       CUDA_RETURN_IF_ERROR(
           cudaStreamWaitEvent(s0.stream.get(), options_.pipeline_overlap ? s1.copied.get() : s1.done.get(), 0));
@@ -827,7 +828,7 @@ Status ClipCudaModel::run_pipeline(Tower tower, int64_t n, float* embeds, bool n
     RETURN_IF_ERROR(launch(s0, tower, bucket));
     CUDA_RETURN_IF_ERROR(cudaEventRecord(s0.done.get(), s0.stream.get()));
     // Stage 1: take the stream (one device-to-device copy, peer-to-peer across GPUs), run, emit the embeddings.
-    RETURN_IF_ERROR(set_cuda_device(s1.device));
+    CUDA_RETURN_IF_ERROR(cudaSetDevice(s1.device));
     CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s1.stream.get(), s0.done.get(), 0));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s1.act->x, s0.act->x, sizeof(float) * bucket * seq * hidden, cudaMemcpyDefault,
                                          s1.stream.get()));
@@ -839,7 +840,7 @@ Status ClipCudaModel::run_pipeline(Tower tower, int64_t n, float* embeds, bool n
     CUDA_RETURN_IF_ERROR(cudaEventRecord(s1.done.get(), s1.stream.get()));
   }
   RETURN_IF_ERROR(s1.stream.synchronize());
-  RETURN_IF_ERROR(set_cuda_device(s0.device));
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(s0.device));
   RETURN_IF_ERROR(s0.stream.synchronize());
   std::memcpy(embeds, s1.pinned_out.data(), sizeof(float) * n * dim);
   return ok_status();

@@ -93,7 +93,7 @@ TEST(StagedCollective, AbortReleasesARankWaitingForAPeer) {
 TEST(StagedCollective, BadArgumentsAreErrors) {
   MMSERVE_REQUIRE_GPU();
   EXPECT_EQ(StagedCollective::create({}).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(StagedCollective::create({-1}).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(StagedCollective::create({-2}).status().code(), StatusCode::kInvalidArgument);  // -1 is kHostRank
   EXPECT_EQ(StagedCollective::create({4096}).status().code(), StatusCode::kInvalidArgument);
   auto made = StagedCollective::create({0, 0});
   ASSERT_TRUE(made.ok());

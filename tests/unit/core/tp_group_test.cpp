@@ -1,70 +1,23 @@
-// TpGroup's error rules (core/cuda/tp_group.h), on the CPU: the group runs over a collective that sums host arrays
-// (below), so the rules are checked in CI without a GPU. Every rank fine; every rank refusing the same input (a
-// request error: returned as it is, the group serves on); one rank failing while the other waits inside an
-// all-reduce (the waiting rank is released within the peer wait, the group is out of service for good, kInternal);
-// every rank failing with kInternal; an aborted collective.
+// TpGroup's error rules (core/cuda/tp_group.h), on the CPU: the group runs over the staged collective with host-memory
+// ranks, so the rules (and the collective's barriers and abort) are checked in CI without a GPU. Every rank fine; every
+// rank refusing the same input (a request error: returned as it is, the group serves on); one rank failing while the
+// other waits inside an all-reduce (the waiting rank is released within the peer wait, the group is out of service for
+// good, kInternal); every rank failing with kInternal; an aborted collective.
 #include "core/cuda/tp_group.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <vector>
 
 namespace mmserve {
 namespace {
 
-// An in-place sum over ranks of host float arrays, with an abort that releases waiting ranks: the shape of
-// StagedCollective without the device copies. device() is -1 (no GPU to select).
-class HostCollective : public DeviceCollective {
- public:
-  explicit HostCollective(int world) : world_(world), parts_(world) {}
-  const char* kind() const override { return "host"; }
-  int world_size() const override { return world_; }
-  int device(int) const override { return -1; }
-  bool graph_capturable() const override { return false; }
-  Status all_reduce_sum(int rank, void* data, int64_t count, DType, cudaStream_t) override {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (!broken_.ok()) return broken_;
-    parts_[rank] = static_cast<float*>(data);
-    const uint64_t phase = phase_;
-    if (++arrived_ == world_) {
-      std::vector<float> sum(static_cast<size_t>(count), 0.0f);
-      for (float* p : parts_) {
-        for (int64_t i = 0; i < count; ++i) sum[i] += p[i];
-      }
-      for (float* p : parts_) std::copy(sum.begin(), sum.end(), p);
-      arrived_ = 0;
-      ++phase_;
-      cv_.notify_all();
-      return ok_status();
-    }
-    cv_.wait(lock, [&] { return phase_ != phase || !broken_.ok(); });
-    return broken_;
-  }
-  Status health() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return broken_;
-  }
-  void abort(const Status& why) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (broken_.ok()) broken_ = why;
-    cv_.notify_all();
-  }
-
- private:
-  int world_;
-  std::vector<float*> parts_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int arrived_ = 0;
-  uint64_t phase_ = 0;
-  Status broken_;
-};
-
+// A group whose ranks sum host arrays through the staged collective (no GPU involved).
 std::unique_ptr<TpGroup> group_of(int world) {
-  return TpGroup::over(std::make_unique<HostCollective>(world));
+  auto collective = StagedCollective::create(std::vector<int>(static_cast<size_t>(world), StagedCollective::kHostRank));
+  EXPECT_TRUE(collective.ok()) << collective.status().to_string();
+  return TpGroup::over(std::move(*collective));
 }
 
 TEST(TpGroup, RanksSumTogether) {
