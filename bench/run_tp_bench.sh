@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Tensor and pipeline parallel on the GPU host (issue 6 items 2 and 3), one run: ViT-L/14 batch-1 latency (vision,
-# and the text tower at 77 tokens) and Whisper large-v3 decoding tokens/s (batches 1 and 16, 64 new tokens), each at
-# TP=1, in an NCCL group of one (the cost of the rank threads and the captured no-op all-reduces) and, where 2 GPUs
-# are visible, at TP=2 over NCCL; and the pipeline's overlap: ViT-L/14 batch 64 (vision micro-batches of 8, text 4)
-# through 2 stages with the stages overlapped against the same stages in turn, on GPU 0 alone (both stages share
-# it: only what one micro-batch leaves idle can overlap) and on GPUs 0 and 1 where there are two. One process per configuration, interleaved over ROUNDS rounds, the best of the rounds kept per
+# and the text tower at 77 tokens; batch 64 too, the plain forward the pipeline's b64 compares with) and Whisper
+# large-v3 decoding tokens/s (batches 1 and 16, 64 new tokens), each at TP=1, in an NCCL group of one (the cost of
+# the rank threads and the captured no-op all-reduces) and, where 2 GPUs are visible, at TP=2 over NCCL; and the
+# pipeline's overlap: ViT-L/14 batch 64 (vision micro-batches of 8, text 4) through 2 stages with the stages
+# overlapped against the same stages in turn, on GPU 0 alone (both stages share it: only what one micro-batch leaves
+# idle can overlap) and on GPUs 0 and 1 where there are two. One process per configuration, interleaved over ROUNDS
+# rounds, the best of the rounds kept per
 # configuration. The random-weight checkpoints are written with HF (bench/hf_clip_gpu.py, bench/hf_whisper_gpu.py
 # --save, as the other GPU benches do).
 #
@@ -46,7 +48,7 @@ for round in $(seq 1 "$ROUNDS"); do
     tp=()
     [ -n "$devs" ] && tp=(--tp-devices "$devs")
     if has clip && [ -f "$L14/config.json" ]; then
-      if out=$(timeout 240 "$BIN/clip_throughput" --model "$L14" --device cuda:0 --dtype bf16 --batches 1 --iters 50 \
+      if out=$(timeout 240 "$BIN/clip_throughput" --model "$L14" --device cuda:0 --dtype bf16 --batches 1,64 --iters 50 \
           "${tp[@]}" 2> "$RES/clip_${name}_$round.err"); then
         echo "{\"model\": \"vit-l14\", \"config\": \"$name\", \"round\": $round, \"run\": $out}" >> "$RES/tp.jsonl"
       else

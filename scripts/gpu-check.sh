@@ -38,7 +38,8 @@ fi
 summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
-GPU_TESTS="core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test"
+# GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -71,7 +72,8 @@ if has memcheck; then
       # kernels_cuda_test) to keep the call short.
       filter="*"
       [ "${MEMCHECK_FULL:-0}" = 1 ] || case $name in clip_cuda_conformance_test) filter="*bf16*:*DeviceAndDtype*" ;; whisper_cuda_test) filter="*f16*" ;; esac
-      if MMSERVE_CUDA_GRAPHS=0 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 3 \
+      # A bound per binary, so a stuck sanitizer run cannot take the stages after it with it.
+      if MMSERVE_CUDA_GRAPHS=0 timeout "${MEMCHECK_TIMEOUT:-300}" compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 3 \
           "$BIN/tests/$name" --gtest_brief=1 --gtest_filter="$filter" > "$RES/memcheck_$name.log" 2>&1; then
         summary+=("memcheck $name: clean ($(grep -o 'ERROR SUMMARY: [0-9]* errors' "$RES/memcheck_$name.log" | tail -1))")
       else

@@ -606,7 +606,8 @@ Status ClipCudaModel::text_forward(Rank& rank, int64_t batch) {
 }
 
 Status ClipCudaModel::run_ranks(const std::function<Status(Rank&)>& body) {
-  if (ranks_.size() == 1) return body(*ranks_[0]);
+  // A group of one still goes through the group: its health (an aborted group serves nothing) and its rank thread.
+  if (!group_ && ranks_.size() == 1) return body(*ranks_[0]);
   if (!group_) {  // pipeline stages: independent, in turn
     for (std::unique_ptr<Rank>& rank : ranks_) {
       CUDA_RETURN_IF_ERROR(cudaSetDevice(rank->device));  // checked at load
