@@ -39,14 +39,18 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
   if [ "${TESTS:-all}" = gpu ]; then list=$(for n in $GPU_TESTS; do echo "$BIN/tests/$n"; done); else list=$(ls "$BIN"/tests/*); fi
+  # The end-to-end binaries start the carried `mmserve` and run only their GPU cases here (the rest run in CI).
+  export MMSERVE_TEST_BINARY="$BIN/mmserve"
   for t in $list; do
     name=$(basename "$t")
-    if "$t" --gtest_brief=1 > "$RES/$name.log" 2>&1; then
+    filter="*"
+    case $name in *_e2e_test) filter="*Gpu*" ;; esac
+    if "$t" --gtest_brief=1 --gtest_filter="$filter" > "$RES/$name.log" 2>&1; then
       skipped=$(grep -c '^\[  SKIPPED \]' "$RES/$name.log" || true)
       summary+=("test $name: pass$([ "$skipped" != 0 ] && echo " ($skipped skipped)")")
     else
@@ -66,6 +70,7 @@ fi
 if has memcheck; then
   if command -v compute-sanitizer >/dev/null; then
     for name in $GPU_TESTS; do
+      case $name in *_e2e_test) continue ;; esac  # the GPU work is in the server, a child process
       # Graphs off: memcheck then sees every kernel launch on its own. API errors are not reported: the tests
       # provoke some on purpose (a 1 PiB cudaMalloc must come back as a Status) and the code checks them all. MEMCHECK_FULL=1 runs every test; by
       # default the CLIP conformance runs its bf16 cases (every kernel, each dtype's paths are in

@@ -41,6 +41,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   cuda.dtype = options.dtype.value_or(DType::kBF16);
   cuda.use_graphs = options.cuda_graphs;
   cuda.tp_devices = options.tp_devices;
+  ASSIGN_OR_RETURN(cuda.tp_collective, parse_tp_collective(options.tp_collective));
   cuda.pipeline_devices = options.pipeline_devices;
   cuda.vision_micro_batch = options.vision_micro_batch;
   cuda.text_micro_batch = options.text_micro_batch;

@@ -40,6 +40,8 @@ struct ExecutorOptions {
   std::string whisper_cross_kv = "same";
   // CUDA (CLIP and Whisper): tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
   std::vector<int> tp_devices;
+  // "nccl", or "staged": sums through host memory, ranks may share a GPU (checks on one GPU; core/cuda/collective.h).
+  std::string tp_collective = "nccl";
   // CLIP on CUDA: pipeline parallel over two GPUs (stage s on pipeline_devices[s]), batches run as micro-batches
   // of these sizes; overlap false runs each micro-batch through both stages before the next (the bench baseline).
   std::vector<int> pipeline_devices;

@@ -84,6 +84,9 @@ struct WhisperExecutor::Impl {
   struct Job;
   Status start_job(Job& job);
   void window_ready(Job& job, const std::shared_ptr<const models::WhisperEncoded>& encoded, int64_t window);
+  int64_t rows_needed(const Job& job) const;
+  void admit(std::vector<Job*>& jobs, std::unordered_map<int64_t, Job*>& owner);
+  void start_window(Job& job);
   void start_attempt(Job& job);
   void attempt_done(Job& job);
   void accept(Job& job, const models::WhisperSequence& result, float temperature, float ratio);
@@ -114,6 +117,7 @@ struct WhisperExecutor::Impl::Job {
   std::vector<int64_t> outstanding;  // session ids of the current attempt
   std::vector<models::WhisperSequence> samples;
   bool needs_window = true;
+  bool waiting = false;  // the window is encoded; its next attempt waits for decoder rows (admit)
 };
 
 WhisperExecutor::WhisperExecutor() : impl_(std::make_unique<Impl>()) {}
@@ -148,7 +152,9 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     cuda.device = options.device.index;
     cuda.dtype = options.dtype.value_or(DType::kF16);
     cuda.cuda_graphs = options.cuda_graphs;
-    cuda.max_batch = std::max<int64_t>(options.batch_size_max, 1);
+    // Decoder rows: the batch, and at least what one request with the default options needs (best_of samples when
+    // a window falls back to sampling), so that no default request is refused by a small max_batch_size.
+    cuda.max_batch = std::max<int64_t>(options.batch_size_max, TranscribeOptions{}.best_of);
     if (options.whisper_cross_kv == "fp8_e4m3") {
       cuda.cross_kv = models::WhisperCrossKv::kFp8E4M3;
     } else if (options.whisper_cross_kv == "int8") {
@@ -161,6 +167,7 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
       models::WhisperCudaTpOptions tp;
       tp.rank = cuda;
       tp.devices = options.tp_devices;
+      ASSIGN_OR_RETURN(tp.collective, parse_tp_collective(options.tp_collective));
       ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperCudaTpModel> model,
                        models::WhisperCudaTpModel::load(model_dir, tp));
       impl.backend = std::move(model);
@@ -234,6 +241,15 @@ Status WhisperExecutor::Impl::start_job(Job& job) {
     if (!std::isfinite(t) || t < 0.0f) return invalid_argument("temperatures must be finite and >= 0");
   }
   if (o.max_new_tokens < 0) return invalid_argument("max_new_tokens must be >= 0");
+  // An attempt's rows are decoded together (admit): more than the model holds could never start.
+  const int64_t rows = backend->max_rows();
+  const bool sampling = std::any_of(o.temperatures.begin(), o.temperatures.end(), [](float t) { return t > 0.0f; });
+  if (o.beam_size > rows || (sampling && o.best_of > rows)) {
+    const bool beams = o.beam_size > rows;
+    return invalid_argument(std::string(beams ? "beam_size " : "best_of ") +
+                            std::to_string(beams ? o.beam_size : o.best_of) + " needs as many decoder rows at once; " +
+                            "this model holds " + std::to_string(rows) + " (max_batch_size)");
+  }
   if (!std::isfinite(o.compression_ratio_threshold) && !std::isnan(o.compression_ratio_threshold)) {
     return invalid_argument("compression_ratio_threshold must be finite");
   }
@@ -327,6 +343,43 @@ void WhisperExecutor::Impl::window_ready(Job& job, const std::shared_ptr<const m
   job.encoded = encoded;
   job.window = window;
   job.needs_window = false;
+  job.temperature_index = 0;
+  job.waiting = true;
+}
+
+// The decoder rows an attempt holds at its widest: best_of samples when sampling, else the beams.
+int64_t WhisperExecutor::Impl::rows_needed(const Job& job) const {
+  const TranscribeOptions& o = *job.options;
+  return o.temperatures[job.temperature_index] > 0.0f ? o.best_of : o.beam_size;
+}
+
+// Starts the attempts that wait, in job order, while the rows they need are free: a GPU model holds a fixed number
+// of decoder rows (backend->max_rows()), so a batch of requests, each with best_of samples or beams, may need more
+// at once than it has; the rest wait for rows to free up instead of failing. First come first served: a job that
+// does not fit holds back the ones after it (a wide request is not starved by narrow ones).
+void WhisperExecutor::Impl::admit(std::vector<Job*>& jobs, std::unordered_map<int64_t, Job*>& owner) {
+  const int64_t limit = backend->max_rows();
+  int64_t reserved = 0;
+  for (const Job* j : jobs) {
+    if (!j->done && !j->outstanding.empty()) reserved += rows_needed(*j);
+  }
+  for (Job* j : jobs) {
+    if (j->done || !j->waiting) continue;
+    const int64_t need = rows_needed(*j);  // <= limit: start_job checked it
+    if (reserved + need > limit) break;
+    j->waiting = false;
+    start_window(*j);
+    if (j->done) continue;
+    reserved += need;
+    for (int64_t id : j->outstanding) owner[id] = j;
+  }
+}
+
+// The language (first window of a multilingual model without one: one row, released at once), the SOT sequence,
+// then the attempt at temperatures[temperature_index].
+void WhisperExecutor::Impl::start_window(Job& job) {
+  const std::shared_ptr<const models::WhisperEncoded>& encoded = job.encoded;
+  const int64_t window = job.window;
   if (job.need_language) {
     // openai transcribe() / HF generate: the language of the first window decides.
     job.need_language = false;
@@ -356,7 +409,6 @@ void WhisperExecutor::Impl::window_ready(Job& job, const std::shared_ptr<const m
     }
     job.sot_sequence = std::move(*sot);
   }
-  job.temperature_index = 0;
   start_attempt(job);
 }
 
@@ -428,7 +480,7 @@ void WhisperExecutor::Impl::attempt_done(Job& job) {
   if (!std::isnan(o.no_speech_threshold) && result.no_speech_prob > o.no_speech_threshold) needs_fallback = false;
   if (needs_fallback && job.temperature_index + 1 < o.temperatures.size()) {
     ++job.temperature_index;
-    start_attempt(job);
+    job.waiting = true;  // admit() starts it when its rows are free
     return;
   }
   // openai transcribe(): a window that looks silent is skipped.
@@ -525,9 +577,9 @@ void WhisperExecutor::Impl::run(std::vector<Job*>& jobs) {
           continue;
         }
         window_ready(j, *encoded, static_cast<int64_t>(i));
-        for (int64_t id : j.outstanding) owner[id] = &j;
       }
     }
+    admit(jobs, owner);
     if (session->idle()) {
       if (need.empty()) {  // open jobs with nothing to wait for: a broken invariant, reported, not a hang
         for (Job* j : jobs) {
@@ -552,10 +604,7 @@ void WhisperExecutor::Impl::run(std::vector<Job*>& jobs) {
         continue;
       }
       j.samples.push_back(std::move(*result));
-      if (j.outstanding.empty()) {
-        attempt_done(j);
-        for (int64_t next : j.outstanding) owner[next] = &j;
-      }
+      if (j.outstanding.empty()) attempt_done(j);  // a fallback attempt waits for admit()
     }
   }
   // A job that failed with samples still running: let them finish so the session is clean for the next call.

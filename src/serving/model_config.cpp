@@ -185,6 +185,9 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
     return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
   }
+  if (c.tp_collective != "nccl" && c.tp_collective != "staged") {
+    return invalid_argument(where(label, "tp_collective") + ": '" + c.tp_collective + "' is not one of nccl, staged");
+  }
   if (c.cross_kv != "same" && c.cross_kv != "fp8_e4m3" && c.cross_kv != "int8") {
     return invalid_argument(where(label, "cross_kv") + ": '" + c.cross_kv + "' is not one of same, fp8_e4m3, int8");
   }
@@ -283,6 +286,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
       {"cross_kv", set_string(&c.cross_kv)},
       {"instances", set_int(&c.instances)},
       {"tensor_parallel", set_int(&c.tensor_parallel)},
+      {"tp_collective", set_string(&c.tp_collective)},
       {"pipeline_parallel", set_int(&c.pipeline_parallel)},
       {"vision_micro_batch", set_int(&c.vision_micro_batch)},
       {"text_micro_batch", set_int(&c.text_micro_batch)},
@@ -378,10 +382,11 @@ StatusOr<std::vector<std::vector<Device>>> replica_groups(const ModelConfig& c, 
       if (group[i].is_cpu()) {
         return invalid_argument(where(label, key) + ": a GPU group runs on GPUs, not on the CPU");
       }
-      for (size_t j = 0; j < i; ++j) {
+      for (size_t j = 0; j < i && c.tp_collective != "staged"; ++j) {
         if (group[j].index == group[i].index) {
           return invalid_argument(where(label, key) + ": the group " + std::to_string(first / tp) + " holds " +
-                                  group[i].to_string() + " twice (one rank per GPU)");
+                                  group[i].to_string() + " twice (one rank per GPU; tp_collective: staged " +
+                                  "lets ranks share a GPU, to check a sharded configuration on one GPU)");
         }
       }
     }

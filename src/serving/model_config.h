@@ -7,10 +7,11 @@
 //   dtype: auto                 # auto | f32 | f16 | bf16
 //   instances: 0                # executors = replicas, each with its own engine thread; 0 (the default) = one
 //                               # per device of `devices` / cuda:all, else 1; never fewer than the devices
-//   tensor_parallel: 1          # cuda (CLIP, Whisper): each replica spans this many GPUs (Megatron-style sharding,
-//   NCCL
-//                               # all-reduces); the devices are cut into consecutive groups of this size, and
-//                               # `instances` counts groups (docs/multi-gpu.md)
+//   tensor_parallel: 1          # cuda (CLIP, Whisper): each replica spans this many GPUs (Megatron-style
+//                               # sharding, NCCL all-reduces); the devices are cut into consecutive groups of this
+//                               # size, and `instances` counts groups (docs/multi-gpu.md)
+//   tp_collective: nccl         # nccl | staged: the sums through host memory, so a group may list one GPU more
+//                               # than once (a check of a sharded configuration on one GPU; slow, not for serving)
 //   pipeline_parallel: 1        # CLIP on cuda: 2 = each replica is two pipeline stages on two GPUs (grouped
 //                               # as tensor_parallel is; the two cannot be combined yet)
 //   vision_micro_batch: 8       # pipeline parallel: images per micro-batch
@@ -63,6 +64,7 @@ struct ModelConfig {
   int64_t audio_bytes_max = 256LL << 20;
   std::string cross_kv = "same";
   int tensor_parallel = 1;
+  std::string tp_collective = "nccl";
   int pipeline_parallel = 1;
   int vision_micro_batch = 8;
   int text_micro_batch = 4;

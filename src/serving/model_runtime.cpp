@@ -89,6 +89,7 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.batch_size_max = config_.max_batch_size;
   options.dtype = dtype;
   options.whisper_cross_kv = config_.cross_kv;
+  options.tp_collective = config_.tp_collective;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
   if ((config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) && any_cpu) {

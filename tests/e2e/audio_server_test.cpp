@@ -15,6 +15,9 @@
 #include "engine/whisper_executor.h"
 #include "frontends/audio/audio.h"
 #include "server_process.h"
+#if MMSERVE_HAS_CUDA
+#include "core/cuda/cuda_status.h"
+#endif
 
 namespace mmserve {
 namespace {
@@ -268,6 +271,54 @@ TEST_F(AudioServer, BrokenRequestsAre4xxAndTheServerLives) {
   EXPECT_NE(metrics.find("mmserve_audio_seconds_total{model=\"whisper-tiny\"}"), std::string::npos);
   EXPECT_NE(metrics.find("mmserve_batch_size_count{model=\"whisper-tiny\",tower=\"audio\"}"), std::string::npos);
   EXPECT_NE(metrics.find("route=\"/v1/audio/transcriptions\",code=\"413\""), std::string::npos);
+}
+
+// Whisper tensor parallel through the server on a GPU: both ranks on GPU 0 (tp_collective: staged), so a one-GPU
+// host runs the grouping, the sharded executor (WhisperCudaTpModel behind the WhisperExecutor) and the decoding. The
+// transcript must be exactly the one the executor gives in this process with the same options; that the sharded
+// model equals the unsharded one is whisper_cuda_tp_test's.
+TEST(AudioServerGpu, TranscribesWithAStagedTensorParallelGroupOnOneGpu) {
+#if MMSERVE_HAS_CUDA
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
+#else
+  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
+#endif
+  const fs::path root = fs::temp_directory_path() / ("mmserve_e2e_audio_tp_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / kWhisper);
+  for (const auto& entry : fs::directory_iterator(fixture("whisper/whisper-tiny-mel80-f32"))) {
+    if (entry.path().filename().string().rfind("golden", 0) != 0) {
+      fs::copy_file(entry.path(), root / kWhisper / entry.path().filename());
+    }
+  }
+  std::ofstream(root / kWhisper / "mmserve.yaml")
+      << "devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\ndtype: f32\nmax_batch_size: 4\n";
+  engine::ExecutorOptions options;
+  options.device = Device::cuda(0);
+  options.dtype = DType::kF32;
+  options.batch_size_max = 4;
+  options.tp_devices = {0, 0};
+  options.tp_collective = "staged";
+  auto executor = engine::WhisperExecutor::create(fixture("whisper/whisper-tiny-mel80-f32"), options);
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  auto audio = audio::decode_audio_file(kJfk);
+  ASSERT_TRUE(audio.ok()) << audio.status().to_string();
+  auto expected = (*executor)->transcribe(audio->samples, engine::TranscribeOptions{});
+  ASSERT_TRUE(expected.ok()) << expected.status().to_string();
+
+  ServerProcess server(root, {});
+  ASSERT_TRUE(server.wait_ready(120s)) << server.stderr_text();
+  const CurlResult meta = curl(server.url() + "/v2/models/" + kWhisper);
+  ASSERT_EQ(meta.status, 200) << meta.body;
+  EXPECT_EQ(json::parse(meta.body)["replicas"][0]["device"], "cuda:0+cuda:0") << meta.body;
+  const CurlResult r = curl("-F 'file=@" + kJfk + "' -F 'model=" + kWhisper + "' -F response_format=verbose_json " +
+                            server.url() + "/v1/audio/transcriptions");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.body, engine::format_transcript(*expected, engine::TranscriptFormat::kVerboseJson,
+                                              engine::WhisperTask::kTranscribe));
+  EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -70,13 +71,20 @@ inline int connect_to(int port) {
   return fd;
 }
 
+// The binary under test: the build's, or MMSERVE_TEST_BINARY (scripts/gpu-check.sh runs these tests on the GPU
+// host, where the carried binaries are unpacked elsewhere than the build tree).
+inline std::string mmserve_binary() {
+  const char* env = std::getenv("MMSERVE_TEST_BINARY");
+  return env != nullptr && *env != '\0' ? env : MMSERVE_BINARY;
+}
+
 // `mmserve serve` as a child process with its stderr in a file.
 class ServerProcess {
  public:
   ServerProcess(const fs::path& repository, std::vector<std::string> extra = {}) : port_(free_port()) {
     err_ = repository.string() + ".stderr";
     log_ = repository.string() + ".access.log";
-    std::vector<std::string> args = {MMSERVE_BINARY,      "serve",      "--model-repository",
+    std::vector<std::string> args = {mmserve_binary(),      "serve",      "--model-repository",
                                      repository.string(), "--port",     std::to_string(port_),
                                      "--access-log",      log_.string()};
     args.insert(args.end(), extra.begin(), extra.end());

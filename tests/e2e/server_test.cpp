@@ -515,7 +515,8 @@ TEST(ServerProcessTest, ServesOnTheGpu) {
     ServerProcess server(repository, by_flag ? std::vector<std::string>{"--device", "cuda"}
                                              : std::vector<std::string>{});
     ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
-    EXPECT_NE(server.stderr_text().find("on cuda:0 bf16"), std::string::npos) << server.stderr_text();
+    // The load line names each replica: "... on replica 0: cuda:0 bf16: weights ..."
+    EXPECT_NE(server.stderr_text().find("replica 0: cuda:0 bf16"), std::string::npos) << server.stderr_text();
     expect_golden_infer(server, repository, golden, kDim, 1e-2);
     EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
     fs::remove_all(repository);
@@ -554,6 +555,34 @@ TEST(ServerProcessTest, ServesTensorParallelAndPipelineGroupsOnTwoGpus) {
   }
 }
 
+// The same server paths with both ranks (or stages) on GPU 0: tp_collective: staged sums through host memory, so a
+// one-GPU host runs the group's whole way through the server (grouping, labels, the sharded executor, batching).
+TEST(ServerProcessTest, ServesStagedTensorParallelAndPipelineGroupsOnOneGpu) {
+#if MMSERVE_HAS_CUDA
+  std::string reason;
+  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
+#else
+  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
+#endif
+  for (const char* yaml :
+       {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\n",
+        "devices: [cuda:0, cuda:0]\npipeline_parallel: 2\ntp_collective: staged\nvision_micro_batch: 1\n"
+        "text_micro_batch: 1\n"}) {
+    SCOPED_TRACE(yaml);
+    const fs::path repository = make_repository("gpu_staged_group", yaml, "clip-tiny-gelu-bf16");
+    testing::Golden golden(fixture("clip-tiny-gelu-bf16/golden.safetensors"));
+    const size_t dim = static_cast<size_t>(golden.shape("text_embeds")[1]);
+    ServerProcess server(repository, {});
+    ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
+    const CurlResult meta = curl(server.url() + "/v2/models/clip-tiny");
+    ASSERT_EQ(meta.status, 200) << meta.body;
+    EXPECT_EQ(json::parse(meta.body)["replicas"][0]["device"], "cuda:0+cuda:0") << meta.body;
+    expect_golden_infer(server, repository, golden, dim, 1e-2);
+    EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
+    fs::remove_all(repository);
+  }
+}
+
 TEST(ServerProcessTest, BadDeviceFlagIsACliError) {
   const fs::path repository = make_repository("bad_device");
   ServerProcess server(repository, {"--device", "gpu0"});
@@ -572,7 +601,8 @@ TEST(ServerProcessTest, DemoModelWithoutARepository) {
     const int fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 2);
     const std::string p = std::to_string(port);
-    ::execl(MMSERVE_BINARY, MMSERVE_BINARY, "serve", "--port", p.c_str(), static_cast<char*>(nullptr));
+    const std::string binary = mmserve_binary();
+    ::execl(binary.c_str(), binary.c_str(), "serve", "--port", p.c_str(), static_cast<char*>(nullptr));
     std::_Exit(127);
   }
   httplib::Client c("127.0.0.1", port);

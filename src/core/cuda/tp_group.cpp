@@ -18,6 +18,12 @@ constexpr std::chrono::milliseconds kPeerWait{500};
 
 }  // namespace
 
+StatusOr<TpCollectiveKind> parse_tp_collective(const std::string& name) {
+  if (name == "nccl") return TpCollectiveKind::kNccl;
+  if (name == "staged") return TpCollectiveKind::kStaged;
+  return invalid_argument("tp_collective '" + name + "' is not one of nccl, staged");
+}
+
 StatusOr<std::unique_ptr<TpGroup>> TpGroup::create(const std::vector<int>& devices, TpCollectiveKind kind) {
   std::unique_ptr<TpGroup> group(new TpGroup());
   if (kind == TpCollectiveKind::kStaged) {

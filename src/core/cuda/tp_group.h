@@ -29,6 +29,8 @@ enum class TpCollectiveKind {
   kNccl,    // NCCL over distinct GPUs (the production path; CUDA graphs capture its all-reduces)
   kStaged,  // StagedCollective: ranks may share a GPU; eager only, slow (one-GPU checks of the sharded forwards)
 };
+// "nccl" or "staged" (mmserve.yaml tp_collective); anything else is kInvalidArgument naming the two.
+StatusOr<TpCollectiveKind> parse_tp_collective(const std::string& name);
 
 class TpGroup {
  public:

@@ -100,6 +100,7 @@ class WhisperCudaModel : public WhisperBackend {
   StatusOr<std::shared_ptr<const WhisperEncoded>> encode(const Tensor& mel) override;
   // capacity <= capacity(); kFailedPrecondition while another rows object of this model is alive.
   StatusOr<std::unique_ptr<WhisperDecoderRows>> new_rows(int64_t capacity) override;
+  int64_t max_rows() const override { return options_.max_batch; }
 
   // The same as encode() with the mel already on this GPU (benchmarks: the input copy is not timed, as HF's).
   StatusOr<std::shared_ptr<const WhisperEncoded>> encode_on_device(const float* mel, int64_t windows,

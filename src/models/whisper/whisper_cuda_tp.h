@@ -43,6 +43,7 @@ class WhisperCudaTpModel : public WhisperBackend {
   int64_t memory_bytes() const override;
   StatusOr<std::shared_ptr<const WhisperEncoded>> encode(const Tensor& mel) override;
   StatusOr<std::unique_ptr<WhisperDecoderRows>> new_rows(int64_t capacity) override;
+  int64_t max_rows() const override { return ranks_[0]->max_rows(); }
 
   int world_size() const { return static_cast<int>(ranks_.size()); }
   const char* collective_kind() const { return group_->kind(); }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -80,6 +81,9 @@ class WhisperBackend {
   virtual StatusOr<std::shared_ptr<const WhisperEncoded>> encode(const Tensor& mel) = 0;
   // An empty set of rows with room for `capacity` tokens each (<= max_target_positions).
   virtual StatusOr<std::unique_ptr<WhisperDecoderRows>> new_rows(int64_t capacity) = 0;
+  // How many decoder rows a rows object holds at once: a GPU model's are allocated at load (max_batch), so its
+  // prefill() refuses more (kResourceExhausted) and the executor admits decodes within it; the CPU's grow.
+  virtual int64_t max_rows() const { return std::numeric_limits<int64_t>::max(); }
 };
 
 // The CPU backend over a loaded WhisperModel (not owned when `model` is borrowed; owned otherwise).

@@ -166,6 +166,32 @@ TEST(ModelConfig, TensorParallelCutsTheDevicesIntoGroups) {
     EXPECT_EQ(groups.status().code(), StatusCode::kInvalidArgument) << yaml;
     EXPECT_NE(groups.status().message().find("tensor_parallel"), std::string::npos) << groups.status().to_string();
   }
+  EXPECT_NE(replica_groups(*parse_model_config("devices: [cuda:0, cuda:0]\ntensor_parallel: 2\n", kLabel), 1, kLabel)
+                .status()
+                .message()
+                .find("tp_collective: staged"),
+            std::string::npos)
+      << "the error names the setting that allows it";
+
+  // tp_collective: staged lets a group repeat a GPU (its sums go through host memory), for TP and pipeline alike;
+  // still no CPU in a group.
+  for (const char* key : {"tensor_parallel", "pipeline_parallel"}) {
+    c = parse_model_config(std::string("devices: [cuda:0, cuda:0]\ntp_collective: staged\n") + key + ": 2\n", kLabel);
+    ASSERT_TRUE(c.ok()) << c.status().to_string();
+    EXPECT_EQ(c->tp_collective, "staged");
+    groups = replica_groups(*c, 1, kLabel);
+    ASSERT_TRUE(groups.ok()) << key << ": " << groups.status().to_string();
+    EXPECT_EQ(*groups, (Groups{{Device::cuda(0), Device::cuda(0)}})) << key;
+  }
+  c = parse_model_config("devices: [cuda:0, cpu]\ntensor_parallel: 2\ntp_collective: staged\n", kLabel);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(replica_groups(*c, 1, kLabel).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(parse_model_config("", kLabel)->tp_collective, "nccl");
+  auto bad = parse_model_config("tp_collective: mpi\n", kLabel);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("tp_collective"), std::string::npos) << bad.status().to_string();
+  EXPECT_NE(bad.status().message().find("nccl, staged"), std::string::npos) << bad.status().to_string();
 }
 
 TEST(ModelConfig, MaxBatchSizeWithoutBucketsGetsBucketsThatReachIt) {
