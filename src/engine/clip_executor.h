@@ -38,6 +38,10 @@ struct ExecutorOptions {
   // Whisper on CUDA: how the cross-attention K/V are stored: "same" (the compute dtype), "fp8_e4m3" or "int8"
   // (per row-and-head scales; half the bytes of f16). The CPU path takes "same" only.
   std::string whisper_cross_kv = "same";
+  // Whisper: the most decoder rows in flight at once (every beam and best_of sample of the batch's requests); more
+  // wait for rows to free up. 0 = the device's: max(batch_size_max, 5) on cuda (allocated at load), unbounded on
+  // cpu. Otherwise at least 5 (the default best_of, so a default request always fits).
+  int64_t whisper_decoder_rows = 0;
   // CUDA (CLIP and Whisper): tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
   std::vector<int> tp_devices;
   // "nccl", or "staged": sums through host memory, ranks may share a GPU (checks on one GPU; core/cuda/collective.h).

@@ -128,6 +128,12 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
   auto executor = std::unique_ptr<WhisperExecutor>(new WhisperExecutor());
   Impl& impl = *executor->impl_;
   impl.options = options;
+  const int64_t default_best_of = TranscribeOptions{}.best_of;
+  if (options.whisper_decoder_rows != 0 && options.whisper_decoder_rows < default_best_of) {
+    return invalid_argument("decoder_rows " + std::to_string(options.whisper_decoder_rows) + " must be 0 (the " +
+                            "device's) or at least " + std::to_string(default_best_of) +
+                            " (the default best_of: a default request must fit)");
+  }
   ASSIGN_OR_RETURN(impl.generation, models::load_whisper_generation_config(model_dir));
   ASSIGN_OR_RETURN(impl.tokenizer, text::WhisperTokenizer::from_model_dir(model_dir));
   ASSIGN_OR_RETURN(impl.features, audio::load_whisper_feature_config(model_dir));
@@ -145,7 +151,7 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     if (options.threads > 0) kernels::set_cpu_threads(options.threads);
     ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperModel> model, models::WhisperModel::load(model_dir));
     impl.cpu_model = std::move(model);
-    impl.backend = models::make_cpu_whisper_backend(impl.cpu_model);
+    impl.backend = models::make_cpu_whisper_backend(impl.cpu_model, options.whisper_decoder_rows);
   } else {
 #if MMSERVE_WHISPER_CUDA
     models::WhisperCudaOptions cuda;
@@ -154,7 +160,9 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     cuda.cuda_graphs = options.cuda_graphs;
     // Decoder rows: the batch, and at least what one request with the default options needs (best_of samples when
     // a window falls back to sampling), so that no default request is refused by a small max_batch_size.
-    cuda.max_batch = std::max<int64_t>(options.batch_size_max, TranscribeOptions{}.best_of);
+    cuda.max_batch = options.whisper_decoder_rows > 0
+                         ? options.whisper_decoder_rows
+                         : std::max<int64_t>(options.batch_size_max, TranscribeOptions{}.best_of);
     if (options.whisper_cross_kv == "fp8_e4m3") {
       cuda.cross_kv = models::WhisperCrossKv::kFp8E4M3;
     } else if (options.whisper_cross_kv == "int8") {
@@ -248,7 +256,7 @@ Status WhisperExecutor::Impl::start_job(Job& job) {
     const bool beams = o.beam_size > rows;
     return invalid_argument(std::string(beams ? "beam_size " : "best_of ") +
                             std::to_string(beams ? o.beam_size : o.best_of) + " needs as many decoder rows at once; " +
-                            "this model holds " + std::to_string(rows) + " (max_batch_size)");
+                            "this model holds " + std::to_string(rows) + " (decoder_rows, or max_batch_size)");
   }
   if (!std::isfinite(o.compression_ratio_threshold) && !std::isnan(o.compression_ratio_threshold)) {
     return invalid_argument("compression_ratio_threshold must be finite");

@@ -185,6 +185,10 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
   if (c.dtype != "auto" && c.dtype != "f32" && c.dtype != "f16" && c.dtype != "bf16") {
     return invalid_argument(where(label, "dtype") + ": '" + c.dtype + "' is not one of auto, f32, f16, bf16");
   }
+  if (c.decoder_rows != 0 && (c.decoder_rows < 5 || c.decoder_rows > 4096)) {
+    return out_of_range_value(label, "decoder_rows", std::to_string(c.decoder_rows),
+                              "must be 0 (the device's) or in 5..4096 (5: the default best_of)");
+  }
   if (c.tp_collective != "nccl" && c.tp_collective != "staged") {
     return invalid_argument(where(label, "tp_collective") + ": '" + c.tp_collective + "' is not one of nccl, staged");
   }
@@ -284,6 +288,7 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
        }},
       {"dtype", set_string(&c.dtype)},
       {"cross_kv", set_string(&c.cross_kv)},
+      {"decoder_rows", set_int(&c.decoder_rows)},
       {"instances", set_int(&c.instances)},
       {"tensor_parallel", set_int(&c.tensor_parallel)},
       {"tp_collective", set_string(&c.tp_collective)},

@@ -30,6 +30,9 @@
 //   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
 //   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
 //                               # (the HTTP body limit, --max-body-mb, applies first)
+//   decoder_rows: 0             # Whisper: decoder rows in flight at once (beams and best_of samples of the
+//                               # batch's requests; more wait). 0 = max(max_batch_size, 5) on cuda, unbounded on
+//                               # cpu; else >= 5
 //   cross_kv: same              # Whisper on cuda: cross-attention K/V as same (the compute dtype) | fp8_e4m3 |
 //                               # int8 (half the memory of f16; docs/perf/whisper_gpu.md has the cost)
 // Unknown keys and wrong types are errors naming the file and the key.
@@ -63,6 +66,7 @@ struct ModelConfig {
   double audio_seconds_max = 7200;
   int64_t audio_bytes_max = 256LL << 20;
   std::string cross_kv = "same";
+  int decoder_rows = 0;
   int tensor_parallel = 1;
   std::string tp_collective = "nccl";
   int pipeline_parallel = 1;

@@ -90,6 +90,7 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   options.dtype = dtype;
   options.whisper_cross_kv = config_.cross_kv;
   options.tp_collective = config_.tp_collective;
+  options.whisper_decoder_rows = config_.decoder_rows;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
   RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
   if ((config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) && any_cpu) {
@@ -106,6 +107,10 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
   if (config_.cross_kv != "same") {
     return invalid_argument(dir + "/mmserve.yaml: cross_kv applies to Whisper models (cross-attention K/V); "
+                            "this is a CLIP model");
+  }
+  if (config_.decoder_rows != 0) {
+    return invalid_argument(dir + "/mmserve.yaml: decoder_rows applies to Whisper models (decoder rows in flight); "
                             "this is a CLIP model");
   }
   ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));

@@ -6,6 +6,7 @@
 // Tests: tests/unit/models/whisper_decoding_test.cpp (rows against the model's own lockstep decoding).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 
 #include "models/whisper/whisper_decoding.h"
@@ -29,8 +30,8 @@ class CpuEncoded final : public WhisperEncoded {
 
 class CpuDecoderRows final : public WhisperDecoderRows {
  public:
-  CpuDecoderRows(std::shared_ptr<const WhisperModel> model, int64_t capacity)
-      : model_(std::move(model)), capacity_(capacity) {}
+  CpuDecoderRows(std::shared_ptr<const WhisperModel> model, int64_t capacity, int64_t max_rows)
+      : model_(std::move(model)), capacity_(capacity), max_rows_(max_rows) {}
 
   int64_t rows() const override { return static_cast<int64_t>(rows_.size()); }
   int64_t capacity() const override { return capacity_; }
@@ -45,6 +46,10 @@ class CpuDecoderRows final : public WhisperDecoderRows {
     const int64_t n = static_cast<int64_t>(prompts.size());
     const int64_t vocab = vocab_size();
     if (static_cast<int64_t>(windows.size()) != n) return invalid_argument("one window per prompt needed");
+    if (rows() + n > max_rows_) {
+      return resource_exhausted("prefill(): " + std::to_string(rows() + n) + " decoder rows; these hold " +
+                                std::to_string(max_rows_) + " (decoder_rows)");
+    }
     if (!extra_positions.empty() && (static_cast<int64_t>(extra_positions.size()) != n || extra_logits == nullptr)) {
       return invalid_argument("one extra position per prompt (and an output) needed");
     }
@@ -130,6 +135,10 @@ class CpuDecoderRows final : public WhisperDecoderRows {
   }
 
   Status reorder(const std::vector<int64_t>& src) override {
+    if (static_cast<int64_t>(src.size()) > max_rows_) {
+      return resource_exhausted("reorder(): " + std::to_string(src.size()) + " decoder rows; these hold " +
+                                std::to_string(max_rows_) + " (decoder_rows)");
+    }
     for (int64_t s : src) {
       if (s < 0 || s >= rows()) return invalid_argument("reorder source row " + std::to_string(s) + " out of range");
     }
@@ -161,13 +170,15 @@ class CpuDecoderRows final : public WhisperDecoderRows {
   };
   std::shared_ptr<const WhisperModel> model_;
   int64_t capacity_;
+  int64_t max_rows_;
   std::vector<WhisperDecoderState> groups_;
   std::vector<RowRef> rows_;
 };
 
 class CpuBackend final : public WhisperBackend {
  public:
-  explicit CpuBackend(std::shared_ptr<const WhisperModel> model) : model_(std::move(model)) {}
+  CpuBackend(std::shared_ptr<const WhisperModel> model, int64_t max_rows)
+      : model_(std::move(model)), max_rows_(max_rows > 0 ? max_rows : std::numeric_limits<int64_t>::max()) {}
   const WhisperConfig& config() const override { return model_->config(); }
   Device device() const override { return Device{}; }
   DType dtype() const override { return DType::kF32; }
@@ -187,17 +198,20 @@ class CpuBackend final : public WhisperBackend {
       return invalid_argument("decoder capacity " + std::to_string(capacity) + " is outside 1.." +
                               std::to_string(model_->config().max_target_positions));
     }
-    return std::unique_ptr<WhisperDecoderRows>(std::make_unique<CpuDecoderRows>(model_, capacity));
+    return std::unique_ptr<WhisperDecoderRows>(std::make_unique<CpuDecoderRows>(model_, capacity, max_rows_));
   }
+  int64_t max_rows() const override { return max_rows_; }
 
  private:
   std::shared_ptr<const WhisperModel> model_;
+  int64_t max_rows_;
 };
 
 }  // namespace
 
-std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model) {
-  return std::make_unique<CpuBackend>(std::move(model));
+std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model,
+                                                         int64_t max_rows) {
+  return std::make_unique<CpuBackend>(std::move(model), max_rows);
 }
 
 }  // namespace mmserve::models

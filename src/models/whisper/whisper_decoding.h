@@ -86,8 +86,10 @@ class WhisperBackend {
   virtual int64_t max_rows() const { return std::numeric_limits<int64_t>::max(); }
 };
 
-// The CPU backend over a loaded WhisperModel (not owned when `model` is borrowed; owned otherwise).
-std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model);
+// The CPU backend over a loaded WhisperModel (not owned when `model` is borrowed; owned otherwise). max_rows > 0
+// bounds the decoder rows of its rows objects (decoder state memory and step width), as a GPU model's are; 0: none.
+std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model,
+                                                         int64_t max_rows = 0);
 
 // ------------------------------------------------------------------------------------ generation config
 

@@ -150,6 +150,24 @@ TEST(WhisperExecutor, BatchEqualsAlone) {
   }
 }
 
+// decoder_rows bounds the CPU's rows as a GPU model's are bounded: the same admission (whisper_test_util.h).
+TEST(WhisperExecutor, RequestsNeedingMoreRowsThanDecoderRowsWaitForThem) {
+  for (const char* fixture : kModels) {
+    SCOPED_TRACE(fixture);
+    ExecutorOptions options;
+    options.whisper_decoder_rows = 5;
+    auto ex = WhisperExecutor::create(model_dir(fixture), options);
+    ASSERT_TRUE(ex.ok()) << ex.status().to_string();
+    expect_requests_wait_for_decoder_rows(**ex, fixture);
+  }
+  ExecutorOptions too_few;
+  too_few.whisper_decoder_rows = 4;  // a default request (best_of 5 on fallback) could never run
+  auto refused = WhisperExecutor::create(model_dir(kModels[0]), too_few);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("decoder_rows 4"), std::string::npos) << refused.status().to_string();
+}
+
 // Compressed cross-attention K/V is a CUDA feature: the CPU path refuses it by name instead of ignoring it.
 TEST(WhisperExecutor, CompressedCrossKvNeedsCuda) {
   ExecutorOptions options;

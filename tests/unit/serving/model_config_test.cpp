@@ -36,6 +36,7 @@ preempt_chunk_images: 4
 audio_seconds_max: 600.5
 audio_bytes_max: 1048576
 cross_kv: int8
+decoder_rows: 24
 )",
                               kLabel);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
@@ -55,6 +56,7 @@ cross_kv: int8
   EXPECT_DOUBLE_EQ(c->audio_seconds_max, 600.5);
   EXPECT_EQ(c->audio_bytes_max, 1048576);
   EXPECT_EQ(c->cross_kv, "int8");
+  EXPECT_EQ(c->decoder_rows, 24);
 }
 
 TEST(ModelConfig, DevicesSpreadReplicasRoundRobin) {
@@ -271,6 +273,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
         BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
         BadCase{"cross_kv: fp4\n", "cross_kv"}, BadCase{"instances: 99999999999\n", "instances"},  // beyond int
+        BadCase{"decoder_rows: 4\n", "decoder_rows"}, BadCase{"decoder_rows: -1\n", "decoder_rows"},
+        BadCase{"decoder_rows: 5000\n", "decoder_rows"}, BadCase{"tp_collective: gloo\n", "tp_collective"},
         // Replicas: the two device keys are exclusive, lists must hold devices, and every device gets a replica.
         BadCase{"device: cuda:0\ndevices: [cuda:0, cuda:1]\n", "'device' and 'devices' are exclusive"},
         BadCase{"device: cpu\ndevices: [cpu]\n", "'device' and 'devices' are exclusive"},
