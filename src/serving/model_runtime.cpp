@@ -110,7 +110,8 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                             "this is a CLIP model");
   }
   if (config_.decoder_rows != 0) {
-    return invalid_argument(dir + "/mmserve.yaml: decoder_rows applies to Whisper models (decoder rows in flight); "
+    return invalid_argument(dir +
+                            "/mmserve.yaml: decoder_rows applies to Whisper models (decoder rows in flight); "
                             "this is a CLIP model");
   }
   ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));

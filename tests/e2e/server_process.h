@@ -84,7 +84,7 @@ class ServerProcess {
   ServerProcess(const fs::path& repository, std::vector<std::string> extra = {}) : port_(free_port()) {
     err_ = repository.string() + ".stderr";
     log_ = repository.string() + ".access.log";
-    std::vector<std::string> args = {mmserve_binary(),      "serve",      "--model-repository",
+    std::vector<std::string> args = {mmserve_binary(),    "serve",      "--model-repository",
                                      repository.string(), "--port",     std::to_string(port_),
                                      "--access-log",      log_.string()};
     args.insert(args.end(), extra.begin(), extra.end());

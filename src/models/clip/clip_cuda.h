@@ -34,7 +34,10 @@
 // once. Events order it all on the two streams; the host only waits for the last embeddings. Each stage's
 // activations are sized for one micro-batch. With pipeline_overlap = false every micro-batch goes through both
 // stages before the next starts (the benchmark's baseline for the overlap).
-// Tests: tests/conformance/clip_cuda_test.cpp (HF goldens in bf16/f16/f32, graphs vs eager, buckets).
+// Code: clip_cuda.cpp (load: ranks, sharding, upload, activation plan), clip_cuda_forward.cpp (forward, graphs,
+// encode entry points, pipeline), clip_cuda_internal.h (the device-side structures both use).
+// Tests: tests/conformance/clip_cuda_test.cpp (HF goldens in bf16/f16/f32, graphs vs eager, buckets),
+// tests/conformance/clip_cuda_tp_test.cpp (tensor and pipeline parallel, faults).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -209,8 +209,7 @@ class CpuBackend final : public WhisperBackend {
 
 }  // namespace
 
-std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model,
-                                                         int64_t max_rows) {
+std::unique_ptr<WhisperBackend> make_cpu_whisper_backend(std::shared_ptr<const WhisperModel> model, int64_t max_rows) {
   return std::make_unique<CpuBackend>(std::move(model), max_rows);
 }
 

@@ -79,7 +79,8 @@ inline void expect_requests_wait_for_decoder_rows(WhisperExecutor& ex, const std
       }
     }
     if (o == &beams) {
-      EXPECT_EQ(alone->segments.at(0).tokens, golden(fixture)["generate"]["beam4"]["tokens"].get<std::vector<int32_t>>());
+      EXPECT_EQ(alone->segments.at(0).tokens,
+                golden(fixture)["generate"]["beam4"]["tokens"].get<std::vector<int32_t>>());
     }
   }
   TranscribeOptions too_wide = beams;

@@ -185,10 +185,11 @@ TEST_P(WhisperCudaTp, StagedTp2WithCompressedCrossKvEqualsTp1StoringTheSame) {
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, relative_error(got[i], want[i]));
     const std::vector<int32_t> ids = greedy(**sharded), alone_ids = greedy(**alone);
-    std::printf("  whisper-tp %-28s %-5s staged TP=2 cross K/V %-8s logits vs TP=1 (same storage) max relative "
-                "error %.2e over %zu steps; greedy ids %s\n",
-                GetParam().dir, dtype_name(GetParam().dtype), whisper_cross_kv_name(storage), worst, got.size(),
-                ids == alone_ids ? "equal" : "DIFFER");
+    std::printf(
+        "  whisper-tp %-28s %-5s staged TP=2 cross K/V %-8s logits vs TP=1 (same storage) max relative "
+        "error %.2e over %zu steps; greedy ids %s\n",
+        GetParam().dir, dtype_name(GetParam().dtype), whisper_cross_kv_name(storage), worst, got.size(),
+        ids == alone_ids ? "equal" : "DIFFER");
     // A K/V value on a rounding boundary of the 8-bit grid may land one step apart between the two GEMMs' sums:
     // allowed for at the 16-bit tolerance, whatever the compute dtype.
     EXPECT_LE(worst, 1e-2) << whisper_cross_kv_name(storage);

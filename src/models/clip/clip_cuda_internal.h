@@ -1,0 +1,78 @@
+// The device-side structures of ClipCudaModel (clip_cuda.h), shared by its two source files: clip_cuda.cpp (load:
+// ranks, sharding and upload of the weights, the activation plan) and clip_cuda_forward.cpp (the forward of each
+// tower, tensor-parallel all-reduces, CUDA graphs, the encode entry points and the pipeline). Internal to them.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "models/clip/clip_cuda.h"
+
+namespace mmserve::models {
+
+// Device pointers into weight_arena_. Norms are f32; matrices, embeddings and the biases of GEMMs with a
+// 16-bit output are in the compute dtype; biases of GEMMs that write the f32 residual stream are f32.
+struct ClipCudaModel::BlockWeights {
+  const float *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
+  const void *qkv_w = nullptr, *qkv_b = nullptr;  // [3H, H], [3H] (dtype)
+  const void* out_w = nullptr;                    // [H, H] (dtype)
+  const float* out_b = nullptr;                   // [H] f32 (null on ranks > 0 under tensor parallel)
+  const void *fc1_w = nullptr, *fc1_b = nullptr;  // [I, H], [I] (dtype)
+  const void* fc2_w = nullptr;                    // [H, I] (dtype)
+  const float* fc2_b = nullptr;                   // [H] f32 (null on ranks > 0)
+};
+// Under tensor parallel a rank holds qkv [3H/T, H], out [H, H/T], fc1 [I_r, H], fc2 [H, I_r] (the shapes of
+// TowerShape); everything outside the blocks is whole on every rank.
+
+struct ClipCudaModel::Weights {
+  std::vector<BlockWeights> text, vision;
+  const void *token_embedding = nullptr, *text_positions = nullptr;
+  const float *final_ln_w = nullptr, *final_ln_b = nullptr;
+  const void *class_embedding = nullptr, *patch_weight = nullptr, *vision_positions = nullptr;
+  const float *pre_ln_w = nullptr, *pre_ln_b = nullptr, *post_ln_w = nullptr, *post_ln_b = nullptr;
+  const void *visual_projection = nullptr, *text_projection = nullptr;
+};
+
+// Activation buffers of one rank, sized for the largest bucket of either tower (they run one at a time).
+struct ClipCudaModel::Activations {
+  float* pixels = nullptr;        // [B, C, S, S]
+  void* patches = nullptr;        // [B * P, C * p * p] (dtype)
+  float* patch_out = nullptr;     // [B * P, H]
+  float* x = nullptr;             // [rows, H] the residual stream
+  void* normed = nullptr;         // [rows, H] (dtype)
+  void* qkv = nullptr;            // [rows, 3H] (dtype)
+  void* context = nullptr;        // [rows, H] (dtype)
+  void* mlp = nullptr;            // [rows, I] (dtype)
+  void* pooled = nullptr;         // [B, H] (dtype)
+  float* embeds = nullptr;        // [B, projection_dim]
+  int32_t* class_rows = nullptr;  // [B]: b * (P + 1), constant
+  int32_t* text_ints = nullptr;   // [B * T ids | B lengths | B pooling rows], one copy per call
+  void* workspace = nullptr;      // cuBLASLt
+};
+
+// What one GPU of the model holds: everything a forward touches, so ranks share nothing but the collective.
+struct ClipCudaModel::Rank {
+  int index = 0;   // rank in the tensor-parallel group (0 without one)
+  int device = 0;  // CUDA ordinal
+  CudaStream stream;
+  DeviceArena weight_arena;
+  DeviceArena activation_arena;
+  std::unique_ptr<Weights> weights;
+  std::unique_ptr<Activations> act;
+  std::unique_ptr<kernels::CublasLtGemm> gemm;
+  PinnedBuffer pinned_in, pinned_out;
+  std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs;  // (tower, bucket) -> graph
+  size_t graph_bytes = 0;
+  // Pipeline parallel: the blocks [begin, end) of each tower this stage holds, whether it embeds the inputs
+  // (stage 0) and pools the outputs (the last stage). Without a pipeline: every block, both ends.
+  int64_t vision_begin = 0, vision_end = 0, text_begin = 0, text_end = 0;
+  bool first_stage = true, last_stage = true;
+  CudaEvent done, copied;  // pipeline: this stage's micro-batch finished / its input was copied in
+  ~Rank() {
+    for (auto& [key, exec] : graphs) cudaGraphExecDestroy(exec);
+  }
+};
+
+}  // namespace mmserve::models
