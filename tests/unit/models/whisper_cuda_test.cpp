@@ -18,9 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
 #include "kernels/testing/cuda_test_util.h"
@@ -28,8 +25,6 @@
 
 namespace mmserve::models {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct Case {
   const char* dir;
@@ -49,15 +44,6 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
   return name;
 }
 
-double relative_error(const float* ours, const float* ref, int64_t n) {
-  double diff = 0, norm = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff += (static_cast<double>(ours[i]) - ref[i]) * (static_cast<double>(ours[i]) - ref[i]);
-    norm += static_cast<double>(ref[i]) * ref[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // Rows computed in a different batch: other GEMM shapes may take other cuBLASLt algorithms (another
 // accumulation order), so 16-bit intermediates can round differently (as the CLIP GPU test's 1e-2).
 double same_kernels_tolerance(DType dtype) {
@@ -65,43 +51,30 @@ double same_kernels_tolerance(DType dtype) {
 }
 
 using testing::argmax;
+using testing::relative_error;
 
 class WhisperCudaConformance : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     MMSERVE_REQUIRE_GPU();
-    const fs::path root = fs::path(MMSERVE_FIXTURES_DIR) / "whisper";
-    dir_ = (root / GetParam().dir).string();
-    auto host = WhisperModel::load(dir_);
-    ASSERT_TRUE(host.ok()) << host.status().to_string();
-    host_ = std::move(*host);
-    auto golden = SafetensorsFile::open(dir_ + "/golden.safetensors");
-    ASSERT_TRUE(golden.ok()) << golden.status().to_string();
-    golden_ = std::move(*golden);
-    auto logmel = SafetensorsFile::open((root / "logmel_golden.safetensors").string());
-    ASSERT_TRUE(logmel.ok()) << logmel.status().to_string();
-    logmel_ = std::move(*logmel);
-    const bool mel80 = host_->config().num_mel_bins == 80;
-    features_ = mel80 ? logmel_->find("logmel_jfk") : golden_->find("input_features");
+    testing::WhisperGpuFixture f;
+    ASSERT_NO_FATAL_FAILURE(testing::load_whisper_gpu_fixture(GetParam().dir, f));
+    dir_ = f.dir;
+    host_ = std::move(f.host);
+    golden_ = std::move(f.golden);
+    logmel_ = std::move(f.logmel);
+    features_ = f.features;
+    mel_ = std::move(f.mel);
+    prompt_ = std::move(f.prompt);
+    tokens_ = std::move(f.tokens);
+    margins_ = std::move(f.margins);
     hidden_ = golden_->find("encoder_last_hidden_state");
     raw_logits_ = golden_->find("greedy_raw_logits");
-    ASSERT_TRUE(features_ && hidden_ && raw_logits_);
-    std::ifstream json_file(dir_ + "/golden.json");
-    const nlohmann::json info = nlohmann::json::parse(json_file);
-    prompt_ = info["greedy_raw"]["prompt"].get<std::vector<int32_t>>();
-    tokens_ = info["greedy_raw"]["tokens"].get<std::vector<int32_t>>();
-    margins_ = info["greedy_raw"]["top1_top2_margin"].get<std::vector<double>>();
-    mel_.assign(reinterpret_cast<const float*>(features_->data),
-                reinterpret_cast<const float*>(features_->data) + features_->numel());
+    ASSERT_TRUE(hidden_ && raw_logits_);
   }
 
   std::unique_ptr<WhisperCudaModel> model(bool graphs = true, WhisperCrossKv cross = WhisperCrossKv::kSame) {
-    WhisperCudaOptions o;
-    o.dtype = GetParam().dtype;
-    o.max_batch = 4;
-    o.buckets = {1, 2, 4};
-    o.capacity = 64;
-    o.cuda_graphs = graphs;
+    WhisperCudaOptions o = testing::small_gpu_options(GetParam().dtype, graphs);
     o.cross_kv = cross;
     auto m = WhisperCudaModel::load(*host_, o);
     EXPECT_TRUE(m.ok()) << m.status().to_string();

@@ -14,13 +14,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
-#include "core/safetensors.h"
 #include "kernels/testing/cuda_test_util.h"
 #include "whisper_gpu_decode.h"
 #if MMSERVE_HAS_NCCL
@@ -33,12 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 
 double relative_error(const std::vector<float>& ours, const std::vector<float>& ref) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < ref.size() && i < ours.size(); ++i) {
-    diff += (static_cast<double>(ours[i]) - ref[i]) * (static_cast<double>(ours[i]) - ref[i]);
-    norm += static_cast<double>(ref[i]) * ref[i];
-  }
-  return ours.size() == ref.size() ? std::sqrt(diff / std::max(norm, 1e-30)) : 1e30;
+  if (ours.size() != ref.size()) return 1e30;
+  return testing::relative_error(ours.data(), ref.data(), static_cast<int64_t>(ref.size()));
 }
 
 // The sharded sums run in another order: rounding-level in f32; 16-bit intermediates may round one step apart.
@@ -55,26 +47,12 @@ class WhisperCudaTp : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
     MMSERVE_REQUIRE_GPU();
-    const fs::path root = fs::path(MMSERVE_FIXTURES_DIR) / "whisper";
-    const std::string dir = (root / GetParam().dir).string();
-    auto host = WhisperModel::load(dir);
-    ASSERT_TRUE(host.ok()) << host.status().to_string();
-    host_ = std::move(*host);
-    auto golden = SafetensorsFile::open(dir + "/golden.safetensors");
-    ASSERT_TRUE(golden.ok()) << golden.status().to_string();
-    golden_ = std::move(*golden);
-    auto logmel = SafetensorsFile::open((root / "logmel_golden.safetensors").string());
-    ASSERT_TRUE(logmel.ok()) << logmel.status().to_string();
-    logmel_ = std::move(*logmel);
-    const TensorInfo* features =
-        host_->config().num_mel_bins == 80 ? logmel_->find("logmel_jfk") : golden_->find("input_features");
-    ASSERT_TRUE(features);
-    mel_.assign(reinterpret_cast<const float*>(features->data),
-                reinterpret_cast<const float*>(features->data) + features->numel());
-    std::ifstream json_file(dir + "/golden.json");
-    const nlohmann::json info = nlohmann::json::parse(json_file);
-    prompt_ = info["greedy_raw"]["prompt"].get<std::vector<int32_t>>();
-    tokens_ = info["greedy_raw"]["tokens"].get<std::vector<int32_t>>();
+    testing::WhisperGpuFixture f;
+    ASSERT_NO_FATAL_FAILURE(testing::load_whisper_gpu_fixture(GetParam().dir, f));
+    host_ = std::move(f.host);
+    mel_ = std::move(f.mel);
+    prompt_ = std::move(f.prompt);
+    tokens_ = std::move(f.tokens);
     auto tp1 = WhisperCudaModel::load(*host_, rank_options(true));
     ASSERT_TRUE(tp1.ok()) << tp1.status().to_string();
     tp1_ = std::move(*tp1);
@@ -82,15 +60,7 @@ class WhisperCudaTp : public ::testing::TestWithParam<Case> {
     ASSERT_EQ(reference_.size(), tokens_.size());
   }
 
-  WhisperCudaOptions rank_options(bool graphs) const {
-    WhisperCudaOptions o;
-    o.dtype = GetParam().dtype;
-    o.max_batch = 4;
-    o.buckets = {1, 2, 4};
-    o.capacity = 64;
-    o.cuda_graphs = graphs;
-    return o;
-  }
+  WhisperCudaOptions rank_options(bool graphs) const { return testing::small_gpu_options(GetParam().dtype, graphs); }
 
   std::unique_ptr<WhisperCudaTpModel> tp_model(std::vector<int> devices, TpCollectiveKind kind, bool graphs) {
     WhisperCudaTpOptions o;
@@ -145,7 +115,6 @@ class WhisperCudaTp : public ::testing::TestWithParam<Case> {
   }
 
   std::unique_ptr<WhisperModel> host_;
-  std::unique_ptr<SafetensorsFile> golden_, logmel_;
   std::vector<float> mel_;
   std::vector<int32_t> prompt_, tokens_;
   std::unique_ptr<WhisperCudaModel> tp1_;
