@@ -17,8 +17,6 @@ namespace mmserve::models {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// HF's beam search marks impossible candidates by adding -1e9 in float32 (generation/utils.py).
-constexpr float kBeamMask = -1.0e9f;
 
 StatusOr<std::vector<int32_t>> int_list(const nlohmann::json& json, const std::string& key, const std::string& label) {
   std::vector<int32_t> out;

@@ -1,0 +1,196 @@
+// What the two tensor-core attention kernels share (attention_kv_mma.cu: mma.sync, any head_dim <= 128 and K/V
+// storage; attention_kv_wgmma.cu: Hopper wgmma for the encoder's head_dim 64): the m-tile constants, the mma.sync
+// and ldmatrix wrappers, the cp.async ring's primitives, the quad reductions of the online softmax, the kernel
+// parameters, and the row loader into padded shared rows. attention_kv_mma.cu's header comment describes the
+// algorithm both follow.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/attention/attention_kv_cuda_common.cuh"
+
+namespace mmserve::kernels::attention_kv_detail {
+
+constexpr int kRowsPerWarp = 16;  // rows of one m-tile; a warp owns one or two
+// From this many query rows on, a warp takes two m-tiles (the encoder's 1500; a 448-token prompt keeps
+// one, for enough CTAs).
+constexpr int64_t kLongQueries = 512;
+constexpr int kSmemPad = 8;  // elements after each shared row: fragment reads hit 32 distinct banks
+
+extern __shared__ __align__(16) unsigned char mma_smem[];
+
+template <typename T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                         uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, `lo` in the low 16 bits.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  memcpy(&u, &v, 4);
+  return u;
+}
+
+// One value (an exact one: a stored K/V element) as the 16 bits of T.
+template <typename T>
+__device__ __forceinline__ uint16_t bits_of(float x) {
+  const T v = from_f32<T>(x);
+  uint16_t u;
+  memcpy(&u, &v, 2);
+  return u;
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const uint16_t* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row))
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const uint16_t* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row))
+               : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const uint16_t* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row))
+               : "memory");
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst_shared)), "l"(src_global)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+struct MmaParams {
+  const void* q;
+  int64_t q_ld;
+  const void* k;
+  const void* v;
+  int64_t kv_ld, kv_batch_stride;
+  void* out;
+  int64_t out_ld;
+  const float* k_scale;
+  const float* v_scale;
+  const int32_t* kv_lengths;
+  int q_len, kv_len, heads, head_dim;
+  float scale_log2;
+  int causal, vec_q, vec_kv, vec_out;
+};
+
+// The fields both launchers fill alike; each sets the rest (scales, vectorised paths) itself.
+inline MmaParams mma_params(const AttentionKvArgs& a) {
+  MmaParams p{};
+  p.q = a.q;
+  p.q_ld = a.q_ld;
+  p.k = a.k;
+  p.v = a.v;
+  p.kv_ld = a.kv_ld;
+  p.kv_batch_stride = a.kv_batch_stride;
+  p.out = a.out;
+  p.out_ld = a.out_ld;
+  p.kv_lengths = a.kv_lengths;
+  p.q_len = static_cast<int>(a.q_len);
+  p.kv_len = static_cast<int>(a.kv_len);
+  p.heads = static_cast<int>(a.heads);
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.scale_log2 = a.scale * kLog2e;
+  p.causal = a.causal ? 1 : 0;
+  return p;
+}
+
+// Rows [0, rows_valid) x columns [0, head_dim) of a strided global matrix of KT into shared rows of
+// kDp + kSmemPad elements of T; rows up to kRows and columns up to kDp become zeros. `vec`: 16-byte
+// cp.async (KT == T only; needs 16-byte aligned rows and head_dim % 8 == 0). All kThreads threads of the
+// CTA call it; the caller commits, waits and synchronises.
+template <typename T, typename KT, int kDp, int kRows, int kThreads>
+__device__ __forceinline__ void load_rows(uint16_t* dst, const KT* src, int64_t ld, int rows_valid, int head_dim,
+                                          bool vec) {
+  constexpr int kLd = kDp + kSmemPad;
+  constexpr int kChunks = kDp / 8;
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks;
+    const int c = (idx % kChunks) * 8;
+    uint16_t* d = dst + r * kLd + c;
+    if (r < rows_valid && c < head_dim) {
+      const KT* s = src + r * ld + c;
+      if constexpr (sizeof(KT) == 2) {
+        if (vec) {
+          cp_async_16(d, s);
+          continue;
+        }
+      }
+      uint16_t w[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) w[e] = c + e < head_dim ? bits_of<T>(kv_to_f32(s[e])) : uint16_t{0};
+      uint4 packed;
+      memcpy(&packed, w, 16);
+      *reinterpret_cast<uint4*>(d) = packed;
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+// The wgmma path (attention_kv_wgmma.cu). Whether it takes these arguments: f16/bf16 K/V of the activation
+// dtype, head_dim 64, 16-byte aligned rows, a positive scale, an sm_90 device, and enough query rows for its
+// 128-row CTAs to beat the mma.sync kernel; then its launch.
+bool attention_kv_wgmma_takes(const AttentionKvArgs& a);
+Status launch_attention_kv_wgmma(const AttentionKvArgs& a, cudaStream_t stream);
+
+}  // namespace mmserve::kernels::attention_kv_detail
