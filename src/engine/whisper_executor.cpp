@@ -369,7 +369,8 @@ void WhisperExecutor::Impl::admit(std::vector<Job*>& jobs, std::unordered_map<in
   const int64_t limit = backend->max_rows();
   int64_t reserved = 0;
   for (const Job* j : jobs) {
-    if (!j->done && !j->outstanding.empty()) reserved += rows_needed(*j);
+    // A job that failed may still have samples draining: their rows are taken until they finish.
+    if (!j->outstanding.empty()) reserved += rows_needed(*j);
   }
   for (Job* j : jobs) {
     if (j->done || !j->waiting) continue;
