@@ -15,9 +15,6 @@
 #include "engine/whisper_executor.h"
 #include "frontends/audio/audio.h"
 #include "server_process.h"
-#if MMSERVE_HAS_CUDA
-#include "core/cuda/cuda_status.h"
-#endif
 
 namespace mmserve {
 namespace {
@@ -30,20 +27,22 @@ constexpr const char* kWhisper = "whisper-tiny";
 constexpr const char* kShort = "whisper-short";  // audio_seconds_max: 5 (jfk.wav is 11 s)
 constexpr const char* kClip = "clip-tiny";
 
+// Copies fixture `from` (without its goldens) into root/name, with `yaml` as its mmserve.yaml when not empty.
+void copy_model(const fs::path& root, const std::string& from, const std::string& name, const std::string& yaml) {
+  fs::create_directories(root / name);
+  for (const auto& entry : fs::directory_iterator(fixture(from))) {
+    if (entry.path().filename().string().rfind("golden", 0) == 0) continue;
+    fs::copy_file(entry.path(), root / name / entry.path().filename());
+  }
+  if (!yaml.empty()) std::ofstream(root / name / "mmserve.yaml") << yaml;
+}
+
 fs::path make_audio_repository() {
   const fs::path root = fs::temp_directory_path() / ("mmserve_e2e_audio_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  auto copy = [&](const std::string& from, const std::string& name, const std::string& yaml) {
-    fs::create_directories(root / name);
-    for (const auto& entry : fs::directory_iterator(fixture(from))) {
-      if (entry.path().filename().string().rfind("golden", 0) == 0) continue;
-      fs::copy_file(entry.path(), root / name / entry.path().filename());
-    }
-    if (!yaml.empty()) std::ofstream(root / name / "mmserve.yaml") << yaml;
-  };
-  copy("whisper/whisper-tiny-mel80-f32", kWhisper, "max_batch_size: 4\n");
-  copy("whisper/whisper-tiny-mel80-f32", kShort, "audio_seconds_max: 5\n");
-  copy("clip-tiny-quickgelu-f32", kClip, "");
+  copy_model(root, "whisper/whisper-tiny-mel80-f32", kWhisper, "max_batch_size: 4\n");
+  copy_model(root, "whisper/whisper-tiny-mel80-f32", kShort, "audio_seconds_max: 5\n");
+  copy_model(root, "clip-tiny-quickgelu-f32", kClip, "");
   return root;
 }
 
@@ -278,22 +277,11 @@ TEST_F(AudioServer, BrokenRequestsAre4xxAndTheServerLives) {
 // transcript must be exactly the one the executor gives in this process with the same options; that the sharded
 // model equals the unsharded one is whisper_cuda_tp_test's.
 TEST(AudioServerGpu, TranscribesWithAStagedTensorParallelGroupOnOneGpu) {
-#if MMSERVE_HAS_CUDA
-  std::string reason;
-  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
-#else
-  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
-#endif
+  MMSERVE_E2E_REQUIRE_GPU();
   const fs::path root = fs::temp_directory_path() / ("mmserve_e2e_audio_tp_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  fs::create_directories(root / kWhisper);
-  for (const auto& entry : fs::directory_iterator(fixture("whisper/whisper-tiny-mel80-f32"))) {
-    if (entry.path().filename().string().rfind("golden", 0) != 0) {
-      fs::copy_file(entry.path(), root / kWhisper / entry.path().filename());
-    }
-  }
-  std::ofstream(root / kWhisper / "mmserve.yaml")
-      << "devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\ndtype: f32\nmax_batch_size: 4\n";
+  copy_model(root, "whisper/whisper-tiny-mel80-f32", kWhisper,
+             "devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\ndtype: f32\nmax_batch_size: 4\n");
   engine::ExecutorOptions options;
   options.device = Device::cuda(0);
   options.dtype = DType::kF32;

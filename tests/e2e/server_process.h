@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -20,6 +21,15 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+// Skips the calling test, saying why, where no GPU is usable (kernels/testing's check) or the build has no CUDA
+// backend.
+#if MMSERVE_HAS_CUDA
+#include "kernels/testing/cuda_test_util.h"
+#define MMSERVE_E2E_REQUIRE_GPU() MMSERVE_REQUIRE_GPU()
+#else
+#define MMSERVE_E2E_REQUIRE_GPU() GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend"
+#endif
 
 namespace mmserve::e2e {
 

@@ -501,13 +501,27 @@ void expect_golden_infer(ServerProcess& server, const fs::path& repository, cons
   }
 }
 
+// One replica of the bf16 fixture (4 heads per tower: they divide by 2) over a GPU group, for each mmserve.yaml:
+// served end to end and compared with HF's goldens, the metadata naming the group `label`.
+void expect_group_serves(const std::vector<std::string>& yamls, const std::string& label) {
+  for (const std::string& yaml : yamls) {
+    SCOPED_TRACE(yaml);
+    const fs::path repository = make_repository("gpu_group", yaml, "clip-tiny-gelu-bf16");
+    testing::Golden golden(fixture("clip-tiny-gelu-bf16/golden.safetensors"));
+    const size_t dim = static_cast<size_t>(golden.shape("text_embeds")[1]);
+    ServerProcess server(repository, {});
+    ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
+    const CurlResult meta = curl(server.url() + "/v2/models/clip-tiny");
+    ASSERT_EQ(meta.status, 200) << meta.body;
+    EXPECT_EQ(json::parse(meta.body)["replicas"][0]["device"], label) << meta.body;
+    expect_golden_infer(server, repository, golden, dim, 1e-2);
+    EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
+    fs::remove_all(repository);
+  }
+}
+
 TEST(ServerProcessTest, ServesOnTheGpu) {
-#if MMSERVE_HAS_CUDA
-  std::string reason;
-  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
-#else
-  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
-#endif
+  MMSERVE_E2E_REQUIRE_GPU();
   testing::Golden golden(fixture("clip-tiny-quickgelu-f32/golden.safetensors"));
   for (const bool by_flag : {false, true}) {
     SCOPED_TRACE(by_flag ? "serve --device cuda" : "device: cuda in mmserve.yaml");
@@ -527,60 +541,26 @@ TEST(ServerProcessTest, ServesOnTheGpu) {
 // by 2) and as two pipeline stages, served end to end and compared with HF's goldens; the metadata names the group.
 // Needs 2 GPUs and libnccl.so.2 (skipped, saying so, otherwise).
 TEST(ServerProcessTest, ServesTensorParallelAndPipelineGroupsOnTwoGpus) {
+  MMSERVE_E2E_REQUIRE_GPU();
 #if MMSERVE_HAS_CUDA
-  std::string reason;
-  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) {
     GTEST_SKIP() << "needs 2 GPUs for a tensor-parallel or pipeline group; " << gpus << " visible";
   }
-#else
-  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
 #endif
-  for (const char* yaml :
-       {"devices: [cuda:0, cuda:1]\ntensor_parallel: 2\n",
-        "devices: [cuda:0, cuda:1]\npipeline_parallel: 2\nvision_micro_batch: 1\ntext_micro_batch: 1\n"}) {
-    SCOPED_TRACE(yaml);
-    const fs::path repository = make_repository("gpu_group", yaml, "clip-tiny-gelu-bf16");
-    testing::Golden golden(fixture("clip-tiny-gelu-bf16/golden.safetensors"));
-    const size_t dim = static_cast<size_t>(golden.shape("text_embeds")[1]);
-    ServerProcess server(repository, {});
-    ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
-    const CurlResult meta = curl(server.url() + "/v2/models/clip-tiny");
-    ASSERT_EQ(meta.status, 200) << meta.body;
-    EXPECT_EQ(json::parse(meta.body)["replicas"][0]["device"], "cuda:0+cuda:1") << meta.body;
-    expect_golden_infer(server, repository, golden, dim, 1e-2);
-    EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
-    fs::remove_all(repository);
-  }
+  expect_group_serves({"devices: [cuda:0, cuda:1]\ntensor_parallel: 2\n",
+                       "devices: [cuda:0, cuda:1]\npipeline_parallel: 2\nvision_micro_batch: 1\ntext_micro_batch: 1\n"},
+                      "cuda:0+cuda:1");
 }
 
 // The same server paths with both ranks (or stages) on GPU 0: tp_collective: staged sums through host memory, so a
 // one-GPU host runs the group's whole way through the server (grouping, labels, the sharded executor, batching).
 TEST(ServerProcessTest, ServesStagedTensorParallelAndPipelineGroupsOnOneGpu) {
-#if MMSERVE_HAS_CUDA
-  std::string reason;
-  if (!cuda_device_available(&reason)) GTEST_SKIP() << "GPU test skipped: " << reason;
-#else
-  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
-#endif
-  for (const char* yaml :
-       {"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\n",
-        "devices: [cuda:0, cuda:0]\npipeline_parallel: 2\ntp_collective: staged\nvision_micro_batch: 1\n"
-        "text_micro_batch: 1\n"}) {
-    SCOPED_TRACE(yaml);
-    const fs::path repository = make_repository("gpu_staged_group", yaml, "clip-tiny-gelu-bf16");
-    testing::Golden golden(fixture("clip-tiny-gelu-bf16/golden.safetensors"));
-    const size_t dim = static_cast<size_t>(golden.shape("text_embeds")[1]);
-    ServerProcess server(repository, {});
-    ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
-    const CurlResult meta = curl(server.url() + "/v2/models/clip-tiny");
-    ASSERT_EQ(meta.status, 200) << meta.body;
-    EXPECT_EQ(json::parse(meta.body)["replicas"][0]["device"], "cuda:0+cuda:0") << meta.body;
-    expect_golden_infer(server, repository, golden, dim, 1e-2);
-    EXPECT_EQ(server.terminate(), 0) << server.stderr_text();
-    fs::remove_all(repository);
-  }
+  MMSERVE_E2E_REQUIRE_GPU();
+  expect_group_serves({"devices: [cuda:0, cuda:0]\ntensor_parallel: 2\ntp_collective: staged\n",
+                       "devices: [cuda:0, cuda:0]\npipeline_parallel: 2\ntp_collective: staged\nvision_micro_batch: "
+                       "1\ntext_micro_batch: 1\n"},
+                      "cuda:0+cuda:0");
 }
 
 TEST(ServerProcessTest, BadDeviceFlagIsACliError) {

@@ -146,17 +146,6 @@ __device__ __forceinline__ float warp_sum(float x) {
   return x;
 }
 
-// Max / sum over the 4 lanes of a quad (the lanes that share fragment rows g and g + 8).
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
 // Keys visible to the rows of batch row b: the prefix [0, kv_len).
 __device__ __forceinline__ int kv_length(const int32_t* kv_lengths, int b, int seq) {
   if (kv_lengths == nullptr) return seq;

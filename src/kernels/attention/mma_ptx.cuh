@@ -1,6 +1,7 @@
 // PTX wrappers the tensor-core attention kernels share (attention_cuda.cu: CLIP's; attention_kv_mma.cu and
 // attention_kv_wgmma.cu: Whisper's): mma.sync m16n8k16 with f32 accumulators, 16-bit pairs packed for fragments,
-// ldmatrix, the SFU's 2^x and a 16-byte cp.async. Device code only; each is one instruction.
+// ldmatrix, the SFU's 2^x, a 16-byte cp.async and the quad reductions of the online softmax. Device code only; each
+// is one instruction or two.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -91,6 +92,17 @@ __device__ __forceinline__ float exp2_approx(float x) {
 __device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst_shared)), "l"(src_global)
                : "memory");
+}
+
+// Max / sum over the 4 lanes of a quad (the lanes that share fragment rows g and g + 8).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace mmserve::kernels
