@@ -14,6 +14,7 @@
 #include <array>
 #include <string>
 
+#include "core/json_config.h"
 #include "core/status.h"
 #include "frontends/image/image.h"
 
@@ -32,6 +33,10 @@ struct ClipPreprocessConfig {
   std::array<float, 3> image_std = {0.26862954f, 0.26130258f, 0.27577711f};
   int resample = 3;  // PIL's BICUBIC; only bicubic (3) and bilinear (2) are supported
 };
+
+// preprocessor_config.json's image_mean / image_std: three numbers, or one for every channel (HF accepts both);
+// absent keys leave `out`. `nonzero` refuses zeros (a std). Shared by every family's preprocessing config.
+Status read_rgb_triplet(const JsonObject& root, const std::string& key, bool nonzero, std::array<float, 3>& out);
 
 // Reads preprocessor_config.json in `model_dir` (errors name the file and key).
 StatusOr<ClipPreprocessConfig> load_clip_preprocess_config(const std::string& model_dir);

@@ -61,8 +61,9 @@ Status read_crop_size(const JsonObject& root, ClipPreprocessConfig& config) {
   return positive(label + ".width", width, config.crop_width);
 }
 
-// image_mean / image_std: three numbers, or one number for every channel (HF accepts both).
-Status read_triplet(const JsonObject& root, const std::string& key, bool nonzero, std::array<float, 3>& out) {
+}  // namespace
+
+Status read_rgb_triplet(const JsonObject& root, const std::string& key, bool nonzero, std::array<float, 3>& out) {
   if (!root.has(key)) return ok_status();
   const std::string label = root.label() + ": " + key;
   std::vector<double> values;
@@ -84,7 +85,6 @@ Status read_triplet(const JsonObject& root, const std::string& key, bool nonzero
   return ok_status();
 }
 
-}  // namespace
 
 StatusOr<ClipPreprocessConfig> load_clip_preprocess_config(const std::string& model_dir) {
   const std::string path = model_dir + "/preprocessor_config.json";
@@ -101,8 +101,8 @@ StatusOr<ClipPreprocessConfig> load_clip_preprocess_config(const std::string& mo
   if (!std::isfinite(config.rescale_factor) || config.rescale_factor == 0.0) {
     return invalid_argument(path + ": rescale_factor: invalid value " + std::to_string(config.rescale_factor));
   }
-  RETURN_IF_ERROR(read_triplet(root, "image_mean", /*nonzero=*/false, config.image_mean));
-  RETURN_IF_ERROR(read_triplet(root, "image_std", /*nonzero=*/true, config.image_std));
+  RETURN_IF_ERROR(read_rgb_triplet(root, "image_mean", /*nonzero=*/false, config.image_mean));
+  RETURN_IF_ERROR(read_rgb_triplet(root, "image_std", /*nonzero=*/true, config.image_std));
   ASSIGN_OR_RETURN(int64_t resample, root.get_int_or("resample", config.resample));
   if (resample != 2 && resample != 3) {
     return unimplemented(path + ": resample: PIL filter " + std::to_string(resample) +
