@@ -142,10 +142,11 @@ int main(int argc, char** argv) {
   options.batch_buckets = batches;
   options.tp_devices = tp_devices;
   options.pipeline_devices = pipeline_devices;
-  options.vision_micro_batch = vision_micro;
-  options.text_micro_batch = text_micro;
-  options.pipeline_overlap = overlap;
-  auto executor = mmserve::engine::ClipExecutor::create(model_dir, options);
+  mmserve::engine::ClipOptions clip;
+  clip.vision_micro_batch = vision_micro;
+  clip.text_micro_batch = text_micro;
+  clip.pipeline_overlap = overlap;
+  auto executor = mmserve::engine::ClipExecutor::create(model_dir, options, clip);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", executor.status().to_string().c_str());
     return 1;

@@ -211,6 +211,7 @@ void HttpServer::handle(const Request& request, Response& response) {
       case RouteId::kRepositoryUnload: reply = handle_repository_load(env, context->model, request, false); break;
       case RouteId::kOpenAiModels: reply = handle_openai_models(env); break;
       case RouteId::kOpenAiEmbeddings: reply = handle_openai_embeddings(env, *context, request); break;
+      case RouteId::kSegment: reply = handle_segment(env, *context, request); break;
       case RouteId::kOpenAiTranscriptions:
         reply = handle_openai_audio(env, *context, request, engine::WhisperTask::kTranscribe);
         break;

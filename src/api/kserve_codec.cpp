@@ -379,6 +379,55 @@ Status parse_pixel_input(const InputSpec& spec, BinarySection& binary, std::vect
   return ok_status();
 }
 
+// A named numeric input of another family (SAM's point_coords FP32 [N, 2], point_labels INT32 [N], boxes FP32
+// [M, 4], mask_input): carried as an engine kTensor; the model's family checks the name and the shape.
+Status parse_tensor_input(const InputSpec& spec, BinarySection& binary, std::vector<InputItem>& out) {
+  if (spec.datatype != "FP32" && spec.datatype != "INT32") {
+    return input_error(spec.name, "datatype must be FP32 or INT32, not " + spec.datatype);
+  }
+  if (spec.shape.empty() || spec.shape.size() > 4) return input_error(spec.name, "shape must have 1 to 4 dimensions");
+  constexpr int64_t kElementsMax = int64_t{1} << 26;
+  const int64_t count = element_count(spec.shape);
+  if (count > kElementsMax) return input_error(spec.name, "has more than 2^26 elements");
+  InputItem item;
+  item.kind = InputKind::kTensor;
+  item.name = spec.name;
+  item.shape = spec.shape;
+  item.values.resize(static_cast<size_t>(count));
+  const bool integer = spec.datatype == "INT32";
+  if (spec.data != nullptr) {
+    ASSIGN_OR_RETURN(std::vector<const json*> elements, json_elements(*spec.data, count, spec.name));
+    for (size_t i = 0; i < elements.size(); ++i) {
+      const json& e = *elements[i];
+      if (integer ? !e.is_number_integer() : !e.is_number()) {
+        return input_error(spec.name, "element " + std::to_string(i) + " must be " +
+                                          (integer ? "an integer" : "a number"));
+      }
+      if (integer && (e.get<int64_t>() < INT32_MIN || e.get<int64_t>() > INT32_MAX)) {
+        return input_error(spec.name, "element " + std::to_string(i) + " is outside INT32");
+      }
+      item.values[i] = static_cast<float>(e.get<double>());
+    }
+  } else {
+    ASSIGN_OR_RETURN(std::string_view section, binary.take(spec.name, *spec.binary_size));
+    if (static_cast<uint64_t>(count) * 4 != section.size()) {
+      return input_error(spec.name, "shape needs " + std::to_string(count * 4) + " bytes of " + spec.datatype +
+                                        " but binary_data_size is " + std::to_string(section.size()));
+    }
+    for (int64_t i = 0; i < count; ++i) {  // little-endian, as the extension specifies
+      if (integer) {
+        int32_t v = 0;
+        std::memcpy(&v, section.data() + 4 * i, 4);
+        item.values[static_cast<size_t>(i)] = static_cast<float>(v);
+      } else {
+        std::memcpy(&item.values[static_cast<size_t>(i)], section.data() + 4 * i, 4);
+      }
+    }
+  }
+  out.push_back(std::move(item));
+  return ok_status();
+}
+
 Status parse_parameters(const json& params, KServeInferRequest& out) {
   if (!params.is_object()) return invalid_argument("'parameters' must be an object");
   if (const auto p = params.find("priority"); p != params.end()) {
@@ -391,12 +440,22 @@ Status parse_parameters(const json& params, KServeInferRequest& out) {
     if (!b->is_boolean()) return invalid_argument("parameters.binary_data_output must be a boolean");
     out.binary_output = b->get<bool>();
   }
+  if (const auto p = params.find("multimask_output"); p != params.end()) {  // SAM
+    if (!p->is_boolean()) return invalid_argument("parameters.multimask_output must be a boolean");
+    out.multimask_output = p->get<bool>();
+  }
+  if (const auto p = params.find("image_id"); p != params.end()) {  // SAM: an earlier request's image
+    if (!p->is_string() || p->get<std::string>().empty()) {
+      return invalid_argument("parameters.image_id must be a non-empty string");
+    }
+    out.image_id = p->get<std::string>();
+  }
   return parse_transcribe_parameters(params, out.transcribe);
 }
 
 bool known_output(const std::string& name) {
   return name == "text_embeds" || name == "image_embeds" || name == "logits_per_image" || name == "text" ||
-         name == "segments" || name == "language";
+         name == "segments" || name == "language" || name == "iou_scores" || name == "masks" || name == "image_id";
 }
 
 Status parse_outputs(const json& outputs, KServeInferRequest& out) {
@@ -410,7 +469,8 @@ Status parse_outputs(const json& outputs, KServeInferRequest& out) {
     RETURN_IF_ERROR(check_keys(o, {"name", "parameters"}, "output " + quote_name(request.name)));
     if (!known_output(request.name)) {
       return invalid_argument("unknown output " + quote_name(request.name) +
-                              " (expected text_embeds, image_embeds, logits_per_image; text, segments, language)");
+                              " (expected text_embeds, image_embeds, logits_per_image; text, segments, language; iou_scores, masks, "
+                              "image_id)");
     }
     if (!seen.insert(request.name).second)
       return invalid_argument("output " + quote_name(request.name) + " requested twice");
@@ -455,9 +515,12 @@ StatusOr<KServeInferRequest> parse_infer_json(const json& root, std::string_view
       RETURN_IF_ERROR(parse_pixel_input(spec, binary, out.inputs));
     } else if (spec.name == "audio") {
       RETURN_IF_ERROR(parse_audio_input(spec, binary, out.inputs));
+    } else if (spec.datatype == "FP32" || spec.datatype == "INT32") {
+      RETURN_IF_ERROR(parse_tensor_input(spec, binary, out.inputs));
     } else {
       return invalid_argument("unknown input " + quote_name(spec.name) +
-                              " (expected text, image, pixel_values; audio for Whisper models)");
+                              " (expected text, image, pixel_values; audio for Whisper models; FP32/INT32 tensors "
+                              "such as SAM's point_coords)");
     }
   }
   if (binary.unused() > 0) {
@@ -509,8 +572,15 @@ StatusOr<KServeInferRequest> parse_kserve_infer(std::string_view body, std::opti
 }
 
 StatusOr<EncodedBody> encode_kserve_infer(const std::string& model, const KServeInferRequest& request,
-                                          const serving::ResponseData& response) {
-  if (response.transcript) return encode_kserve_transcript(model, request, *response.transcript);
+                                          const serving::ResponseData& data) {
+  // One line per family's outputs.
+  if (const auto* t = engine::output_as<engine::TranscriptOutput>(data.output)) {
+    return encode_kserve_transcript(model, request, t->transcript);
+  }
+  if (const auto* s = engine::output_as<engine::SamOutput>(data.output)) return encode_kserve_sam(model, request, *s);
+  const auto* clip = engine::output_as<engine::ClipOutput>(data.output);
+  if (clip == nullptr) return internal_error("the model returned no output this API can encode");
+  const engine::ClipOutput& response = *clip;
   const size_t dim = static_cast<size_t>(std::max<int64_t>(response.dim, 0));
   if (response.embeddings.size() != request.kinds.size() || dim == 0) {
     return internal_error("the server returned " + std::to_string(response.embeddings.size()) + " embeddings of size " +

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "engine/clip_executor.h"
+#include "engine/sam_executor.h"
 #include "engine/whisper_executor.h"
 #include "serving/inference_server.h"
 #include "serving/request.h"
@@ -44,7 +46,14 @@ struct KServeInferRequest {
   bool binary_output = false;                // parameters.binary_data_output: every output binary by default
   std::vector<KServeOutputRequest> outputs;  // empty: every output the inputs produce
   engine::TranscribeOptions transcribe;      // from the parameters (used by Whisper models only)
+  bool multimask_output = true;              // parameters.multimask_output (SAM)
+  std::string image_id;                      // parameters.image_id (SAM: an earlier request's image)
 };
+
+// The request parameters every family may read (each family's preparer takes its own base).
+struct KServeParams final : engine::WhisperParams, engine::SamParams {};
+// The family options of a parsed request.
+std::shared_ptr<const KServeParams> kserve_params(const KServeInferRequest& request);
 
 // Parses an infer request body. `json_length` is the Inference-Header-Content-Length header (binary extension):
 // the first `json_length` bytes are the JSON header and the rest the binary tensor data; nullopt = all JSON.
@@ -71,6 +80,11 @@ StatusOr<EncodedBody> encode_kserve_infer(const std::string& model, const KServe
 // binary (4-byte little-endian length + bytes per element) as requested (kserve_transcript.cpp).
 StatusOr<EncodedBody> encode_kserve_transcript(const std::string& model, const KServeInferRequest& request,
                                                const engine::Transcript& transcript);
+
+// Writes a SAM response (kserve_sam.cpp): `iou_scores` FP32 [k], `masks` BYTES [k] (each a COCO RLE JSON object
+// {"size": [H, W], "counts": "..."}), `image_id` BYTES [1], or the requested subset.
+StatusOr<EncodedBody> encode_kserve_sam(const std::string& model, const KServeInferRequest& request,
+                                        const engine::SamOutput& output);
 
 std::string encode_server_metadata();
 std::string encode_model_metadata(const serving::ModelMetadata& metadata);

@@ -101,7 +101,7 @@ Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const 
   spec.model = context.model;
   spec.inputs = std::move(parsed->inputs);
   spec.options = std::move(*options);
-  spec.transcribe = parsed->transcribe;
+  spec.params = kserve_params(*parsed);
   spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
   StatusOr<serving::ResponseData> response = env.server.infer(std::move(spec));
   if (!response.ok()) return error_reply(family, response.status());

@@ -60,10 +60,10 @@ class TranscriptStream {
       if (finished) {
         if (!result_.ok()) {
           last = encode_stream_error_event(http_status_for(result_.status().code()), result_.status().message());
-        } else if (!result_->transcript) {
-          last = encode_stream_error_event(500, "internal error: the model returned no transcript");
+        } else if (const auto* out = engine::output_as<engine::TranscriptOutput>(result_->output)) {
+          last = encode_transcript_done_event(out->transcript);
         } else {
-          last = encode_transcript_done_event(*result_->transcript);
+          last = encode_stream_error_event(400, "the model does not transcribe audio");
         }
       }
     }
@@ -114,23 +114,27 @@ Reply handle_openai_audio(const HandlerEnv& env, RequestContext& context, const 
   audio.audio_bytes = std::move(parsed->audio);
   spec.inputs.push_back(std::move(audio));
   spec.options = std::move(*options);
-  spec.transcribe = parsed->options;
+  auto params = std::make_shared<engine::WhisperParams>();
+  params->options = parsed->options;
   spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
 
   if (!parsed->stream) {
+    spec.params = std::move(params);
     StatusOr<serving::ResponseData> response = env.server.infer(std::move(spec));
     if (!response.ok()) return failure(response.status());
-    if (!response->transcript) {
+    const auto* out = engine::output_as<engine::TranscriptOutput>(response->output);
+    if (out == nullptr) {
       return error_reply(kFamily, invalid_argument("model '" + parsed->model + "' does not transcribe audio"));
     }
-    Reply reply{200, engine::format_transcript(*response->transcript, parsed->format, task),
+    Reply reply{200, engine::format_transcript(out->transcript, parsed->format, task),
                 engine::transcript_content_type(parsed->format)};
     reply.headers.emplace_back("Server-Timing", server_timing(response->times));
     return reply;
   }
 
   auto stream = std::make_shared<TranscriptStream>();
-  spec.on_segment = [stream](const engine::TranscriptSegment& segment) { return stream->push_segment(segment); };
+  params->on_segment = [stream](const engine::TranscriptSegment& segment) { return stream->push_segment(segment); };
+  spec.params = std::move(params);
   env.server.submit(std::move(spec),
                     [stream](StatusOr<serving::ResponseData> result) { stream->finish(std::move(result)); });
   if (Status started = stream->wait_started(); !started.ok()) return failure(started);

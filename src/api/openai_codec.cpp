@@ -97,7 +97,10 @@ StatusOr<OpenAiEmbeddingRequest> parse_openai_embeddings(std::string_view body, 
 }
 
 StatusOr<std::string> encode_openai_embeddings(const OpenAiEmbeddingRequest& request,
-                                               const serving::ResponseData& response) {
+                                               const serving::ResponseData& data) {
+  const auto* clip = engine::output_as<engine::ClipOutput>(data.output);
+  if (clip == nullptr) return invalid_argument("this model does not return embeddings (it is not a CLIP model)");
+  const engine::ClipOutput& response = *clip;
   if (response.embeddings.size() != request.input_count) {
     return internal_error("the server returned " + std::to_string(response.embeddings.size()) + " embeddings for " +
                           std::to_string(request.input_count) + " inputs");
@@ -121,7 +124,7 @@ StatusOr<std::string> encode_openai_embeddings(const OpenAiEmbeddingRequest& req
   }
   out += "],\"model\":";
   append_json_string(out, request.model);
-  const std::string tokens = std::to_string(response.tokens);
+  const std::string tokens = std::to_string(data.tokens);
   out += ",\"usage\":{\"prompt_tokens\":" + tokens + ",\"total_tokens\":" + tokens + "}}";
   return out;
 }

@@ -55,6 +55,7 @@ const std::vector<Route>& routes() {
       {RouteId::kRepositoryUnload, "POST", "/v2/repository/models/{model}/unload", ApiFamily::kKServe, true, true},
       {RouteId::kOpenAiModels, "GET", "/v1/models", ApiFamily::kOpenAi, true, false},
       {RouteId::kOpenAiEmbeddings, "POST", "/v1/embeddings", ApiFamily::kOpenAi, true, true},
+      {RouteId::kSegment, "POST", "/v1/segment", ApiFamily::kOpenAi, true, true},
       {RouteId::kOpenAiTranscriptions, "POST", "/v1/audio/transcriptions", ApiFamily::kOpenAi, true, true},
       {RouteId::kOpenAiTranslations, "POST", "/v1/audio/translations", ApiFamily::kOpenAi, true, true},
       {RouteId::kMetrics, "GET", "/metrics", ApiFamily::kPlain, true, false},

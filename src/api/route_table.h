@@ -30,6 +30,7 @@ enum class RouteId {
   kRepositoryUnload,
   kOpenAiModels,
   kOpenAiEmbeddings,
+  kSegment,
   kOpenAiTranscriptions,
   kOpenAiTranslations,
   kMetrics,

@@ -1,13 +1,14 @@
-// The subcommands: embed, tokenize, inspect, demo-model. They compose the layers (frontends for bytes ->
-// tensors, engine for tensors -> embeddings) and print JSON; every failure is a message and exit code 1.
+// The subcommands: embed, tokenize, inspect, demo-model. embed runs CLIP's own input preparation and executor
+// (the server's code, cli/local_run.h) and prints JSON; every failure is a message and exit code 1.
 #include "cli/commands.h"
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "cli/local_run.h"
 #include "engine/clip_executor.h"
-#include "frontends/image/image.h"
-#include "frontends/image/preprocess.h"
+#include "engine/clip_inputs.h"
+#include "engine/families.h"
 #include "frontends/text/clip_tokenizer.h"
 #include "frontends/text/whisper_tokenizer.h"
 #include "models/clip/clip_demo.h"
@@ -42,70 +43,77 @@ int run_embed(const EmbedArgs& args) {
   if (args.images.empty() && args.texts.empty()) return fail("nothing to embed: give at least one --image or --text");
   auto family = models::detect_family(args.model_dir);
   if (!family.ok()) return fail(family.status().message());
-  if (Status servable = models::check_servable(*family); !servable.ok()) {
-    return fail(args.model_dir + ": " + servable.message());
-  }
   if (*family != models::Family::kClip) {
-    return fail(args.model_dir + ": embed needs a CLIP model; this is a " + models::family_name(*family) +
-                " model (speech to text: mmserve transcribe)");
+    return fail(args.model_dir + ": embed needs a CLIP model; this is a " + models::family_name(*family) + " model" +
+                (*family == models::Family::kWhisper ? " (speech to text: mmserve transcribe)" : ""));
   }
-
-  engine::ExecutorOptions options;
-  options.threads = args.threads;
-  options.batch_size_max = args.batch;
-  auto executor = engine::ClipExecutor::create(args.model_dir, options);
+  auto options = executor_options(args.device, args.dtype, args.threads, args.batch);
+  if (!options.ok()) return fail(options.status().message());
+  // The inputs first: a missing file fails before the model loads. Images, then texts (the output's order).
+  std::vector<engine::InputItem> inputs;
+  for (const std::string& path : args.images) {
+    auto bytes = read_input_file(path);
+    if (!bytes.ok()) return fail(bytes.status().message());
+    engine::InputItem item;
+    item.kind = engine::InputKind::kImageBytes;
+    item.image_bytes = std::move(*bytes);
+    inputs.push_back(std::move(item));
+  }
+  for (const std::string& text : args.texts) {
+    engine::InputItem item;
+    item.text = text;
+    inputs.push_back(std::move(item));
+  }
+  auto executor = engine::ClipExecutor::create(args.model_dir, *options);
   if (!executor.ok()) return fail(executor.status().message());
-  engine::ClipExecutor& exec = **executor;
-  const int64_t dim = exec.embedding_dim();
+  engine::PreparerOptions prepare;
+  prepare.max_image_pixels = args.max_pixels;
+  auto preparer = engine::ClipInputs::create(args.model_dir, **executor, prepare);
+  if (!preparer.ok()) return fail(preparer.status().message());
+  auto output = run_local(**executor, **preparer, std::move(inputs));
+  if (!output.ok()) {
+    // Name the file or text an input error is about (the preparer numbers the inputs in this order).
+    std::string message = output.status().message();
+    const size_t n = args.images.size() + args.texts.size();
+    for (size_t i = 0; i < n; ++i) {
+      const std::string tag = "input " + std::to_string(i) + " ";
+      if (message.rfind(tag, 0) == 0) {
+        message = (i < args.images.size() ? args.images[i] : "--text '" + args.texts[i - args.images.size()] + "'") +
+                  message.substr(tag.size() - 1);
+      }
+    }
+    return fail(message);
+  }
+  const auto* clip = engine::output_as<engine::ClipOutput>(*output);
+  if (clip == nullptr) return fail("internal error: the CLIP executor returned no embeddings");
+  const int64_t dim = clip->dim, images = static_cast<int64_t>(args.images.size());
+  const int64_t texts = static_cast<int64_t>(args.texts.size());
   nlohmann::json out = nlohmann::json::object();
-
-  std::vector<float> image_embeds, text_embeds;
-  if (!args.images.empty()) {
-    auto config = image::load_clip_preprocess_config(args.model_dir);
-    if (!config.ok()) return fail(config.status().message());
-    if (config->crop_height != exec.image_size() || config->crop_width != exec.image_size()) {
-      return fail("preprocessor_config.json crops to " + std::to_string(config->crop_width) + "x" +
-                  std::to_string(config->crop_height) + " but the model takes " + std::to_string(exec.image_size()) +
-                  "x" + std::to_string(exec.image_size()) + " images");
-    }
-    const int64_t per_image = 3 * exec.image_size() * exec.image_size();
-    std::vector<float> pixels(args.images.size() * per_image);
-    image::DecodeOptions decode_options;
-    decode_options.max_pixels = args.max_pixels;
-    for (size_t i = 0; i < args.images.size(); ++i) {
-      auto decoded = image::decode_rgb_file(args.images[i], decode_options);
-      if (!decoded.ok()) return fail(decoded.status().message());
-      image::RgbImage cropped = image::resize_and_crop(*decoded, *config);
-      image::to_pixel_values(cropped, *config, pixels.data() + i * per_image);
-    }
-    auto embeds = exec.embed_images(pixels, static_cast<int64_t>(args.images.size()));
-    if (!embeds.ok()) return fail(embeds.status().message());
-    image_embeds = std::move(*embeds);
-    out["image_embeds"] = rows_to_json(image_embeds, static_cast<int64_t>(args.images.size()), dim);
+  std::vector<float> image_rows, text_rows;
+  for (int64_t i = 0; i < images + texts; ++i) {
+    std::vector<float>& rows = i < images ? image_rows : text_rows;
+    rows.insert(rows.end(), clip->embeddings[static_cast<size_t>(i)].begin(),
+                clip->embeddings[static_cast<size_t>(i)].end());
   }
-  if (!args.texts.empty()) {
-    auto tokenizer = text::ClipTokenizer::from_model_dir(args.model_dir);
-    if (!tokenizer.ok()) return fail(tokenizer.status().message());
-    text::EncodeOptions encode_options;
-    encode_options.max_length = static_cast<int>(exec.config().text.max_position_embeddings);
-    std::vector<std::vector<int32_t>> ids;
-    for (const std::string& t : args.texts) {
-      auto encoded = (*tokenizer)->encode(t, encode_options);
-      if (!encoded.ok()) return fail("--text '" + t + "': " + encoded.status().message());
-      ids.push_back(std::move(*encoded));
-    }
-    auto embeds = exec.embed_texts(ids);
-    if (!embeds.ok()) return fail(embeds.status().message());
-    text_embeds = std::move(*embeds);
-    out["text_embeds"] = rows_to_json(text_embeds, static_cast<int64_t>(args.texts.size()), dim);
-  }
-  if (!args.images.empty() && !args.texts.empty()) {
-    const int64_t images = static_cast<int64_t>(args.images.size()), texts = static_cast<int64_t>(args.texts.size());
-    out["logits_per_image"] =
-        rows_to_json(exec.logits_per_image(image_embeds, images, text_embeds, texts), images, texts);
-  }
+  if (images > 0) out["image_embeds"] = rows_to_json(image_rows, images, dim);
+  if (texts > 0) out["text_embeds"] = rows_to_json(text_rows, texts, dim);
+  if (images > 0 && texts > 0) out["logits_per_image"] = rows_to_json(clip->logits_per_image, images, texts);
   print_json(out);
   return 0;
+}
+
+StatusOr<engine::ExecutorOptions> executor_options(const std::string& device, const std::string& dtype, int threads,
+                                                   int batch) {
+  engine::ExecutorOptions options;
+  ASSIGN_OR_RETURN(options.device, parse_device(device));
+  options.threads = threads;
+  options.batch_size_max = batch;
+  if (dtype != "auto") {
+    const char* name = dtype == "f32" ? "F32" : dtype == "f16" ? "F16" : dtype == "bf16" ? "BF16" : nullptr;
+    if (name == nullptr) return invalid_argument("--dtype '" + dtype + "' is not one of auto, f32, f16, bf16");
+    options.dtype = *dtype_from_safetensors(name);
+  }
+  return options;
 }
 
 namespace {
@@ -169,7 +177,7 @@ int run_inspect(const std::string& model_dir) {
                         {"bytes_on_disk", summary->bytes_on_disk},
                         {"bytes_in_memory_cpu_f32", summary->bytes_in_memory}};
   auto family = models::detect_family(model_dir);
-  const Status servable = family.ok() ? models::check_servable(*family) : family.status();
+  const Status servable = family.ok() ? engine::check_servable(*family) : family.status();
   if (family.ok()) out["family"] = models::family_name(*family);
   out["supported"] = servable.ok();
   if (!servable.ok()) out["unsupported_reason"] = servable.message();

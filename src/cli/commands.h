@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
+#include "engine/executor.h"
+
 namespace mmserve::cli {
 
 struct EmbedArgs {
@@ -12,6 +15,8 @@ struct EmbedArgs {
   std::vector<std::string> images;
   std::vector<std::string> texts;
   std::string output = "json";
+  std::string device = "cpu";
+  std::string dtype = "auto";  // auto (f32 on cpu, bf16 on cuda) | f32 | f16 | bf16
   int threads = 0;
   int batch = 64;
   long long max_pixels = 64LL * 1024 * 1024;
@@ -79,9 +84,29 @@ struct TranscribeArgs {
   std::string device = "cpu";
   std::string format = "json";
   int threads = 0;
+  std::string dtype = "auto";     // auto (f32 on cpu, f16 on cuda) | f32 | f16 | bf16
   std::string cross_kv = "same";  // cuda: same | fp8_e4m3 | int8
 };
 int run_transcribe(const TranscribeArgs& args);
+
+// `mmserve segment` (src/cli/segment_command.cpp): SAM masks for one prompt on one image.
+struct SegmentArgs {
+  std::string model_dir;
+  std::string image;
+  std::vector<std::string> points;  // "X,Y,LABEL" each, in the image's pixels
+  std::string box;                  // "X0,Y0,X1,Y1"
+  bool single_mask = false;
+  std::string output = "json";
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  int threads = 0;
+  long long max_pixels = 64LL * 1024 * 1024;
+};
+int run_segment(const SegmentArgs& args);
+
+// The executor options of --device, --dtype, --threads and --batch (errors name the flag's value).
+StatusOr<engine::ExecutorOptions> executor_options(const std::string& device, const std::string& dtype, int threads,
+                                                   int batch);
 
 // Prints "mmserve: error: <message>" to stderr and returns 1.
 int fail(const std::string& message);

@@ -9,7 +9,7 @@
 int main(int argc, char** argv) {
   using namespace mmserve::cli;
   mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);  // before any work: OpenBLAS reads it at load
-  CLI::App app{"mmserve: a multimodal inference server (CLIP today; Whisper, SAM and VLMs next)"};
+  CLI::App app{"mmserve: a multimodal inference server (CLIP embeddings, Whisper speech to text, SAM segmentation)"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "mmserve 0.1.0");
 
@@ -21,6 +21,9 @@ int main(int argc, char** argv) {
   embed_cmd->add_option("--image", embed.images, "image file (JPEG, PNG, WebP); repeatable");
   embed_cmd->add_option("--text", embed.texts, "text; repeatable")->allow_extra_args(false);
   embed_cmd->add_option("--output", embed.output, "output format")->check(CLI::IsMember({"json"}));
+  embed_cmd->add_option("--device", embed.device, "cpu, cuda or cuda:N");
+  embed_cmd->add_option("--dtype", embed.dtype, "compute dtype: auto (f32 on cpu, bf16 on cuda), f32, f16, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   embed_cmd->add_option("--threads", embed.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   embed_cmd->add_option("--batch", embed.batch, "largest batch run at once")->check(CLI::PositiveNumber);
   embed_cmd->add_option("--max-pixels", embed.max_pixels, "refuse images with more pixels (decompression bombs)")
@@ -116,6 +119,9 @@ int main(int argc, char** argv) {
   transcribe_cmd->add_option("--prompt", transcribe.prompt, "initial prompt (context for the first window)");
   transcribe_cmd->add_flag("--vad", transcribe.vad, "skip silence with the Silero VAD");
   transcribe_cmd->add_option("--device", transcribe.device, "cpu or cuda:N");
+  transcribe_cmd
+      ->add_option("--dtype", transcribe.dtype, "compute dtype: auto (f32 on cpu, f16 on cuda), f32, f16, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
   transcribe_cmd->add_option("--format", transcribe.format, "output format")
       ->check(CLI::IsMember({"json", "text", "srt", "vtt", "verbose_json"}));
   transcribe_cmd
@@ -124,6 +130,25 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"same", "fp8_e4m3", "int8"}));
   transcribe_cmd->add_option("--threads", transcribe.threads, "CPU threads (0 = all cores)")
       ->check(CLI::NonNegativeNumber);
+
+  SegmentArgs segment;
+  CLI::App* segment_cmd =
+      app.add_subcommand("segment", "Masks for a point/box prompt on an image with a SAM model (COCO RLE JSON)");
+  segment_cmd->add_option("--model", segment.model_dir, "HF SAM model directory")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  segment_cmd->add_option("--image", segment.image, "image file (JPEG, PNG, WebP)")->required();
+  segment_cmd->add_option("--point", segment.points,
+                          "X,Y,LABEL in the image's pixels (LABEL 1 foreground, 0 background); repeatable");
+  segment_cmd->add_option("--box", segment.box, "X0,Y0,X1,Y1 in the image's pixels");
+  segment_cmd->add_flag("--single-mask", segment.single_mask, "one mask (HF's multimask_output=False)");
+  segment_cmd->add_option("--output", segment.output, "output format")->check(CLI::IsMember({"json"}));
+  segment_cmd->add_option("--device", segment.device, "cpu or cuda:N");
+  segment_cmd->add_option("--dtype", segment.dtype, "compute dtype: auto, f32, f16, bf16")
+      ->check(CLI::IsMember({"auto", "f32", "f16", "bf16"}));
+  segment_cmd->add_option("--threads", segment.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  segment_cmd->add_option("--max-pixels", segment.max_pixels, "refuse images with more pixels (decompression bombs)")
+      ->check(CLI::PositiveNumber);
 
   try {
     app.parse(argc, argv);
@@ -139,5 +164,12 @@ int main(int argc, char** argv) {
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
   if (*transcribe_cmd) return run_transcribe(transcribe);
+  if (*segment_cmd) {
+    if (segment.points.empty() && segment.box.empty()) {
+      std::fprintf(stderr, "mmserve segment: give at least one --point or a --box\n");
+      return 2;
+    }
+    return run_segment(segment);
+  }
   return 2;
 }

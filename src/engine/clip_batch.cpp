@@ -1,110 +1,143 @@
-// run_clip_batch and bucket_for (see clip_batch.h). Tests: tests/unit/serving/inference_server_test.cpp.
-#include "serving/clip_batch.h"
-
+// ClipExecutor::run (see clip_executor.h): one dynamic batch of CLIP requests. Every text of every request goes
+// through embed_texts as one batch and every image through embed_images as another (CLIP's towers are
+// independent, so each is batched on its own), then the rows are handed back to their requests in input order,
+// with logits_per_image for requests that have both kinds.
+//
+// Preemption by time: when the hooks set chunk_budget_ms, the image tower runs in chunks of about that much
+// device time (the chunk size follows the measured time per image, rounded down to a power of two so a CUDA
+// graph bucket fits it), and between_chunks runs between them: an urgent request waits about one chunk, not a
+// whole batch. Text-only requests finish right after the text tower (no head-of-line blocking behind images).
+// The pixels are never consumed: a batch that fails with a device fault is retried on another replica.
+// Tests: tests/unit/engine/clip_batch_test.cpp, tests/unit/serving/inference_server_test.cpp.
 #include <algorithm>
+#include <chrono>
 
-namespace mmserve::serving {
+#include "engine/clip_executor.h"
 
-int64_t bucket_for(int64_t n, const std::vector<int>& buckets) {
-  if (n <= 0) return n;
-  for (int b : buckets) {
-    if (b >= n) return b;
-  }
-  return n;
+namespace mmserve::engine {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-BatchRun run_clip_batch(engine::ClipExecutor& executor, const std::vector<PendingRequestPtr>& batch,
-                        const EarlyFinish& early, const ImageChunking& chunking) {
-  BatchRun run;
-  run.finished_early.assign(batch.size(), false);
+// The images per chunk for a budget: a power of two <= budget / per-image time, at least 1.
+int64_t chunk_images(double budget_ms, double image_ms, int64_t images) {
+  if (budget_ms <= 0 || image_ms <= 0) return images;
+  int64_t chunk = 1;
+  while (chunk * 2 <= images && static_cast<double>(chunk * 2) * image_ms <= budget_ms) chunk *= 2;
+  return chunk;
+}
+
+}  // namespace
+
+BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) {
+  BatchStats stats;
+  std::vector<const ClipInput*> inputs(batch.size());
+  std::vector<bool> done(batch.size(), false);
+  auto finish = [&](size_t i, StatusOr<std::shared_ptr<const ModelOutput>> out, double ms) {
+    done[i] = true;
+    hooks.finish(i, std::move(out), ms);
+  };
   std::vector<std::vector<int32_t>> ids;
   std::vector<float> pixels;
-  for (const PendingRequestPtr& r : batch) {
-    ids.insert(ids.end(), r->text_ids.begin(), r->text_ids.end());
-    pixels.insert(pixels.end(), r->pixels.begin(), r->pixels.end());
-    run.images += r->images;
+  int64_t images = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    inputs[i] = dynamic_cast<const ClipInput*>(batch[i].input);
+    if (inputs[i] == nullptr) {
+      finish(i, internal_error("a CLIP executor was given another family's input"), 0);
+      continue;
+    }
+    ids.insert(ids.end(), inputs[i]->text_ids.begin(), inputs[i]->text_ids.end());
+    pixels.insert(pixels.end(), inputs[i]->pixels.begin(), inputs[i]->pixels.end());
+    images += inputs[i]->images;
   }
-  run.texts = static_cast<int64_t>(ids.size());
-  const int64_t dim = executor.embedding_dim();
+  const int64_t texts = static_cast<int64_t>(ids.size()), dim = embedding_dim();
+  stats.slot_items[kClipTextSlot] = texts;
+  stats.slot_items[kClipImageSlot] = images;
 
   // Request i's rows start at these offsets of the towers' outputs.
   std::vector<int64_t> text_offset(batch.size()), image_offset(batch.size());
   for (size_t i = 0, t = 0, m = 0; i < batch.size(); ++i) {
     text_offset[i] = static_cast<int64_t>(t);
     image_offset[i] = static_cast<int64_t>(m);
-    t += batch[i]->text_ids.size();
-    m += static_cast<size_t>(batch[i]->images);
+    if (inputs[i] == nullptr) continue;
+    t += inputs[i]->text_ids.size();
+    m += static_cast<size_t>(inputs[i]->images);
   }
   auto build = [&](size_t i, const std::vector<float>& text_embeds, const std::vector<float>& image_embeds) {
-    const PendingRequestPtr& r = batch[i];
-    ResponseData out;
-    out.dim = dim;
-    out.texts = static_cast<int64_t>(r->text_ids.size());
-    out.images = r->images;
-    out.tokens = r->tokens;
-    out.batch_size = static_cast<int>(std::max(out.texts > 0 ? run.texts : 0, out.images > 0 ? run.images : 0));
+    const ClipInput& r = *inputs[i];
+    auto out = std::make_shared<ClipOutput>();
+    out->dim = dim;
+    out->texts = static_cast<int64_t>(r.text_ids.size());
+    out->images = r.images;
+    out->batch_size = std::max(out->texts > 0 ? texts : 0, out->images > 0 ? images : 0);
     std::vector<float> own_text, own_image;  // this request's rows, for its logits
     int64_t text_row = text_offset[i], image_row = image_offset[i];
-    for (bool is_image : r->input_is_image) {
+    for (bool is_image : r.input_is_image) {
       const std::vector<float>& source = is_image ? image_embeds : text_embeds;
       const int64_t row = is_image ? image_row++ : text_row++;
       std::vector<float> embedding(source.begin() + row * dim, source.begin() + (row + 1) * dim);
       std::vector<float>& own = is_image ? own_image : own_text;
       own.insert(own.end(), embedding.begin(), embedding.end());
-      out.embeddings.push_back(std::move(embedding));
+      out->embeddings.push_back(std::move(embedding));
     }
-    if (out.images > 0 && out.texts > 0) {
-      out.logits_per_image = executor.logits_per_image(own_image, out.images, own_text, out.texts);
+    if (out->images > 0 && out->texts > 0) {
+      out->logits_per_image = logits_per_image(own_image, out->images, own_text, out->texts);
     }
-    return out;
+    return std::shared_ptr<const ModelOutput>(std::move(out));
   };
 
-  const Clock::time_point start = Clock::now();
+  const auto start = std::chrono::steady_clock::now();
   StatusOr<std::vector<float>> text_embeds = std::vector<float>();
   StatusOr<std::vector<float>> image_embeds = std::vector<float>();
-  if (run.texts > 0) text_embeds = executor.embed_texts(ids);
-  const double text_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  if (early && text_embeds.ok() && run.images > 0) {
+  if (texts > 0) text_embeds = embed_texts(ids);
+  const double text_ms = ms_since(start);
+  if (text_embeds.ok() && images > 0) {
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (batch[i]->images != 0) continue;
-      early(i, build(i, *text_embeds, {}), text_ms);
-      run.finished_early[i] = true;
+      if (done[i] || inputs[i]->images != 0) continue;
+      finish(i, build(i, *text_embeds, {}), text_ms);
     }
   }
   double preempted_ms = 0;  // time spent serving other requests between chunks: not this batch's compute
-  if (run.images > 0 && text_embeds.ok()) {
-    const int64_t chunk = chunking.images > 0 && chunking.between_chunks ? chunking.images : run.images;
-    const int64_t per_image = static_cast<int64_t>(pixels.size()) / run.images;
+  if (images > 0 && text_embeds.ok()) {
+    const int64_t chunk = hooks.between_chunks ? chunk_images(hooks.chunk_budget_ms, image_ms_, images) : images;
+    const int64_t per_image = static_cast<int64_t>(pixels.size()) / images;
     std::vector<float> all;
-    for (int64_t begin = 0; begin < run.images && image_embeds.ok(); begin += chunk) {
-      const int64_t count = std::min(chunk, run.images - begin);
-      StatusOr<std::vector<float>> part = executor.embed_images(pixels.data() + begin * per_image, count);
+    all.reserve(static_cast<size_t>(images * dim));
+    for (int64_t begin = 0; begin < images && image_embeds.ok(); begin += chunk) {
+      const int64_t count = std::min(chunk, images - begin);
+      const auto chunk_start = std::chrono::steady_clock::now();
+      StatusOr<std::vector<float>> part = embed_images(pixels.data() + begin * per_image, count);
       if (!part.ok()) {
         image_embeds = part.status();
         break;
       }
+      // The per-image time that sizes the next chunks (a moving average: the device's speed changes with load).
+      const double per = ms_since(chunk_start) / static_cast<double>(count);
+      image_ms_ = image_ms_ > 0 ? 0.8 * image_ms_ + 0.2 * per : per;
       all.insert(all.end(), part->begin(), part->end());
-      if (begin + count < run.images) {
-        const Clock::time_point paused = Clock::now();
-        chunking.between_chunks();
-        preempted_ms += std::chrono::duration<double, std::milli>(Clock::now() - paused).count();
+      if (begin + count < images && hooks.between_chunks) {
+        const auto paused = std::chrono::steady_clock::now();
+        hooks.between_chunks();
+        preempted_ms += ms_since(paused);
       }
     }
     if (image_embeds.ok()) image_embeds = std::move(all);
   }
-  run.compute_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count() - preempted_ms;
+  stats.compute_ms = ms_since(start) - preempted_ms;
 
   const Status failed = !text_embeds.ok() ? text_embeds.status() : image_embeds.status();
+  if (!failed.ok() && failed.code() == StatusCode::kInternal) stats.device_fault = failed;
   for (size_t i = 0; i < batch.size(); ++i) {
-    if (run.finished_early[i]) {
-      run.responses.emplace_back(Status(StatusCode::kInternal, "answered early"));
-    } else if (!text_embeds.ok() || !image_embeds.ok()) {
-      run.responses.emplace_back(failed.with_context("model forward"));
+    if (done[i]) continue;
+    if (!text_embeds.ok() || !image_embeds.ok()) {
+      finish(i, failed.with_context("model forward"), stats.compute_ms);
     } else {
-      run.responses.emplace_back(build(i, *text_embeds, *image_embeds));
+      finish(i, build(i, *text_embeds, *image_embeds), stats.compute_ms);
     }
   }
-  return run;
+  return stats;
 }
 
-}  // namespace mmserve::serving
+}  // namespace mmserve::engine

@@ -2,8 +2,10 @@
 #include "engine/clip_executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
+#include "engine/families.h"
 #include "kernels/gemm/gemm.h"
 
 namespace mmserve::engine {
@@ -14,11 +16,33 @@ std::string mib(int64_t bytes) {
 }
 }  // namespace
 
+StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::string& model_dir,
+                                                                    const ExecutorOptions& options,
+                                                                    const nlohmann::json& family_config) {
+  RETURN_IF_ERROR(check_known_keys(family_config, {"vision_micro_batch", "text_micro_batch"}, "CLIP"));
+  ClipOptions clip;
+  if (family_config.is_object()) {
+    clip.vision_micro_batch = family_config.value("vision_micro_batch", clip.vision_micro_batch);
+    clip.text_micro_batch = family_config.value("text_micro_batch", clip.text_micro_batch);
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<ClipExecutor> executor, create(model_dir, options, clip));
+  return std::unique_ptr<Executor>(std::move(executor));
+}
+
 StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& model_dir,
-                                                             const ExecutorOptions& options) {
+                                                             const ExecutorOptions& options, const ClipOptions& clip) {
   if (options.batch_size_max <= 0) return invalid_argument("batch_size_max must be positive");
   auto executor = std::unique_ptr<ClipExecutor>(new ClipExecutor());
   executor->options_ = options;
+  executor->clip_ = clip;
+  if (!options.device.is_cpu() || !options.tp_devices.empty() || !options.pipeline_devices.empty()) {
+    if (!options.tp_devices.empty() && !options.pipeline_devices.empty()) {
+      return unimplemented("tensor and pipeline parallel cannot be combined yet");
+    }
+  }
+  if (options.device.is_cpu() && (!options.tp_devices.empty() || !options.pipeline_devices.empty())) {
+    return invalid_argument("tensor_parallel / pipeline_parallel run on GPUs (device cuda), not on the CPU");
+  }
   if (options.device.is_cpu()) {
     if (options.dtype && *options.dtype != DType::kF32) {
       return unimplemented(std::string("the CPU path computes in f32 (dtype ") + dtype_name(*options.dtype) +
@@ -33,6 +57,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
     executor->arena_.reserve(
         std::max(model.image_workspace_bytes(options.batch_size_max),
                  model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
+    executor->fill_info();
     return executor;
   }
 #if MMSERVE_HAS_CUDA
@@ -43,9 +68,9 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   cuda.tp_devices = options.tp_devices;
   ASSIGN_OR_RETURN(cuda.tp_collective, parse_tp_collective(options.tp_collective));
   cuda.pipeline_devices = options.pipeline_devices;
-  cuda.vision_micro_batch = options.vision_micro_batch;
-  cuda.text_micro_batch = options.text_micro_batch;
-  cuda.pipeline_overlap = options.pipeline_overlap;
+  cuda.vision_micro_batch = clip.vision_micro_batch;
+  cuda.text_micro_batch = clip.text_micro_batch;
+  cuda.pipeline_overlap = clip.pipeline_overlap;
   cuda.buckets.clear();
   if (options.batch_buckets.empty()) {
     for (int64_t b = 1; b < options.batch_size_max; b *= 2) cuda.buckets.push_back(b);
@@ -59,6 +84,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   executor->config_ = executor->cuda_model_->config();
   executor->logit_scale_ = executor->cuda_model_->logit_scale();
   executor->dtype_ = cuda.dtype;
+  executor->fill_info();
   return executor;
 #else
   return unimplemented("device " + options.device.to_string() +
@@ -82,8 +108,8 @@ std::string ClipExecutor::describe() const {
   if (cuda_model_) {
     const models::ClipCudaMemory& m = cuda_model_->memory();
     if (cuda_model_->pipeline_stages() > 1) {
-      text += ", pipeline over 2 stages (micro-batches " + std::to_string(options_.vision_micro_batch) + " images / " +
-              std::to_string(options_.text_micro_batch) + " texts; memory summed over the stages)";
+      text += ", pipeline over 2 stages (micro-batches " + std::to_string(clip_.vision_micro_batch) + " images / " +
+              std::to_string(clip_.text_micro_batch) + " texts; memory summed over the stages)";
     }
     if (cuda_model_->tp_world_size() > 1) {
       text += ", tensor parallel over " + std::to_string(cuda_model_->tp_world_size()) + " GPUs (" +
@@ -97,6 +123,31 @@ std::string ClipExecutor::describe() const {
 #endif
   text += ": weights " + mib(model_->weight_bytes()) + ", activations " + mib(arena_.capacity());
   return text;
+}
+
+void ClipExecutor::fill_info() {
+  const int64_t s = image_size(), dim = embedding_dim();
+  info_.platform = "mmserve_clip";
+  info_.slot_names = {"text", "image"};
+  info_.inputs = {{"text", "BYTES", {-1}}, {"image", "BYTES", {-1}}, {"pixel_values", "FP32", {-1, 3, s, s}}};
+  info_.outputs = {
+      {"text_embeds", "FP32", {-1, dim}}, {"image_embeds", "FP32", {-1, dim}}, {"logits_per_image", "FP32", {-1, -1}}};
+  info_.embedding_dim = dim;
+  info_.image_size = s;
+  info_.max_text_tokens = config_.text.max_position_embeddings;
+}
+
+Status ClipExecutor::warm() {
+  // One text batch and one image batch: touches every weight and arena (and, on cuda, checks the graphs).
+  // Ids inside any vocabulary, ending with the EOS the text tower pools at.
+  const int32_t eos = static_cast<int32_t>(std::min(config_.text.eos_token_id, config_.text.vocab_size - 1));
+  auto texts = embed_texts({{0, 1, eos}});
+  if (!texts.ok()) return texts.status().with_context("warm-up text batch");
+  const Clock::time_point start = Clock::now();
+  auto images = embed_images(std::vector<float>(static_cast<size_t>(3 * image_size() * image_size()), 0.0f), 1);
+  if (!images.ok()) return images.status().with_context("warm-up image batch");
+  image_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return ok_status();
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images(const std::vector<float>& pixels, int64_t n) {

@@ -1,4 +1,5 @@
-// ClipExecutor: one instance of a CLIP model on one device, running batches.
+// ClipExecutor: one instance of a CLIP model on one device, running batches (the CLIP family's engine::Executor;
+// its input preparation is engine/clip_inputs.h).
 //
 // It owns the model's weights, the activation arena (sized for the largest batch once, then reused: no
 // allocation per request on the hot path) and the device choice. On `cpu` it runs models/clip/clip.h in
@@ -6,11 +7,13 @@
 // (tower, batch bucket), a batch of n replaying the smallest bucket >= n. Batches larger than
 // `batch_size_max` are split. One executor is driven by one thread at a time (the server gives each
 // instance its own engine thread); it holds no locks.
-// Tests: tests/unit/engine/clip_executor_test.cpp.
+// Tests: tests/conformance/clip_model_test.cpp, clip_cuda_test.cpp, tests/unit/engine/clip_batch_test.cpp.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "core/arena.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/executor.h"
 #include "models/clip/clip.h"
 #if MMSERVE_HAS_CUDA
 #include "models/clip/clip_cuda.h"
@@ -25,47 +29,58 @@
 
 namespace mmserve::engine {
 
-struct ExecutorOptions {
-  Device device = Device::cpu();
-  int threads = 0;              // CPU threads for kernels; 0 = library default (all cores)
-  int64_t batch_size_max = 64;  // larger requests are run in chunks of this size
-  // Compute dtype: nullopt = the device's default (f32 on cpu, bf16 on cuda). The CPU path takes f32 only.
-  std::optional<DType> dtype;
-  // CUDA: the batch sizes that get a graph (those above batch_size_max are dropped; batch_size_max itself
-  // is always one). Empty = 1, 2, 4, ... up to batch_size_max.
-  std::vector<int64_t> batch_buckets;
-  bool cuda_graphs = true;  // CUDA: false runs the kernels eagerly (debugging, compute-sanitizer)
-  // Whisper on CUDA: how the cross-attention K/V are stored: "same" (the compute dtype), "fp8_e4m3" or "int8"
-  // (per row-and-head scales; half the bytes of f16). The CPU path takes "same" only.
-  std::string whisper_cross_kv = "same";
-  // Whisper: the most decoder rows in flight at once (every beam and best_of sample of the batch's requests); more
-  // wait for rows to free up. 0 = the device's: max(batch_size_max, 5) on cuda (allocated at load), unbounded on
-  // cpu. Otherwise at least 5 (the default best_of, so a default request always fits).
-  int64_t whisper_decoder_rows = 0;
-  // CUDA (CLIP and Whisper): tensor parallel over these GPUs (NCCL; `device` is then the first). Empty: one GPU.
-  std::vector<int> tp_devices;
-  // "nccl", or "staged": sums through host memory, ranks may share a GPU (checks on one GPU; core/cuda/collective.h).
-  std::string tp_collective = "nccl";
-  // CLIP on CUDA: pipeline parallel over two GPUs (stage s on pipeline_devices[s]), batches run as micro-batches
-  // of these sizes; overlap false runs each micro-batch through both stages before the next (the bench baseline).
-  std::vector<int> pipeline_devices;
+// CLIP's own options (mmserve.yaml: vision_micro_batch, text_micro_batch under pipeline_parallel).
+struct ClipOptions {
+  // CUDA pipeline (ExecutorOptions::pipeline_devices): batches run as micro-batches of these sizes; overlap false
+  // runs each micro-batch through both stages before the next (the bench baseline).
   int64_t vision_micro_batch = 8, text_micro_batch = 4;
   bool pipeline_overlap = true;
 };
 
-class ClipExecutor {
+// One CLIP request, prepared (engine/clip_inputs.h): its texts' token ids and its images' pixels.
+struct ClipInput : ModelInput {
+  std::vector<bool> input_is_image;            // per input, in input order
+  std::vector<std::vector<int32_t>> text_ids;  // one per text input, in order
+  std::vector<float> pixels;                   // one [3, S, S] block per image input, in order
+  int64_t images = 0;
+  int64_t tokens = 0;  // sum of text_ids' lengths (OpenAI usage)
+};
+
+// One CLIP response: an embedding per input, in input order, plus logits when the request has both kinds.
+struct ClipOutput : ModelOutput {
+  int64_t dim = 0;
+  std::vector<std::vector<float>> embeddings;  // L2-normalised
+  std::vector<float> logits_per_image;         // [images x texts] in input order of each kind
+  int64_t images = 0, texts = 0;  // the request's inputs of each kind (its token count is ResponseData::tokens)
+};
+
+// Slots of CLIP's batching budget.
+inline constexpr int kClipTextSlot = 0, kClipImageSlot = 1;
+
+class ClipExecutor final : public Executor {
  public:
-  static StatusOr<std::unique_ptr<ClipExecutor>> create(const std::string& model_dir, const ExecutorOptions& options);
+  static StatusOr<std::unique_ptr<ClipExecutor>> create(const std::string& model_dir, const ExecutorOptions& options,
+                                                        const ClipOptions& clip = {});
+  // engine/families.h: the family config's keys are vision_micro_batch and text_micro_batch.
+  static StatusOr<std::unique_ptr<Executor>> create_for_server(const std::string& model_dir,
+                                                               const ExecutorOptions& options,
+                                                               const nlohmann::json& family_config);
 
   const models::ClipConfig& config() const { return config_; }
   int64_t embedding_dim() const { return config_.projection_dim; }
   int64_t image_size() const { return config_.vision.image_size; }
-  Device device() const { return options_.device; }
-  DType dtype() const { return dtype_; }
-  // Device memory (cuda) or host memory (cpu) the executor holds: weights + planned activations (+ graphs).
-  int64_t memory_bytes() const;
-  // One line for the load log: device, dtype, memory breakdown.
-  std::string describe() const;
+
+  // Executor.
+  Device device() const override { return options_.device; }
+  DType dtype() const override { return dtype_; }
+  int64_t memory_bytes() const override;
+  std::string describe() const override;
+  const FamilyInfo& info() const override { return info_; }
+  Status warm() override;
+  // Every text of the batch through the text tower as one batch, then every image through the image tower (in
+  // chunks bounded by hooks.chunk_budget_ms, with hooks.between_chunks between them); text-only requests finish
+  // right after the text tower. Inputs are ClipInput; pixels are never consumed.
+  BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
 
   // pixels: n images of [3, image_size, image_size] f32 in host memory, concatenated. Returns n normalised
   // embeddings.
@@ -81,10 +96,15 @@ class ClipExecutor {
                                       const std::vector<float>& text_embeds, int64_t texts) const;
 
  private:
+  using Clock = std::chrono::steady_clock;
   ClipExecutor() = default;
+  void fill_info();
   models::ClipConfig config_;
   float logit_scale_ = 0.0f;
   ExecutorOptions options_;
+  ClipOptions clip_;
+  FamilyInfo info_;
+  double image_ms_ = 0;  // measured time per image (moving average): sizes chunks to chunk_budget_ms
   DType dtype_ = DType::kF32;
   // Exactly one of these is set, by the device.
   std::unique_ptr<models::ClipModel> model_;

@@ -1,33 +1,54 @@
-// RequestPreprocessor (see request_preprocessor.h): the frontends composed per request, as cli's run_embed
-// composes them per command line. Tests: tests/unit/serving/inference_server_test.cpp.
-#include "serving/request_preprocessor.h"
+// ClipInputs (see clip_inputs.h): the frontends composed per request, for the server and `mmserve embed`.
+// Tests: tests/unit/serving/inference_server_test.cpp, tests/e2e/cli_test.cpp.
+#include "engine/clip_inputs.h"
 
 #include <cmath>
 #include <span>
 
 #include "frontends/image/image.h"
 
-namespace mmserve::serving {
+namespace mmserve::engine {
 
-int64_t count_code_points(const std::string& utf8) {
-  int64_t n = 0;
-  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;
-  return n;
+ClipInputs::ClipInputs(std::unique_ptr<text::ClipTokenizer> tokenizer, image::ClipPreprocessConfig image_config,
+                       ClipInputOptions options)
+    : tokenizer_(std::move(tokenizer)), image_config_(image_config), options_(std::move(options)) {
+  MMSERVE_CHECK(tokenizer_ != nullptr, "ClipInputs needs a tokenizer");
 }
 
-RequestPreprocessor::RequestPreprocessor(std::unique_ptr<text::ClipTokenizer> tokenizer,
-                                         image::ClipPreprocessConfig image_config, PreprocessorOptions options)
-    : tokenizer_(std::move(tokenizer)), image_config_(image_config), options_(options) {
-  MMSERVE_CHECK(tokenizer_ != nullptr, "RequestPreprocessor needs a tokenizer");
+StatusOr<std::unique_ptr<ClipInputs>> ClipInputs::create(const std::string& model_dir, const ClipExecutor& executor,
+                                                         const PreparerOptions& options) {
+  ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(model_dir));
+  ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(model_dir));
+  const int64_t s = executor.image_size();
+  if (image_config.do_center_crop && (image_config.crop_height != s || image_config.crop_width != s)) {
+    return invalid_argument("preprocessor_config.json crops to " + std::to_string(image_config.crop_width) + "x" +
+                            std::to_string(image_config.crop_height) + " but the model takes " + std::to_string(s) +
+                            "x" + std::to_string(s) + " images");
+  }
+  ClipInputOptions clip;
+  clip.image_size = s;
+  clip.image_tokens = executor.config().vision.num_patches();
+  clip.max_text_tokens = static_cast<int>(executor.config().text.max_position_embeddings);
+  clip.common = options;
+  return std::make_unique<ClipInputs>(std::move(tokenizer), image_config, clip);
 }
 
-StatusOr<std::vector<int32_t>> RequestPreprocessor::tokenize(const std::string& text) const {
+StatusOr<std::unique_ptr<InputPreparer>> ClipInputs::create_for_server(const std::string& model_dir,
+                                                                       const Executor& first,
+                                                                       const PreparerOptions& options) {
+  const auto* clip = dynamic_cast<const ClipExecutor*>(&first);
+  if (clip == nullptr) return internal_error("ClipInputs needs a ClipExecutor");
+  ASSIGN_OR_RETURN(std::unique_ptr<ClipInputs> inputs, create(model_dir, *clip, options));
+  return std::unique_ptr<InputPreparer>(std::move(inputs));
+}
+
+StatusOr<std::vector<int32_t>> ClipInputs::tokenize(const std::string& text) const {
   text::EncodeOptions encode;
   encode.max_length = options_.max_text_tokens;
   return tokenizer_->encode(text, encode);
 }
 
-Status RequestPreprocessor::add_image(InputItem& input, size_t index, PendingRequest& request) const {
+Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request) const {
   const int64_t s = options_.image_size, per_image = 3 * s * s;
   const std::string what = "input " + std::to_string(index);
   if (input.kind == InputKind::kPixelValues) {
@@ -44,7 +65,7 @@ Status RequestPreprocessor::add_image(InputItem& input, size_t index, PendingReq
     return ok_status();
   }
   image::DecodeOptions decode;
-  decode.max_pixels = options_.max_image_pixels;
+  decode.max_pixels = options_.common.max_image_pixels;
   const auto* bytes = reinterpret_cast<const uint8_t*>(input.image_bytes.data());
   auto decoded = image::decode_rgb(std::span<const uint8_t>(bytes, input.image_bytes.size()), decode);
   if (!decoded.ok()) {
@@ -68,11 +89,8 @@ Status RequestPreprocessor::add_image(InputItem& input, size_t index, PendingReq
   return ok_status();
 }
 
-Status RequestPreprocessor::run(std::vector<InputItem>& inputs, PendingRequest& request) const {
-  request.input_is_image.clear();
-  request.text_ids.clear();
-  request.pixels.clear();
-  request.images = request.tokens = 0;
+StatusOr<Prepared> ClipInputs::prepare(std::vector<InputItem>& inputs, const RequestParams* params) const {
+  auto request = std::make_unique<ClipInput>();
   int64_t text_chars = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputItem& input = inputs[i];
@@ -81,23 +99,30 @@ Status RequestPreprocessor::run(std::vector<InputItem>& inputs, PendingRequest& 
                               " is audio, but this is a CLIP model (texts and images only); transcription needs a "
                               "Whisper model");
     }
-    request.input_is_image.push_back(input.is_image());
+    if (input.kind == InputKind::kTensor) {
+      return invalid_argument("input " + std::to_string(i) + " ('" + input.name +
+                              "') is not a CLIP input (text, image or pixel_values)");
+    }
+    request->input_is_image.push_back(input.is_image());
     if (input.is_image()) {
-      RETURN_IF_ERROR(add_image(input, i, request));
-      ++request.images;
+      RETURN_IF_ERROR(add_image(input, i, *request));
+      ++request->images;
       continue;
     }
     auto ids = tokenize(input.text);
     if (!ids.ok()) return invalid_argument("input " + std::to_string(i) + " (text): " + ids.status().message());
     text_chars += count_code_points(input.text);
-    request.tokens += static_cast<int64_t>(ids->size());
-    request.text_ids.push_back(std::move(*ids));
+    request->tokens += static_cast<int64_t>(ids->size());
+    request->text_ids.push_back(std::move(*ids));
   }
-  request.items[kTextTower] = static_cast<int64_t>(request.text_ids.size());
-  request.items[kImageTower] = request.images;
-  request.score = qos_score(static_cast<double>(request.images * options_.image_tokens), 0.0,
-                            static_cast<double>(text_chars), options_.qos);
-  return ok_status();
+  Prepared out;
+  out.items[kClipTextSlot] = static_cast<int64_t>(request->text_ids.size());
+  out.items[kClipImageSlot] = request->images;
+  out.score = qos_score(static_cast<double>(request->images * options_.image_tokens), 0.0,
+                        static_cast<double>(text_chars), options_.common.qos);
+  out.tokens = request->tokens;
+  out.input = std::move(request);
+  return out;
 }
 
-}  // namespace mmserve::serving
+}  // namespace mmserve::engine

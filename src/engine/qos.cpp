@@ -1,13 +1,14 @@
-// SPEC 3.2's QoS score (declared in request.h): a weighted sum of the request's image, audio and text sizes,
-// each normalised by its maximum and clamped to [0, 1]. The scheduler (request_queue.cpp) serves higher
-// scores first within a priority class, as the design document treats the score as a priority.
+// SPEC 3.2's QoS score (declared in engine/executor.h): a weighted sum of the request's image, audio and text
+// sizes, each normalised by its maximum and clamped to [0, 1]. The scheduler (request_queue.cpp) serves higher
+// scores first within a priority class, as the design document treats the score as a priority. Also the
+// preparers' shared pieces: the code-point count and the default of InputPreparer::decodes_media().
 // Tests: tests/unit/serving/qos_test.cpp (SPEC 3.2's example rows computed by hand, clamping, weights).
 #include <algorithm>
 #include <cmath>
 
-#include "serving/request.h"
+#include "engine/executor.h"
 
-namespace mmserve::serving {
+namespace mmserve::engine {
 namespace {
 
 // min(value / max, 1), never below 0; a NaN or a non-positive maximum contributes nothing.
@@ -23,4 +24,16 @@ double qos_score(double image_tokens, double audio_seconds, double text_chars, c
          w.text * term(text_chars, w.text_chars_max);
 }
 
-}  // namespace mmserve::serving
+int64_t count_code_points(const std::string& utf8) {
+  int64_t n = 0;
+  for (unsigned char c : utf8) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+bool InputPreparer::decodes_media(const std::vector<InputItem>& inputs) const {
+  return std::any_of(inputs.begin(), inputs.end(), [](const InputItem& in) {
+    return in.kind == InputKind::kImageBytes || in.kind == InputKind::kAudioBytes;
+  });
+}
+
+}  // namespace mmserve::engine

@@ -72,6 +72,8 @@ struct SpanMap {
 
 struct WhisperExecutor::Impl {
   ExecutorOptions options;
+  WhisperOptions whisper;
+  FamilyInfo info;
   std::shared_ptr<models::WhisperModel> cpu_model;
   std::unique_ptr<models::WhisperBackend> backend;
   models::WhisperGenerationConfig generation;
@@ -124,13 +126,18 @@ WhisperExecutor::WhisperExecutor() : impl_(std::make_unique<Impl>()) {}
 WhisperExecutor::~WhisperExecutor() = default;
 
 StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::string& model_dir,
-                                                                   const ExecutorOptions& options) {
+                                                                   const ExecutorOptions& options,
+                                                                   const WhisperOptions& whisper) {
   auto executor = std::unique_ptr<WhisperExecutor>(new WhisperExecutor());
   Impl& impl = *executor->impl_;
   impl.options = options;
+  impl.whisper = whisper;
+  if (!options.pipeline_devices.empty()) {
+    return unimplemented("pipeline_parallel is implemented for CLIP only (Whisper takes tensor_parallel)");
+  }
   const int64_t default_best_of = TranscribeOptions{}.best_of;
-  if (options.whisper_decoder_rows != 0 && options.whisper_decoder_rows < default_best_of) {
-    return invalid_argument("decoder_rows " + std::to_string(options.whisper_decoder_rows) + " must be 0 (the " +
+  if (whisper.decoder_rows != 0 && whisper.decoder_rows < default_best_of) {
+    return invalid_argument("decoder_rows " + std::to_string(whisper.decoder_rows) + " must be 0 (the " +
                             "device's) or at least " + std::to_string(default_best_of) +
                             " (the default best_of: a default request must fit)");
   }
@@ -144,14 +151,14 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
       return unimplemented(std::string("the CPU path computes in f32 (dtype ") + dtype_name(*options.dtype) +
                            " needs device cuda)");
     }
-    if (options.whisper_cross_kv != "same") {
-      return unimplemented("cross_kv " + options.whisper_cross_kv +
+    if (whisper.cross_kv != "same") {
+      return unimplemented("cross_kv " + whisper.cross_kv +
                            ": compressed cross-attention K/V is a CUDA feature (the CPU path keeps f32)");
     }
     if (options.threads > 0) kernels::set_cpu_threads(options.threads);
     ASSIGN_OR_RETURN(std::unique_ptr<models::WhisperModel> model, models::WhisperModel::load(model_dir));
     impl.cpu_model = std::move(model);
-    impl.backend = models::make_cpu_whisper_backend(impl.cpu_model, options.whisper_decoder_rows);
+    impl.backend = models::make_cpu_whisper_backend(impl.cpu_model, whisper.decoder_rows);
   } else {
 #if MMSERVE_WHISPER_CUDA
     models::WhisperCudaOptions cuda;
@@ -160,15 +167,14 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
     cuda.cuda_graphs = options.cuda_graphs;
     // Decoder rows: the batch, and at least what one request with the default options needs (best_of samples when
     // a window falls back to sampling), so that no default request is refused by a small max_batch_size.
-    cuda.max_batch = options.whisper_decoder_rows > 0
-                         ? options.whisper_decoder_rows
-                         : std::max<int64_t>(options.batch_size_max, TranscribeOptions{}.best_of);
-    if (options.whisper_cross_kv == "fp8_e4m3") {
+    cuda.max_batch = whisper.decoder_rows > 0 ? whisper.decoder_rows
+                                              : std::max<int64_t>(options.batch_size_max, TranscribeOptions{}.best_of);
+    if (whisper.cross_kv == "fp8_e4m3") {
       cuda.cross_kv = models::WhisperCrossKv::kFp8E4M3;
-    } else if (options.whisper_cross_kv == "int8") {
+    } else if (whisper.cross_kv == "int8") {
       cuda.cross_kv = models::WhisperCrossKv::kInt8;
-    } else if (options.whisper_cross_kv != "same") {
-      return invalid_argument("cross_kv '" + options.whisper_cross_kv + "' is not one of same, fp8_e4m3, int8");
+    } else if (whisper.cross_kv != "same") {
+      return invalid_argument("cross_kv '" + whisper.cross_kv + "' is not one of same, fp8_e4m3, int8");
     }
     if (!options.tp_devices.empty()) {
       // A tensor-parallel group (whisper_cuda_tp.h): the same backend interface over every rank.
@@ -201,7 +207,16 @@ StatusOr<std::unique_ptr<WhisperExecutor>> WhisperExecutor::create(const std::st
                             " ids exceed the model's vocab_size " + std::to_string(config.vocab_size));
   }
   ASSIGN_OR_RETURN(impl.session, models::WhisperDecodeSession::create(*impl.backend));
+  impl.info.platform = "mmserve_whisper";
+  impl.info.slot_names = {"audio", ""};
+  impl.info.counts_audio = true;
+  impl.info.inputs = {{"audio", "BYTES", {1}}};
+  impl.info.outputs = {{"text", "BYTES", {1}}, {"segments", "BYTES", {1}}, {"language", "BYTES", {1}}};
   return executor;
+}
+
+const FamilyInfo& WhisperExecutor::info() const {
+  return impl_->info;
 }
 
 Device WhisperExecutor::device() const {
@@ -219,12 +234,11 @@ int64_t WhisperExecutor::memory_bytes() const {
 
 std::string WhisperExecutor::describe() const {
   const models::WhisperConfig& c = impl_->backend->config();
-  return device().to_string() + " " + dtype_name(dtype()) + ": whisper d_model " +
-         std::to_string(c.d_model) + ", " + std::to_string(c.encoder_layers) + "+" + std::to_string(c.decoder_layers) +
-         " layers, " + std::to_string(c.num_mel_bins) + " mel bins, " +
-         std::to_string(impl_->tokenizer->num_languages()) + " languages, " +
-         std::to_string((memory_bytes() + (1 << 19)) >> 20) + " MiB" +
-         (device().is_cpu() ? "" : ", cross K/V " + impl_->options.whisper_cross_kv);
+  return device().to_string() + " " + dtype_name(dtype()) + ": whisper d_model " + std::to_string(c.d_model) + ", " +
+         std::to_string(c.encoder_layers) + "+" + std::to_string(c.decoder_layers) + " layers, " +
+         std::to_string(c.num_mel_bins) + " mel bins, " + std::to_string(impl_->tokenizer->num_languages()) +
+         " languages, " + std::to_string((memory_bytes() + (1 << 19)) >> 20) + " MiB" +
+         (device().is_cpu() ? "" : ", cross K/V " + impl_->whisper.cross_kv);
 }
 
 std::vector<std::string> WhisperExecutor::languages() const {

@@ -1,7 +1,8 @@
-// Audio preprocessing for speech models (Whisper), on a preprocessing-pool thread: the request's one encoded
-// audio file is decoded, downmixed and resampled to the executor's rate (frontends/audio), with the model's
-// limits (audio_bytes_max before any parsing, audio_seconds_max from the header and again while decoding),
-// and the SPEC 3.2 QoS score is computed from the audio's duration in seconds (no image or text term).
+// WhisperInputs: the Whisper family's input preparation (engine::InputPreparer), on a preprocessing-pool thread:
+// the request's one encoded audio file is decoded, downmixed and resampled to the executor's rate
+// (frontends/audio), with the model's limits (audio_bytes_max before any parsing, audio_seconds_max from the
+// header and again while decoding), and the SPEC 3.2 QoS score is computed from the audio's duration in seconds
+// (no image or text term). The request's WhisperParams (decoding options, streaming callback) ride along.
 //
 // Errors name what is wrong: kInvalidArgument when the request is not exactly one audio input (a text or an
 // image sent to a Whisper model), for empty, non-audio, truncated or corrupt bytes and for encodings we do not
@@ -9,27 +10,28 @@
 // limits. Tests: tests/unit/serving/audio_preprocessor_test.cpp.
 #pragma once
 
-#include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-#include "serving/pending_request.h"
-#include "serving/request.h"
+#include "engine/executor.h"
+#include "engine/whisper_executor.h"
 
-namespace mmserve::serving {
+namespace mmserve::engine {
 
-struct AudioPreprocessorOptions {
-  std::string model;                // named in errors
-  int sample_rate = 16000;          // the executor's input rate
-  double seconds_max = 7200;        // mmserve.yaml audio_seconds_max
-  int64_t bytes_max = 256LL << 20;  // mmserve.yaml audio_bytes_max
-  QosWeights qos;
+class WhisperInputs final : public InputPreparer {
+ public:
+  WhisperInputs(int sample_rate, PreparerOptions options) : sample_rate_(sample_rate), options_(std::move(options)) {}
+  // engine/families.h (`first` is a WhisperExecutor: its sample rate).
+  static StatusOr<std::unique_ptr<InputPreparer>> create_for_server(const std::string& model_dir, const Executor& first,
+                                                                    const PreparerOptions& options);
+  // A WhisperInput, one item in slot 0. `params` may be a WhisperParams (else the default options).
+  StatusOr<Prepared> prepare(std::vector<InputItem>& inputs, const RequestParams* params) const override;
+
+ private:
+  int sample_rate_;
+  PreparerOptions options_;
 };
 
-// Fills `request`'s audio, audio_seconds, items (one in kAudioSlot) and score from `inputs` (the encoded bytes
-// are released as soon as they are decoded).
-Status preprocess_audio(std::vector<InputItem>& inputs, const AudioPreprocessorOptions& options,
-                        PendingRequest& request);
-
-}  // namespace mmserve::serving
+}  // namespace mmserve::engine

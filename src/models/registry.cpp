@@ -8,6 +8,23 @@
 
 namespace mmserve::models {
 
+namespace {
+
+// One line per architecture: HF's `architectures[0]`, its `model_type` (for configs without architectures).
+struct Architecture {
+  const char* architecture;
+  const char* model_type;
+  Family family;
+  const char* name;
+};
+constexpr Architecture kArchitectures[] = {
+    {"CLIPModel", "clip", Family::kClip, "clip"},
+    {"WhisperForConditionalGeneration", "whisper", Family::kWhisper, "whisper"},
+    {"SamModel", "sam", Family::kSam, "sam"},
+};
+
+}  // namespace
+
 StatusOr<Family> detect_family(const std::string& model_dir) {
   const std::string path = (std::filesystem::path(model_dir) / "config.json").string();
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(path));
@@ -19,31 +36,23 @@ StatusOr<Family> detect_family(const std::string& model_dir) {
   }
   std::string model_type =
       json.contains("model_type") && json["model_type"].is_string() ? json["model_type"].get<std::string>() : "";
-  if (architecture == "CLIPModel" || (architecture.empty() && model_type == "clip")) return Family::kClip;
-  if (architecture == "WhisperForConditionalGeneration" || (architecture.empty() && model_type == "whisper")) {
-    return Family::kWhisper;
+  std::string supported;
+  for (const Architecture& a : kArchitectures) {
+    if (architecture == a.architecture || (architecture.empty() && model_type == a.model_type)) return a.family;
+    supported += std::string(supported.empty() ? "" : ", ") + a.architecture;
   }
   if (architecture.empty() && model_type.empty()) {
     return invalid_argument(path + ": neither \"architectures\" nor \"model_type\" is set");
   }
   return unimplemented(path + ": architecture '" + (architecture.empty() ? model_type : architecture) +
-                       "' is not supported (supported: CLIPModel, WhisperForConditionalGeneration)");
+                       "' is not supported (supported: " + supported + ")");
 }
 
 const char* family_name(Family family) {
-  switch (family) {
-    case Family::kClip: return "clip";
-    case Family::kWhisper: return "whisper";
+  for (const Architecture& a : kArchitectures) {
+    if (a.family == family) return a.name;
   }
   return "unknown";
-}
-
-Status check_servable(Family family) {
-  switch (family) {
-    case Family::kClip: return ok_status();
-    case Family::kWhisper: return ok_status();
-  }
-  return internal_error("unknown model family");
 }
 
 StatusOr<ModelSummary> inspect_model_dir(const std::string& model_dir) {

@@ -1,8 +1,8 @@
 // Which architectures mmserve knows, and what a model directory holds (for `mmserve inspect`).
 //
-// The registry maps HF `architectures` names (config.json) to the model families known here: CLIPModel (served)
-// and WhisperForConditionalGeneration (detected, so its tokenizer works; not served yet). SAM and LLaVA join as
-// they land. inspect_model_dir() reads only the config and the
+// The registry maps HF `architectures` names (config.json) to the model families known here, one table line per
+// architecture (registry.cpp): CLIPModel, WhisperForConditionalGeneration, SamModel. What serves a family (its
+// executor and input preparation) is engine/families.h. inspect_model_dir() reads only the config and the
 // safetensors headers, never the weights, so it is instant even for large checkpoints.
 // Tests: tests/unit/models/registry_test.cpp.
 #pragma once
@@ -15,18 +15,14 @@
 
 namespace mmserve::models {
 
-enum class Family { kClip, kWhisper };
+enum class Family { kClip, kWhisper, kSam };
 
 // Reads config.json's "architectures" (or "model_type") and returns the family; kUnimplemented names the
 // architecture when it is not known.
 StatusOr<Family> detect_family(const std::string& model_dir);
 
-// "clip", "whisper".
+// "clip", "whisper", "sam".
 const char* family_name(Family family);
-
-// OK when the server can run models of `family` (both families today; SAM and VLMs will start as
-// kUnimplemented, saying so).
-Status check_servable(Family family);
 
 struct ModelSummary {
   std::string architecture;

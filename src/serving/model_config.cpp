@@ -1,5 +1,5 @@
 // The serving layer's YAML files: a model's mmserve.yaml (model_config.h) and the server-wide config
-// (inference_server.h). This is the one file that wraps yaml-cpp: its exceptions (syntax errors, failed
+// (server_types.h). This is the one file that wraps yaml-cpp: its exceptions (syntax errors, failed
 // conversions) are caught here and become kInvalidArgument naming the file and the key. Every key is
 // optional; unknown keys are errors (a typo must not silently fall back to a default). Values are then
 // validated (ranges, bucket order) by validate_model_config / validate_server_config, which code that builds
@@ -17,7 +17,7 @@
 #include <sstream>
 
 #include "core/tensor.h"
-#include "serving/inference_server.h"
+#include "serving/server_types.h"
 
 namespace mmserve::serving {
 namespace {
@@ -61,6 +61,40 @@ StatusOr<double> read_double(const YAML::Node& node, const std::string& label, c
 StatusOr<std::string> read_string(const YAML::Node& node, const std::string& label, const std::string& key) {
   if (node.IsScalar()) return node.Scalar();
   return invalid_argument(where(label, key) + ": expected a string, got " + scalar_text(node));
+}
+
+// A YAML value as JSON, for the family's `options` (scalars typed as YAML 1.2's core schema reads them: true/false,
+// integers, finite numbers, else strings). Nested maps and lists are kept.
+StatusOr<nlohmann::json> yaml_to_json(const YAML::Node& node, const std::string& where_text) {
+  if (node.IsMap()) {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& entry : node) {
+      const std::string key = entry.first.Scalar();
+      ASSIGN_OR_RETURN(out[key], yaml_to_json(entry.second, where_text + "." + key));
+    }
+    return out;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& item : node) {
+      ASSIGN_OR_RETURN(nlohmann::json value, yaml_to_json(item, where_text));
+      out.push_back(std::move(value));
+    }
+    return out;
+  }
+  if (!node.IsScalar()) return nlohmann::json();
+  const std::string& text = node.Scalar();
+  if (node.Tag() == "!") return nlohmann::json(text);  // quoted: a string
+  if (text == "true" || text == "false") return nlohmann::json(text == "true");
+  try {
+    size_t used = 0;
+    const long long i = std::stoll(text, &used);
+    if (used == text.size()) return nlohmann::json(i);
+    const double d = std::stod(text, &used);
+    if (used == text.size() && std::isfinite(d)) return nlohmann::json(d);
+  } catch (const std::exception&) {
+  }
+  return nlohmann::json(text);
 }
 
 template <typename T, typename Read>
@@ -222,8 +256,8 @@ Status validate_model_config(const ModelConfig& c, const std::string& label) {
     return out_of_range_value(label, "max_queue_delay_ms", std::to_string(c.max_queue_delay_ms), "must be >= 0");
   }
   if (c.queue_size < 1) return out_of_range_value(label, "queue_size", std::to_string(c.queue_size), "must be >= 1");
-  if (c.preempt_chunk_images < 0) {
-    return out_of_range_value(label, "preempt_chunk_images", std::to_string(c.preempt_chunk_images), "must be >= 0");
+  if (!(c.preempt_chunk_ms >= 0)) {
+    return out_of_range_value(label, "preempt_chunk_ms", std::to_string(c.preempt_chunk_ms), "must be >= 0");
   }
   if (c.priority_levels < 1 || c.priority_levels > kPriorityLevelsMax) {
     return out_of_range_value(label, "priority_levels", std::to_string(c.priority_levels),
@@ -313,7 +347,14 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
          return ok_status();
        }},
       {"threads", set_int(&c.threads)},
-      {"preempt_chunk_images", set_int(&c.preempt_chunk_images)},
+      {"preempt_chunk_ms", set_double(&c.preempt_chunk_ms)},
+      {"options",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         if (!n.IsMap()) return invalid_argument(where(label, key) + ": must be a mapping of the family's keys");
+         ASSIGN_OR_RETURN(nlohmann::json options, yaml_to_json(n, where(label, key)));
+         for (auto& [k, v] : options.items()) c.family_options[k] = v;
+         return ok_status();
+       }},
       {"audio_seconds_max", set_double(&c.audio_seconds_max)},
       {"audio_bytes_max",
        [&](const YAML::Node& n, const std::string& key) -> Status {
@@ -322,6 +363,14 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
        }},
   };
   RETURN_IF_ERROR(for_each_key(root, label, "", handlers));
+  // The flat family keys go to the family too (it refuses those that are not its own).
+  for (const char* key : {"cross_kv", "decoder_rows", "vision_micro_batch", "text_micro_batch"}) {
+    if (!root[key]) continue;
+    if (std::string(key) == "cross_kv") c.family_options[key] = c.cross_kv;
+    if (std::string(key) == "decoder_rows") c.family_options[key] = c.decoder_rows;
+    if (std::string(key) == "vision_micro_batch") c.family_options[key] = c.vision_micro_batch;
+    if (std::string(key) == "text_micro_batch") c.family_options[key] = c.text_micro_batch;
+  }
   if (device_given && devices_given) {
     return invalid_argument(label + ": keys 'device' and 'devices' are exclusive (give one device, or the list)");
   }

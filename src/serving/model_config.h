@@ -25,8 +25,9 @@
 //   default_timeout_ms: 0       # 0 = none; otherwise a deadline for requests that set none
 //   memory_quota_mb: 0          # 0 = unlimited; loading refuses a model whose weights + arena exceed it
 //   threads: 0                  # CPU threads of the engine (0 = all)
-//   preempt_chunk_images: 8     # qos: run a batch's images in chunks of this many and serve better-class
-//                               # requests that arrived meanwhile between chunks (0 = never)
+//   preempt_chunk_ms: 20        # qos: a batch runs in chunks of about this much engine time (CLIP's image tower
+//                               # by measured time per image), and better-class requests that arrived meanwhile
+//                               # run between chunks (0 = never)
 //   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
 //   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
 //                               # (the HTTP body limit, --max-body-mb, applies first)
@@ -35,11 +36,16 @@
 //                               # cpu; else >= 5
 //   cross_kv: same              # Whisper on cuda: cross-attention K/V as same (the compute dtype) | fp8_e4m3 |
 //                               # int8 (half the memory of f16; docs/perf/whisper_gpu.md has the cost)
-// Unknown keys and wrong types are errors naming the file and the key.
+//   options: {embedding_cache_mb: 512}   # the family's own keys (engine/families.h), checked by the family:
+//                               # SAM: embedding_cache_mb
+// Unknown keys and wrong types are errors naming the file and the key. The family-specific keys (cross_kv,
+// decoder_rows, vision_micro_batch, text_micro_batch and everything under `options`) also go to the family in
+// `family_options`, which refuses the keys that are not its own.
 // Tests: tests/unit/serving/model_config_test.cpp.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -62,7 +68,7 @@ struct ModelConfig {
   double default_timeout_ms = 0;
   int64_t memory_quota_mb = 0;
   int threads = 0;
-  int preempt_chunk_images = 8;
+  double preempt_chunk_ms = 20;
   double audio_seconds_max = 7200;
   int64_t audio_bytes_max = 256LL << 20;
   std::string cross_kv = "same";
@@ -72,6 +78,9 @@ struct ModelConfig {
   int pipeline_parallel = 1;
   int vision_micro_batch = 8;
   int text_micro_batch = 4;
+  // The family-specific keys the file sets, as JSON (engine/families.h): the flat ones above when given, and
+  // the `options` mapping.
+  nlohmann::json family_options = nlohmann::json::object();
 };
 
 // Parses YAML text (`label` names it in errors); missing keys keep their defaults.

@@ -3,7 +3,6 @@
 #include "serving/model_repository.h"
 
 #include <cstdio>
-
 #include <filesystem>
 
 namespace mmserve::serving {

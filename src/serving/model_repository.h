@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serving/inference_server.h"
 #include "serving/model_runtime.h"
+#include "serving/server_types.h"
 #include "serving/serving_metrics.h"
 
 namespace mmserve::serving {

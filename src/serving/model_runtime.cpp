@@ -1,14 +1,13 @@
 // ModelRuntime (see model_runtime.h): loading with quota and warm-up, admission, the preprocessing task, the
-// engine threads' batch loop, and finish(). Locks: state_mutex_ guards only the admission counters; the
-// queue's scheduling lock lives in request_queue.cpp; no lock is held while a batch runs or `done` is called.
-// Tests: tests/unit/serving/inference_server_test.cpp.
+// engine threads' batch loop, and finish(), for every family alike. Locks: state_mutex_ guards only the admission
+// counters; the queue's scheduling lock lives in request_queue.cpp; no lock is held while a batch runs or `done` is
+// called. Tests: tests/unit/serving/inference_server_test.cpp.
 #include "serving/model_runtime.h"
 
 #include <algorithm>
 #include <limits>
 
 #include "models/registry.h"
-#include "serving/clip_batch.h"
 
 namespace mmserve::serving {
 namespace {
@@ -28,7 +27,7 @@ ModelRuntime::ModelRuntime(std::string name, ModelConfig config, const RuntimeCo
       config_(std::move(config)),
       context_(context),
       family_(family),
-      metrics_(*context.metrics, name_, config_.priority_levels, family == models::Family::kWhisper),
+      metrics_(*context.metrics, name_, config_.priority_levels),
       queue_(QueueOptions{context.policy, static_cast<size_t>(config_.queue_size), context.aging_ms_per_level,
                           &metrics_.queue_depth(),
                           [this](const PendingRequestPtr& r, const Status& s) { on_dropped(r, s); }}) {}
@@ -49,12 +48,6 @@ StatusOr<std::shared_ptr<ModelRuntime>> ModelRuntime::load(const std::string& na
     runtime->engines_.emplace_back([raw = runtime.get(), exec = runtime->executors_[i].get(),
                                     replica = runtime->replicas_[i].get()] { raw->engine_loop(exec, replica); });
   }
-  for (size_t i = 0; i < runtime->whisper_executors_.size(); ++i) {
-    runtime->engines_.emplace_back(
-        [raw = runtime.get(), exec = runtime->whisper_executors_[i].get(), replica = runtime->replicas_[i].get()] {
-          raw->whisper_engine_loop(exec, replica);
-        });
-  }
   runtime->load_seconds_ = std::chrono::duration<double>(Clock::now() - start).count();
   return runtime;
 }
@@ -65,9 +58,8 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   const int instances = static_cast<int>(devices.size());
   const bool any_cpu = std::any_of(devices.begin(), devices.end(), [](const Device& d) { return d.is_cpu(); });
   std::optional<DType> dtype;  // "auto": the device's default (f32 on cpu, bf16 on cuda)
-  if (config_.dtype != "auto") dtype = *dtype_from_safetensors(config_.dtype == "f32"    ? "F32"
-                                                               : config_.dtype == "f16" ? "F16"
-                                                                                        : "BF16");
+  if (config_.dtype != "auto")
+    dtype = *dtype_from_safetensors(config_.dtype == "f32" ? "F32" : config_.dtype == "f16" ? "F16" : "BF16");
   if (any_cpu && dtype && *dtype != DType::kF32) {
     return unimplemented("dtype " + config_.dtype +
                          ": the CPU path computes in f32 (weights are upcast at load); set dtype: auto or f32, "
@@ -84,49 +76,39 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                               std::to_string(config_.memory_quota_mb));
   }
   engine::ExecutorOptions options;
-  options.device = devices[0];
   options.threads = config_.threads;
   options.batch_size_max = config_.max_batch_size;
   options.dtype = dtype;
-  options.whisper_cross_kv = config_.cross_kv;
   options.tp_collective = config_.tp_collective;
-  options.whisper_decoder_rows = config_.decoder_rows;
   options.batch_buckets.assign(config_.batch_buckets.begin(), config_.batch_buckets.end());
-  RETURN_IF_ERROR(models::check_servable(family_).with_context(dir));
+  auto ops = engine::find_family(family_);
+  if (!ops.ok()) return ops.status().with_context(dir);
+  family_ops_ = *ops;
   if ((config_.tensor_parallel > 1 || config_.pipeline_parallel > 1) && any_cpu) {
     return invalid_argument(dir +
                             "/mmserve.yaml: tensor_parallel / pipeline_parallel run on GPUs (device cuda), "
                             "not on the CPU");
   }
-  if (config_.pipeline_parallel > 1 && family_ != models::Family::kClip) {
-    return unimplemented(dir + "/mmserve.yaml: pipeline_parallel is implemented for CLIP only");
-  }
-  options.vision_micro_batch = config_.vision_micro_batch;
-  options.text_micro_batch = config_.text_micro_batch;
-  if (family_ == models::Family::kWhisper) return load_whisper_instances(dir, options, quota, devices);
-  MMSERVE_CHECK(family_ == models::Family::kClip, "a servable family without a loader");
-  if (config_.cross_kv != "same") {
-    return invalid_argument(dir + "/mmserve.yaml: cross_kv applies to Whisper models (cross-attention K/V); "
-                            "this is a CLIP model");
-  }
-  if (config_.decoder_rows != 0) {
-    return invalid_argument(dir +
-                            "/mmserve.yaml: decoder_rows applies to Whisper models (decoder rows in flight); "
-                            "this is a CLIP model");
-  }
-  ASSIGN_OR_RETURN(auto tokenizer, text::ClipTokenizer::from_model_dir(dir));
-  ASSIGN_OR_RETURN(image::ClipPreprocessConfig image_config, image::load_clip_preprocess_config(dir));
-
+  engine::PreparerOptions prepare;
+  prepare.model = name_;
+  prepare.max_image_pixels = context_.max_image_pixels;
+  prepare.audio_seconds_max = config_.audio_seconds_max;
+  prepare.audio_bytes_max = config_.audio_bytes_max;
+  prepare.qos = context_.qos;
   for (int i = 0; i < instances; ++i) {
     options.device = devices[static_cast<size_t>(i)];
-    // A GPU group is a tensor-parallel group or the two pipeline stages.
+    // A GPU group is a tensor-parallel group or the pipeline's stages.
     const std::vector<int>& group = replicas_[static_cast<size_t>(i)]->tp_group;
+    options.tp_devices.clear();
+    options.pipeline_devices.clear();
     (config_.pipeline_parallel > 1 ? options.pipeline_devices : options.tp_devices) = group;
-    ASSIGN_OR_RETURN(auto executor, engine::ClipExecutor::create(dir, options));
+    auto created = family_ops_->create_executor(dir, options, config_.family_options);
+    if (!created.ok()) return created.status().with_context(dir);
+    std::unique_ptr<engine::Executor> executor = std::move(*created);
     if (i > 0) description_ += "; ";
     description_ += "replica " + std::to_string(i) + ": " + executor->describe();
     if (i == 0) {
-      // What the executor holds: weights + the activations of its largest chunk (+ graphs on cuda).
+      // What the executor holds: weights + the activations of its largest chunk (+ graphs, caches on cuda).
       memory_bytes_ = executor->memory_bytes() * instances;
       if (quota > 0 && memory_bytes_ > quota) {
         return resource_exhausted("memory quota: " + std::to_string(instances) + " instance(s) need " +
@@ -134,52 +116,27 @@ Status ModelRuntime::load_instances(const std::string& dir) {
                                   std::to_string(config_.max_batch_size) + ") but memory_quota_mb is " +
                                   std::to_string(config_.memory_quota_mb));
       }
-      embedding_dim_ = executor->embedding_dim();
-      image_size_ = executor->image_size();
-      max_text_tokens_ = executor->config().text.max_position_embeddings;
-      if (image_config.do_center_crop &&
-          (image_config.crop_height != image_size_ || image_config.crop_width != image_size_)) {
-        return invalid_argument("preprocessor_config.json crops to " + std::to_string(image_config.crop_width) + "x" +
-                                std::to_string(image_config.crop_height) + " but the model takes " +
-                                std::to_string(image_size_) + "x" + std::to_string(image_size_) + " images");
-      }
-      PreprocessorOptions pre;
-      pre.image_size = image_size_;
-      pre.image_tokens = executor->config().vision.num_patches();
-      pre.max_text_tokens = static_cast<int>(max_text_tokens_);
-      pre.max_image_pixels = context_.max_image_pixels;
-      pre.qos = context_.qos;
-      preprocessor_ = std::make_unique<RequestPreprocessor>(std::move(tokenizer), image_config, pre);
+      info_ = executor->info();
+      metrics_.set_family(info_);
+      ASSIGN_OR_RETURN(preparer_, family_ops_->create_preparer(dir, *executor, prepare));
     }
-    RETURN_IF_ERROR(warm(*executor));
+    RETURN_IF_ERROR(executor->warm());
+    publish_caches(*executor, *replicas_[static_cast<size_t>(i)]);
     executors_.push_back(std::move(executor));
   }
   return ok_status();
 }
 
-Status ModelRuntime::warm(engine::ClipExecutor& executor) {
-  ASSIGN_OR_RETURN(std::vector<int32_t> ids, preprocessor_->tokenize("a photo of a cat"));
-  auto texts = executor.embed_texts({ids});
-  if (!texts.ok()) return texts.status().with_context("warm-up text batch");
-  auto images = executor.embed_images(std::vector<float>(static_cast<size_t>(3 * image_size_ * image_size_), 0.0f), 1);
-  if (!images.ok()) return images.status().with_context("warm-up image batch");
-  return ok_status();
-}
-
 ModelMetadata ModelRuntime::metadata() const {
-  if (family_ == models::Family::kWhisper) return whisper_metadata();
   ModelMetadata m;
   m.name = name_;
   m.versions = {"1"};
-  m.platform = "mmserve_clip";
-  m.inputs = {
-      {"text", "BYTES", {-1}}, {"image", "BYTES", {-1}}, {"pixel_values", "FP32", {-1, 3, image_size_, image_size_}}};
-  m.outputs = {{"text_embeds", "FP32", {-1, embedding_dim_}},
-               {"image_embeds", "FP32", {-1, embedding_dim_}},
-               {"logits_per_image", "FP32", {-1, -1}}};
-  m.embedding_dim = embedding_dim_;
-  m.image_size = image_size_;
-  m.max_text_tokens = max_text_tokens_;
+  m.platform = info_.platform;
+  m.inputs = info_.inputs;
+  m.outputs = info_.outputs;
+  m.embedding_dim = info_.embedding_dim;
+  m.image_size = info_.image_size;
+  m.max_text_tokens = info_.max_text_tokens;
   m.replicas = replicas();
   return m;
 }
@@ -234,15 +191,11 @@ void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point s
   }
   if (!admitted.ok()) return reject(why, admitted, done);
   request->done = std::move(done);
-  request->transcribe = std::move(spec.transcribe);
-  request->on_segment = std::move(spec.on_segment);
-  // Only image and audio decoding go to the (priority-blind, FIFO) preprocessing pool. Texts and pixel values
-  // cost microseconds, so they are preprocessed right here: a high-priority text never waits behind a flood of
+  request->params = std::move(spec.params);
+  // Only media decoding goes to the (priority-blind, FIFO) preprocessing pool. Texts, tensors and pixel values
+  // cost microseconds, so they are prepared right here: a high-priority text never waits behind a flood of
   // image decodes.
-  const bool has_encoded = std::any_of(spec.inputs.begin(), spec.inputs.end(), [](const InputItem& in) {
-    return in.kind == InputKind::kImageBytes || in.kind == InputKind::kAudioBytes;
-  });
-  if (!has_encoded) {
+  if (!preparer_->decodes_media(spec.inputs)) {
     preprocess(request, spec.inputs);
     return;
   }
@@ -268,8 +221,16 @@ void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<Inpu
   } else if (request->cancelled && request->cancelled()) {
     status = Status(StatusCode::kCancelled, "the client cancelled the request before preprocessing");
   } else {
-    status = family_ == models::Family::kWhisper ? preprocess_audio(inputs, audio_options_, *request)
-                                                 : preprocessor_->run(inputs, *request);
+    StatusOr<engine::Prepared> prepared = preparer_->prepare(inputs, request->params.get());
+    if (prepared.ok()) {
+      request->input = std::move(prepared->input);
+      request->items = prepared->items;
+      request->score = prepared->score;
+      request->tokens = prepared->tokens;
+      request->retriable = prepared->retriable;
+    } else {
+      status = prepared.status();
+    }
     request->times.preprocess_ms = ms_between(start, Clock::now());
     request->preprocessed = true;
   }
@@ -283,7 +244,7 @@ void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<Inpu
   if (--preprocessing_ == 0) idle_.notify_all();
 }
 
-void ModelRuntime::engine_loop(engine::ClipExecutor* executor, Replica* replica) {
+void ModelRuntime::engine_loop(engine::Executor* executor, Replica* replica) {
   BatchLimits limits;
   limits.items_max = config_.max_batch_size;
   limits.delay_max = std::chrono::duration_cast<Clock::duration>(
@@ -297,19 +258,19 @@ void ModelRuntime::engine_loop(engine::ClipExecutor* executor, Replica* replica)
   }
 }
 
-void ModelRuntime::run_batch(engine::ClipExecutor& executor, Replica& replica,
-                             const std::vector<PendingRequestPtr>& batch, bool preemptible) {
+void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
+                             bool preemptible) {
   const Clock::time_point picked = Clock::now();
-  // The best class in this batch: queued requests of a strictly better class may run between image chunks.
+  // The best class in this batch: queued requests of a strictly better class may run between chunks.
   int best_class = std::numeric_limits<int>::max();
   for (const PendingRequestPtr& r : batch) {
     best_class = std::min(best_class, effective_priority_class(r->priority, ms_between(r->enqueued, picked),
                                                                context_.aging_ms_per_level));
   }
-  ImageChunking chunking;
-  if (preemptible && context_.policy == SchedulingPolicy::kQos && config_.preempt_chunk_images > 0 && best_class > 1) {
-    chunking.images = config_.preempt_chunk_images;
-    chunking.between_chunks = [&] {
+  engine::BatchHooks hooks;
+  if (preemptible && context_.policy == SchedulingPolicy::kQos && config_.preempt_chunk_ms > 0 && best_class > 1) {
+    hooks.chunk_budget_ms = config_.preempt_chunk_ms;
+    hooks.between_chunks = [&] {
       BatchLimits limits;
       limits.items_max = config_.max_batch_size;
       if (!in_rotation(replica)) return;  // a nested batch found the device broken: take nothing more
@@ -321,43 +282,90 @@ void ModelRuntime::run_batch(engine::ClipExecutor& executor, Replica& replica,
     r->dequeued = true;
     r->times.queue_ms = std::max(0.0, ms_between(r->submitted, picked) - r->times.preprocess_ms);
   }
+  // Another replica may retry this batch after a device fault: the executor must leave the inputs intact.
+  hooks.keep_inputs = healthy_replicas() > 1;
+  std::vector<std::optional<StatusOr<std::shared_ptr<const engine::ModelOutput>>>> results(batch.size());
+  std::vector<double> compute_ms(batch.size(), 0.0);
+  std::vector<bool> finished(batch.size(), false);
   std::optional<Status> fault = take_injected_fault(replica);
-  std::vector<size_t> faulted;  // requests whose tower failed with a device fault
-  auto complete = [&](size_t i, StatusOr<ResponseData> response, double compute_ms) {
+  // A request finishes as soon as its executor says so (text-only CLIP requests before the image tower), unless
+  // it failed with kInternal: that may be a device fault, known only when the batch returns.
+  auto complete = [&](size_t i, StatusOr<std::shared_ptr<const engine::ModelOutput>> output, double ms) {
     const PendingRequestPtr& r = batch[i];
-    if (!response.ok() && is_device_fault(response.status())) {
-      if (!fault) fault = response.status();
-      faulted.push_back(i);
+    if (!output.ok() && is_device_fault(output.status())) {
+      results[i] = std::move(output);
+      compute_ms[i] = ms;
       return;
     }
-    r->times.compute_ms = compute_ms;
-    metrics_.compute_seconds(r->priority).observe(compute_ms / 1000.0);
+    finished[i] = true;
+    r->times.compute_ms = ms;
+    metrics_.compute_seconds(r->priority).observe(ms / 1000.0);
+    StatusOr<ResponseData> response = Status(StatusCode::kInternal, "no output");
+    if (output.ok()) {
+      ResponseData data;
+      data.output = std::move(*output);
+      data.tokens = r->tokens;
+      data.batch_size = static_cast<int>(data.output ? data.output->batch_size : 0);
+      response = std::move(data);
+    } else {
+      response = output.status();
+    }
     if (response.ok() && r->cancelled && r->cancelled()) {
       response = Status(StatusCode::kCancelled, "the client cancelled the request while it ran; output discarded");
+    }
+    if (response.ok() && metrics_.audio_seconds() && response->output) {
+      metrics_.audio_seconds()->inc(response->output->audio_seconds());
     }
     finish(r, std::move(response));
   };
   const Clock::time_point start = Clock::now();
-  BatchRun run;
+  engine::BatchStats stats;
   if (fault) {  // injected (test seam): the batch fails as a broken device would fail it, without running
-    run.finished_early.assign(batch.size(), false);
-    run.responses.assign(batch.size(), StatusOr<ResponseData>(*fault));
+    for (size_t i = 0; i < batch.size(); ++i) results[i] = StatusOr<std::shared_ptr<const engine::ModelOutput>>(*fault);
   } else {
-    run = run_clip_batch(executor, batch, complete, chunking);
+    std::vector<engine::BatchItem> items(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      items[i].input = batch[i]->input.get();
+      items[i].mutable_input = batch[i]->input.get();
+      items[i].cancelled = batch[i]->cancelled;
+    }
+    hooks.finish = complete;
+    stats = executor.run(items, hooks);
+    fault = stats.device_fault;
+    publish_caches(executor, replica);
   }
-  if (run.texts > 0)
-    metrics_.text_batch_size().observe(static_cast<double>(bucket_for(run.texts, config_.batch_buckets)));
-  if (run.images > 0) {
-    metrics_.image_batch_size().observe(static_cast<double>(bucket_for(run.images, config_.batch_buckets)));
-  }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (!run.finished_early[i]) complete(i, std::move(run.responses[i]), run.compute_ms);
+  for (int slot = 0; slot < engine::kBatchSlots; ++slot) {
+    Histogram* histogram = metrics_.slot_batch_size(slot);
+    const int64_t n = stats.slot_items[static_cast<size_t>(slot)];
+    if (histogram != nullptr && n > 0) histogram->observe(static_cast<double>(bucket_for(n, config_.batch_buckets)));
   }
   // An urgent batch run between this batch's chunks (preemptible == false) is inside the outer batch's time.
   count_batch(replica, batch.size(), preemptible ? std::chrono::duration<double>(Clock::now() - start).count() : 0.0);
+  std::vector<size_t> faulted;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (finished[i]) continue;
+    if (!results[i])
+      results[i] = StatusOr<std::shared_ptr<const engine::ModelOutput>>(
+          internal_error("the executor did not finish this request"));
+    if (fault) {
+      faulted.push_back(i);
+      continue;
+    }
+    // kInternal on some requests of a batch whose device is fine: that request's own failure.
+    finished[i] = true;
+    batch[i]->times.compute_ms = compute_ms[i];
+    finish(batch[i], results[i]->status());
+  }
   if (faulted.empty()) return;
   take_out_of_rotation(replica, *fault);
-  for (size_t i : faulted) retry_or_fail(batch[i], *fault, replica);  // run_clip_batch left their pixels
+  for (size_t i : faulted) retry_or_fail(batch[i], *fault, replica);  // their inputs were kept
+}
+
+void ModelRuntime::publish_caches(const engine::Executor& executor, Replica& replica) {
+  std::vector<engine::CacheStats> now = executor.caches();
+  if (now.empty() && replica.caches.empty()) return;
+  metrics_.add_cache_delta(replica.caches, now);
+  replica.caches = std::move(now);
 }
 
 void ModelRuntime::on_dropped(const PendingRequestPtr& request, const Status& status) {
@@ -404,7 +412,6 @@ void ModelRuntime::stop(const Status& reason) {
   for (std::thread& engine : engines_) engine.join();
   engines_.clear();
   executors_.clear();  // frees the weights and arenas now, even if a pool task still holds a reference
-  whisper_executors_.clear();
   stopped_ = true;
 }
 

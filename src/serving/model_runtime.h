@@ -1,28 +1,32 @@
-// ModelRuntime: one loaded model: its instances (a ClipExecutor or a WhisperExecutor each, owned by ONE engine
-// thread that runs the dynamic batcher), its request queue, its preprocessor, and its metrics children.
+// ModelRuntime: one loaded model of any family: its instances (engine::Executors, each owned by ONE engine
+// thread that runs the dynamic batcher), its input preparation (engine::InputPreparer), its request queue and its
+// metrics children. It never branches on the family: engine/families.h creates the executors and the preparer,
+// the executor's FamilyInfo names the batching slots and the KServe metadata.
 //
 // A request's way: submit() validates (inputs, priority), sets the deadline, reserves a queue slot (full:
-// 429) and hands the request to the server's bounded preprocessing pool (full: 429); the pool thread decodes,
-// tokenizes and scores it and pushes it into its slot; an engine thread pops a batch (RequestQueue decides
-// which: policy, aging, max_batch_size, max_queue_delay_ms), runs it (clip_batch.cpp: both towers;
-// whisper_batch.cpp: transcribe_batch), splits the results and completes each request. Every admitted request
-// ends in finish(), which fills the phase times, records metrics and calls `done` exactly once.
+// 429) and prepares the request: inline when it decodes no media (texts, tensors, pixel values cost
+// microseconds, so a high-priority text never waits behind a flood of image decodes), else on the server's
+// bounded preprocessing pool (full: 429); the prepared request (items per slot, QoS score) is pushed into its
+// slot; an engine thread pops a batch (RequestQueue decides which: policy, aging, max_batch_size,
+// max_queue_delay_ms), runs it through its executor and completes each request as the executor finishes it.
+// Every admitted request ends in finish(), which fills the phase times, records metrics and calls `done` once.
 //
-// Whisper models (model_runtime_whisper.cpp) take one encoded audio file per request: it is decoded on the
-// pool with the model's audio limits, the QoS score is the audio's duration term, and a batch is up to
-// max_batch_size requests. Loading refuses a dtype other than auto/f32 on the CPU, and a model whose weights +
-// arena for all instances exceed memory_quota_mb (kResourceExhausted); it warms every instance (CLIP: one text
-// batch and one image batch; Whisper: one second of silence). stop() refuses new requests, fails queued ones
-// with its reason, lets running batches finish and joins the engine threads.
+// Priority isolation (issue 13 item 7): under qos a batch runs in chunks of about preempt_chunk_ms of engine
+// time, and between chunks the engine thread serves queued requests of a strictly better class first, so an
+// urgent request waits about one chunk rather than a whole low-priority batch.
+//
+// Loading refuses a dtype other than auto/f32 on the CPU and a model whose weights + arena for all instances
+// exceed memory_quota_mb (kResourceExhausted); it warms every instance. stop() refuses new requests, fails
+// queued ones with its reason, lets running batches finish and joins the engine threads.
 //
 // Replicas (model_runtime_replicas.cpp): each instance is a replica on its own device (mmserve.yaml `devices`
 // or `device: cuda:all`, round-robin). All engine threads pull from the one queue, so a batch goes to a free
 // replica as soon as one is free (least-loaded by construction) and a slow replica never holds more than the
-// one batch it is running. A batch whose executor fails with a device fault (kInternal: every CUDA error maps
-// to it, core/cuda/cuda_status.h) takes its replica out of rotation (its thread exits, the metric says 0, the
-// metadata and the log say why) and its failed requests are re-queued once for the other replicas; a request
-// that meets a second fault, or when no replica is left, gets kUnavailable (503). With no healthy replica the
-// queue closes and the model reports itself not ready. Test seam: MMSERVE_TEST_REPLICA_FAULTS (see there).
+// one batch it is running. A batch whose executor reports a device fault takes its replica out of rotation (its
+// thread exits, the metric says 0, the metadata and the log say why) and its failed requests are re-queued once
+// for the other replicas; a request that meets a second fault, or when no replica is left, gets kUnavailable
+// (503). With no healthy replica the queue closes and the model reports itself not ready. Test seam:
+// MMSERVE_TEST_REPLICA_FAULTS (see there).
 // Tests: tests/unit/serving/inference_server_test.cpp, tests/unit/serving/whisper_serving_test.cpp,
 // tests/unit/serving/replica_test.cpp.
 #pragma once
@@ -36,14 +40,11 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "engine/clip_executor.h"
-#include "engine/whisper_executor.h"
-#include "models/registry.h"
-#include "serving/audio_preprocessor.h"
-#include "serving/inference_server.h"
+#include "engine/executor.h"
+#include "engine/families.h"
 #include "serving/model_config.h"
-#include "serving/request_preprocessor.h"
 #include "serving/request_queue.h"
+#include "serving/server_types.h"
 #include "serving/serving_metrics.h"
 
 namespace mmserve::serving {
@@ -59,11 +60,11 @@ struct RuntimeContext {
   std::string device_override;  // non-empty: every model runs on this device, whatever its mmserve.yaml says
 };
 
-// True when an executor's error means the device (or its driver) is broken rather than the request: kInternal,
-// which every CUDA and cuBLAS error maps to (core/cuda/cuda_status.h) and which no request input can cause.
-// Everything else is the request's (kInvalidArgument, kTooLarge, kOutOfRange, kUnimplemented), the client's
-// (kDeadlineExceeded, kCancelled) or transient capacity (kResourceExhausted, also CUDA out-of-memory): the
-// request fails with it and the replica stays in rotation.
+// True when an error means the device (or its driver) is broken rather than the request: kInternal, which every
+// CUDA and cuBLAS error maps to (core/cuda/cuda_status.h) and which no request input can cause. Everything else
+// is the request's (kInvalidArgument, kTooLarge, kOutOfRange, kUnimplemented), the client's (kDeadlineExceeded,
+// kCancelled) or transient capacity (kResourceExhausted, also CUDA out-of-memory): the request fails with it and
+// the replica stays in rotation. Executors report a fault of the whole batch in BatchStats::device_fault.
 bool is_device_fault(const Status& status);
 
 // Test seam, read once per model load: MMSERVE_TEST_REPLICA_FAULTS="MODEL:REPLICA[:COUNT],..." makes replica
@@ -115,8 +116,9 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
     Counter* busy_seconds = nullptr;
     Gauge* healthy_gauge = nullptr;
     bool healthy = true;
-    std::string fault;        // why it left the rotation
-    int injected_faults = 0;  // test seam: batches left to fail (-1: all)
+    std::string fault;                       // why it left the rotation
+    int injected_faults = 0;                 // test seam: batches left to fail (-1: all)
+    std::vector<engine::CacheStats> caches;  // the executor's, when last published (its engine thread only)
   };
 
   ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family);
@@ -130,21 +132,16 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   void count_batch(Replica& replica, size_t requests, double seconds);
   // Takes the replica out of rotation (idempotent); with none left, closes the queue.
   void take_out_of_rotation(Replica& replica, const Status& fault);
-  // A request whose batch failed with `fault` on `replica`: re-queued once (its payload already restored),
-  // else finished with kUnavailable.
+  // A request whose batch failed with `fault` on `replica`: re-queued once (its input intact), else finished
+  // with kUnavailable.
   void retry_or_fail(const PendingRequestPtr& request, const Status& fault, const Replica& replica);
-  Status warm(engine::ClipExecutor& executor);
   void preprocess(const PendingRequestPtr& request, std::vector<InputItem>& inputs);
-  void engine_loop(engine::ClipExecutor* executor, Replica* replica);
-  // Whisper (model_runtime_whisper.cpp).
-  Status load_whisper_instances(const std::string& dir, engine::ExecutorOptions options, int64_t quota,
-                                const std::vector<Device>& devices);
-  void whisper_engine_loop(engine::WhisperExecutor* executor, Replica* replica);
-  void run_whisper(engine::WhisperExecutor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch);
-  ModelMetadata whisper_metadata() const;
-  // `preemptible`: under qos, run the images in chunks and serve better-class arrivals between them.
-  void run_batch(engine::ClipExecutor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
+  void engine_loop(engine::Executor* executor, Replica* replica);
+  // `preemptible`: under qos, run in chunks and serve better-class arrivals between them.
+  void run_batch(engine::Executor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
                  bool preemptible);
+  // Adds the change of the executor's cache counters since the replica's last look to the metrics.
+  void publish_caches(const engine::Executor& executor, Replica& replica);
   void on_dropped(const PendingRequestPtr& request, const Status& status);
   // The one way an admitted request ends.
   void finish(const PendingRequestPtr& request, StatusOr<ResponseData> result);
@@ -155,16 +152,15 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   const RuntimeContext context_;
   const models::Family family_;
   ModelMetrics metrics_;
+  const engine::FamilyOps* family_ops_ = nullptr;
   std::string architecture_;
-  int64_t embedding_dim_ = 0, image_size_ = 0, max_text_tokens_ = 0;
+  engine::FamilyInfo info_;  // the first executor's
   int64_t memory_bytes_ = 0;
   std::string description_;
   double load_seconds_ = 0;
-  std::unique_ptr<RequestPreprocessor> preprocessor_;
-  std::vector<std::unique_ptr<engine::ClipExecutor>> executors_;             // each driven only by its engine thread
-  std::vector<std::unique_ptr<engine::WhisperExecutor>> whisper_executors_;  // likewise (Whisper models)
-  AudioPreprocessorOptions audio_options_;                                   // Whisper models
-  std::vector<std::string> languages_;                                       // Whisper: the tokenizer's
+  std::unique_ptr<engine::InputPreparer> preparer_;
+  std::vector<std::unique_ptr<engine::Executor>> executors_;        // each driven only by its engine thread
+  std::array<Histogram*, engine::kBatchSlots> slot_batch_sizes_{};  // mmserve_batch_size{tower=<slot name>}
   RequestQueue queue_;
   std::vector<std::thread> engines_;
   std::vector<std::unique_ptr<Replica>> replicas_;  // one per executor, same order

@@ -13,29 +13,10 @@
 
 #include "serving/model_runtime.h"
 
-#if defined(MMSERVE_HAS_CUDA)
-#include <cuda_runtime_api.h>
-#endif
-
 namespace mmserve::serving {
 namespace {
 
 constexpr const char* kFaultVariable = "MMSERVE_TEST_REPLICA_FAULTS";
-
-// GPUs this process can see, for `device: cuda:all` (0 in a CPU-only build or without a driver). The one
-// CUDA call of the serving layer: only a count, so placement can be decided before any executor exists.
-int visible_gpus() {
-#if defined(MMSERVE_HAS_CUDA)
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear it: the executors' own checks report a missing device with the reason
-    return 0;
-  }
-  return count;
-#else
-  return 0;
-#endif
-}
 
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
@@ -85,7 +66,7 @@ Status ModelRuntime::place_replicas(std::vector<Device>& devices) {
     config.device = context_.device_override;
     config.devices.clear();
   }
-  const int gpus = config.device == "cuda:all" && config.devices.empty() ? visible_gpus() : 0;
+  const int gpus = config.device == "cuda:all" && config.devices.empty() ? engine::visible_gpus() : 0;
   ASSIGN_OR_RETURN(std::vector<std::vector<Device>> groups, replica_groups(config, gpus, name_ + "/mmserve.yaml"));
   ServingMetrics& m = *context_.metrics;
   devices.clear();
@@ -185,8 +166,8 @@ void ModelRuntime::take_out_of_rotation(Replica& replica, const Status& fault) {
 void ModelRuntime::retry_or_fail(const PendingRequestPtr& request, const Status& fault, const Replica& replica) {
   ++request->replica_faults;
   const std::string where = "replica " + std::to_string(replica.index) + " (" + replica.label + ")";
-  // A streamed transcription has sent segments already: running it again would send them twice.
-  const bool retry = request->replica_faults < 2 && !request->on_segment && healthy_replicas() > 0;
+  // A request that streamed output already (a transcription's segments) would send it twice if run again.
+  const bool retry = request->replica_faults < 2 && request->retriable && healthy_replicas() > 0;
   if (retry) {
     Status requeued = queue_.requeue(request);
     if (requeued.ok()) return;
@@ -194,7 +175,7 @@ void ModelRuntime::retry_or_fail(const PendingRequestPtr& request, const Status&
     return;
   }
   std::string why = request->replica_faults >= 2 ? "failed on two replicas"
-                    : request->on_segment        ? "failed while streaming (not retried)"
+                    : !request->retriable        ? "failed while streaming (not retried)"
                                                  : "failed and no healthy replica is left";
   finish(request,
          Status(StatusCode::kUnavailable, "the request " + why + "; last on " + where + ": " + fault.message()));

@@ -2,41 +2,35 @@
 // and what comes back. Immutable once submitted.
 //
 // One request targets one model and carries ordered inputs of several kinds (texts, encoded images,
-// preprocessed pixel values for CLIP; one encoded audio file for Whisper). A CLIP response holds one embedding
-// per input, in input order, plus logits when the request has both images and texts; a Whisper response holds
-// the transcript. Both carry the time spent in each phase.
+// preprocessed pixel values, audio files, named tensors such as SAM's point prompts) plus the family's own
+// RequestParams (Whisper's decoding options...). The serving layer never looks inside either: the model's family
+// (engine/families.h) prepares them, runs them and returns its engine::ModelOutput, which the family's API codec
+// reads with engine::output_as<T>(). Responses also carry the time spent in each phase.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
-#include "engine/whisper_executor.h"
+#include "engine/executor.h"
 
 namespace mmserve::serving {
 
 using Clock = std::chrono::steady_clock;
 
-enum class InputKind { kText, kImageBytes, kPixelValues, kAudioBytes };
-
-struct InputItem {
-  InputKind kind = InputKind::kText;
-  std::string text;                 // kText: UTF-8
-  std::string image_bytes;          // kImageBytes: an encoded JPEG/PNG/WebP file
-  std::vector<float> pixel_values;  // kPixelValues: [3, H, W], already preprocessed
-  std::string audio_bytes;          // kAudioBytes: an encoded WAV/FLAC/Ogg/MP3 file
-  bool is_image() const { return kind == InputKind::kImageBytes || kind == InputKind::kPixelValues; }
-};
+using engine::InputItem;
+using engine::InputKind;
 
 struct RequestOptions {
-  int priority = 0;                  // 1 = highest; 0 = the model's default level
+  int priority = 0;  // 1 = highest; 0 = the model's default level
   std::optional<Clock::time_point> deadline;
-  std::string tenant = "default";    // from the API key
-  std::string trace_id;              // W3C trace id (32 hex digits), for logs
+  std::string tenant = "default";  // from the API key
+  std::string trace_id;            // W3C trace id (32 hex digits), for logs
 };
 
 struct RequestSpec {
@@ -45,12 +39,8 @@ struct RequestSpec {
   RequestOptions options;
   // Polled before the request starts; true when the client has gone (the request is then dropped).
   std::function<bool()> cancelled;
-  // Whisper: how to decode (task, language, prompt, temperatures...). Ignored by CLIP models.
-  engine::TranscribeOptions transcribe;
-  // Whisper, optional: called on the engine thread after each finished segment (streaming responses); must be
-  // cheap; returning false cancels the request. A request with a callback is decoded alone, not in a batch
-  // (transcribe_batch has no per-request callbacks).
-  engine::SegmentCallback on_segment;
+  // The family's options (engine::WhisperParams: task, language, the streaming callback...); null = defaults.
+  std::shared_ptr<const engine::RequestParams> params;
 };
 
 struct PhaseTimes {
@@ -61,28 +51,16 @@ struct PhaseTimes {
 };
 
 struct ResponseData {
-  int64_t dim = 0;
-  std::vector<std::vector<float>> embeddings;  // one per input, in input order, L2-normalised
-  // [images x texts] in input order of each kind, when the request has both (CLIP).
-  std::vector<float> logits_per_image;
-  int64_t images = 0;
-  int64_t texts = 0;
-  int64_t tokens = 0;                            // text tokens processed (OpenAI `usage`)
-  int batch_size = 0;                            // size of the largest engine batch this request rode in
-  std::optional<engine::Transcript> transcript;  // Whisper models: the request's transcript
+  std::shared_ptr<const engine::ModelOutput> output;  // the family's (engine::ClipOutput, TranscriptOutput, ...)
+  int64_t tokens = 0;                                 // text tokens processed (OpenAI `usage`)
+  int batch_size = 0;                                 // requests in the engine batch this one ran in
   PhaseTimes times;
 };
 
 // Called exactly once, from a server thread, with the result or the reason there is none.
 using Completion = std::function<void(StatusOr<ResponseData>)>;
 
-// SPEC 3.2's QoS score: S = 0.4 min(img_tokens / 4096, 1) + 0.35 min(audio_s / 60, 1) + 0.25 min(text_len / 512, 1),
-// every term clamped to [0, 1] (the document's text says all three lie in [0, 1]; its Go code clamps only the
-// audio term). text_len in Unicode code points. Weights and maxima are configurable.
-struct QosWeights {
-  double image = 0.4, audio = 0.35, text = 0.25;
-  double image_tokens_max = 4096, audio_seconds_max = 60, text_chars_max = 512;
-};
-double qos_score(double image_tokens, double audio_seconds, double text_chars, const QosWeights& w = {});
+using engine::qos_score;
+using engine::QosWeights;
 
 }  // namespace mmserve::serving

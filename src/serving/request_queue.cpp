@@ -10,6 +10,14 @@
 #include <cmath>
 
 namespace mmserve::serving {
+
+int64_t bucket_for(int64_t n, const std::vector<int>& buckets) {
+  if (n <= 0) return n;
+  for (int b : buckets) {
+    if (b >= n) return b;
+  }
+  return n;
+}
 namespace {
 
 double ms_between(Clock::time_point from, Clock::time_point to) {

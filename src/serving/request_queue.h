@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serving/inference_server.h"
 #include "serving/metrics.h"
 #include "serving/pending_request.h"
+#include "serving/server_types.h"
 
 namespace mmserve::serving {
 
@@ -54,6 +54,10 @@ struct BatchLimits {
   int64_t items_max = 64;        // per tower
   Clock::duration delay_max{0};  // wait for more work after the oldest queued arrival
 };
+
+// The smallest bucket >= n (buckets sorted ascending); n itself when it is above every bucket or n <= 0: the
+// batch-size histograms count the size a CUDA graph bucket runs.
+int64_t bucket_for(int64_t n, const std::vector<int>& buckets);
 
 // The effective priority class of an entry of `priority` that waited `waited_ms` (see the file comment).
 int effective_priority_class(int priority, double waited_ms, double aging_ms_per_level);

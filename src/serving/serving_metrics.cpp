@@ -72,6 +72,13 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
                              {"model", "tower"}, batch_size_buckets())),
       audio_seconds(
           r.counter("mmserve_audio_seconds_total", "Seconds of audio in successful transcriptions.", {"model"})),
+      cache_hits(r.counter("mmserve_cache_hits_total", "Lookups an executor's cache answered.", {"model", "cache"})),
+      cache_misses(
+          r.counter("mmserve_cache_misses_total", "Lookups an executor's cache could not answer.", {"model", "cache"})),
+      cache_bytes(
+          r.gauge("mmserve_cache_bytes", "Bytes an executor's caches hold, over the replicas.", {"model", "cache"})),
+      cache_entries(r.gauge("mmserve_cache_entries", "Entries an executor's caches hold, over the replicas.",
+                            {"model", "cache"})),
       queue_depth(r.gauge("mmserve_queue_depth", "Requests waiting in the model's queue.", {"model"})),
       inflight(r.gauge("mmserve_inflight_requests", "Admitted requests not yet completed.", {"model"})),
       load_seconds(r.gauge("mmserve_model_load_seconds", "Seconds the last load took (with warm-up).", {"model"})),
@@ -86,7 +93,8 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
       replica_healthy(r.gauge("mmserve_replica_healthy", "1 while the replica is in rotation, 0 after a device fault.",
                               {"model", "replica", "device"})) {}
 
-ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels, bool audio) {
+ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels)
+    : families_(&f), model_(model) {
   for (Outcome o : kOutcomes) outcomes_.push_back(&f.requests.with({model, outcome_name(o)}));
   for (RejectReason r : kReasons) rejects_.push_back(&f.rejected.with({model, reject_reason_name(r)}));
   for (int p = 1; p <= std::max(1, priority_levels); ++p) {
@@ -96,15 +104,31 @@ ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int prio
     compute_.push_back(&f.compute_seconds.with({model, label}));
     request_.push_back(&f.request_seconds.with({model, label}));
   }
-  if (audio) {
-    audio_batch_ = &f.batch_size.with({model, "audio"});
-    audio_seconds_ = &f.audio_seconds.with({model});
-  } else {
-    text_batch_ = &f.batch_size.with({model, "text"});
-    image_batch_ = &f.batch_size.with({model, "image"});
-  }
   queue_depth_ = &f.queue_depth.with({model});
   inflight_ = &f.inflight.with({model});
+}
+
+void ModelMetrics::set_family(const engine::FamilyInfo& info) {
+  for (int slot = 0; slot < engine::kBatchSlots; ++slot) {
+    const std::string& name = info.slot_names[static_cast<size_t>(slot)];
+    if (!name.empty()) slot_batches_[static_cast<size_t>(slot)] = &families_->batch_size.with({model_, name});
+  }
+  if (info.counts_audio) audio_seconds_ = &families_->audio_seconds.with({model_});
+}
+
+void ModelMetrics::add_cache_delta(const std::vector<engine::CacheStats>& before,
+                                   const std::vector<engine::CacheStats>& now) {
+  for (const engine::CacheStats& c : now) {
+    engine::CacheStats old;
+    for (const engine::CacheStats& b : before) {
+      if (b.name == c.name) old = b;
+    }
+    const std::vector<std::string> labels = {model_, c.name};
+    if (c.hits > old.hits) families_->cache_hits.with(labels).inc(static_cast<double>(c.hits - old.hits));
+    if (c.misses > old.misses) families_->cache_misses.with(labels).inc(static_cast<double>(c.misses - old.misses));
+    families_->cache_bytes.with(labels).add(static_cast<double>(c.bytes - old.bytes));
+    families_->cache_entries.with(labels).add(static_cast<double>(c.entries - old.entries));
+  }
 }
 
 TopologyMetrics::TopologyMetrics(MetricsRegistry& r)

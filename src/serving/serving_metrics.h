@@ -4,25 +4,31 @@
 //   mmserve_requests_total{model,outcome}          counter; outcome: success invalid rejected timeout cancelled error
 //   mmserve_rejected_requests_total{model,reason}  counter; reason: queue_full preprocess_full draining not_ready
 //   mmserve_{queue,preprocess,compute,request}_duration_seconds{model,priority}   histograms
-//   mmserve_batch_size{model,tower}                histogram (1..128); tower: text image (CLIP), audio (Whisper);
-//                                                  the bucket-rounded size
+//   mmserve_batch_size{model,tower}                histogram (1..128); tower: the family's batching slot (text
+//                                                  image for CLIP, audio for Whisper, image prompt for SAM); the
+//                                                  bucket-rounded size
 //   mmserve_audio_seconds_total{model}             counter: seconds of audio in successful transcriptions
+//   mmserve_cache_{hits,misses}_total{model,cache} counters: an executor's caches (SAM: cache="image_embedding")
+//   mmserve_cache_{bytes,entries}{model,cache}     gauges: what those caches hold, summed over the replicas
 //   mmserve_queue_depth{model}, mmserve_inflight_requests{model}                  gauges
 //   mmserve_model_load_seconds{model}, mmserve_model_memory_bytes{model}, mmserve_model_ready{model}   gauges
 //   Topology (TopologyMetrics, issue 6; GB = 1024^3 bytes): mmserve_gpus, mmserve_nvlink_active{gpu,link},
 //   mmserve_nvlink_throughput_gigabytes_per_second{gpu,link,direction}, mmserve_gpu_p2p_access{src,dst},
-//   mmserve_gpu_copy_bandwidth_gigabytes_per_second{src,dst}, mmserve_ib_port_bandwidth_gigabytes_per_second{device,port}
+//   mmserve_gpu_copy_bandwidth_gigabytes_per_second{src,dst},
+//   mmserve_ib_port_bandwidth_gigabytes_per_second{device,port}
 //   mmserve_replica_{batches,items}_total{model,replica,device}      counters: batches a replica ran, their requests
 //   mmserve_replica_busy_seconds_total{model,replica,device}         counter: time a replica spent running batches
 //   mmserve_replica_healthy{model,replica,device}                    gauge: 1 in rotation, 0 taken out after a fault
 // Tests: tests/unit/serving/inference_server_test.cpp reads them back from a live server.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
 #include "core/cuda/topology.h"
 #include "core/status.h"
+#include "engine/executor.h"
 #include "serving/metrics.h"
 
 namespace mmserve::serving {
@@ -47,6 +53,10 @@ struct ServingMetrics {
   Family<Histogram>& request_seconds;
   Family<Histogram>& batch_size;
   Family<Counter>& audio_seconds;
+  Family<Counter>& cache_hits;
+  Family<Counter>& cache_misses;
+  Family<Gauge>& cache_bytes;
+  Family<Gauge>& cache_entries;
   Family<Gauge>& queue_depth;
   Family<Gauge>& inflight;
   Family<Gauge>& load_seconds;
@@ -61,9 +71,10 @@ struct ServingMetrics {
 // One model's children, created up front (so they are exposed as zeros) and then used lock-free.
 class ModelMetrics {
  public:
-  // `audio`: a speech model (batch sizes under tower="audio" and the audio seconds counter instead of the
-  // text/image towers).
-  ModelMetrics(ServingMetrics& families, const std::string& model, int priority_levels, bool audio = false);
+  ModelMetrics(ServingMetrics& families, const std::string& model, int priority_levels);
+  // Once the family is known (after the first executor loaded): the batch-size children of its slots and, for
+  // speech families, the audio-seconds counter.
+  void set_family(const engine::FamilyInfo& info);
 
   void count(Outcome outcome) { outcomes_[static_cast<int>(outcome)]->inc(); }
   void reject(RejectReason reason) { rejects_[static_cast<int>(reason)]->inc(); }
@@ -72,10 +83,11 @@ class ModelMetrics {
   Histogram& preprocess_seconds(int priority) { return *preprocess_[index(priority)]; }
   Histogram& compute_seconds(int priority) { return *compute_[index(priority)]; }
   Histogram& request_seconds(int priority) { return *request_[index(priority)]; }
-  Histogram& text_batch_size() { return *text_batch_; }
-  Histogram& image_batch_size() { return *image_batch_; }
-  Histogram& audio_batch_size() { return *audio_batch_; }
-  Counter& audio_seconds() { return *audio_seconds_; }
+  // nullptr for an unused slot (before set_family, or a slot without a name).
+  Histogram* slot_batch_size(int slot) { return slot_batches_[static_cast<size_t>(slot)]; }
+  Counter* audio_seconds() { return audio_seconds_; }
+  // Adds the change since `before` of one executor's caches (an engine thread publishes its own executor's).
+  void add_cache_delta(const std::vector<engine::CacheStats>& before, const std::vector<engine::CacheStats>& now);
   Gauge& queue_depth() { return *queue_depth_; }
   Gauge& inflight() { return *inflight_; }
 
@@ -83,9 +95,9 @@ class ModelMetrics {
   size_t index(int priority) const;
   std::vector<Counter*> outcomes_, rejects_;
   std::vector<Histogram*> queue_, preprocess_, compute_, request_;
-  Histogram* text_batch_ = nullptr;
-  Histogram* image_batch_ = nullptr;
-  Histogram* audio_batch_ = nullptr;
+  ServingMetrics* families_;
+  std::string model_;
+  std::array<Histogram*, engine::kBatchSlots> slot_batches_{};
   Counter* audio_seconds_ = nullptr;
   Gauge* queue_depth_;
   Gauge* inflight_;

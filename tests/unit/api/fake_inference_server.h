@@ -2,7 +2,7 @@
 // which input they came from, scripted errors, a hook that runs inside infer() (to block, throw or watch
 // RequestSpec.cancelled), and a record of the last RequestSpec so tests can check what the api passed on.
 // Model "whisper" transcribes: the audio bytes are the transcript's segments separated by '|' (each segment's
-// text is " " + the piece), every segment goes to RequestSpec.on_segment, bytes starting with "NOTAUDIO" are
+// text is " " + the piece), every segment goes to the WhisperParams' on_segment, bytes starting with "NOTAUDIO" are
 // refused as the real decoder refuses them, and CLIP models refuse audio as the real preprocessor does.
 // It implements the interface only; the real server is exercised by tests/e2e.
 #pragma once
@@ -14,6 +14,8 @@
 #include <optional>
 #include <string>
 
+#include "engine/clip_executor.h"
+#include "engine/whisper_executor.h"
 #include "serving/inference_server.h"
 
 namespace mmserve::api::testing {
@@ -87,7 +89,8 @@ class FakeInferenceServer : public serving::InferenceServer {
       last_kinds.clear();
       last_texts.clear();
       last_images.clear();
-      last_transcribe = spec.transcribe;
+      const auto* whisper = dynamic_cast<const engine::WhisperParams*>(spec.params.get());
+      last_transcribe = whisper ? whisper->options : engine::TranscribeOptions{};
       for (const serving::InputItem& item : spec.inputs) {
         last_kinds.push_back(item.kind);
         if (item.kind == serving::InputKind::kText) last_texts.push_back(item.text);
@@ -106,7 +109,8 @@ class FakeInferenceServer : public serving::InferenceServer {
     }
     const bool audio = !spec.inputs.empty() && spec.inputs[0].kind == serving::InputKind::kAudioBytes;
     if (audio || spec.model == "whisper") return transcribe(spec);
-    serving::ResponseData r;
+    engine::ClipOutput r;
+    int64_t tokens = 0;
     r.dim = kDim;
     for (size_t i = 0; i < spec.inputs.size(); ++i) {
       const serving::InputItem& item = spec.inputs[i];
@@ -119,7 +123,7 @@ class FakeInferenceServer : public serving::InferenceServer {
       r.embeddings.push_back({static_cast<float>(i), kind, size, 0.5f});
       if (item.kind == serving::InputKind::kText) {
         ++r.texts;
-        r.tokens += static_cast<int64_t>(item.text.size()) + 2;
+        tokens += static_cast<int64_t>(item.text.size()) + 2;
       } else {
         ++r.images;
       }
@@ -129,8 +133,11 @@ class FakeInferenceServer : public serving::InferenceServer {
         for (int64_t n = 0; n < r.texts; ++n) r.logits_per_image.push_back(static_cast<float>(10 * m + n));
       }
     }
-    r.times = {1.0, 2.0, 3.0, 6.5};
-    return r;
+    serving::ResponseData out;
+    out.output = std::make_shared<engine::ClipOutput>(std::move(r));
+    out.tokens = tokens;
+    out.times = {1.0, 2.0, 3.0, 6.5};
+    return out;
   }
 
   StatusOr<serving::ResponseData> transcribe(const serving::RequestSpec& spec) {
@@ -142,8 +149,11 @@ class FakeInferenceServer : public serving::InferenceServer {
     }
     const std::string& bytes = spec.inputs[0].audio_bytes;
     if (bytes.rfind("NOTAUDIO", 0) == 0) return invalid_argument("audio: not an audio file we can read");
+    const auto* params = dynamic_cast<const engine::WhisperParams*>(spec.params.get());
+    const engine::TranscribeOptions options = params ? params->options : engine::TranscribeOptions{};
+    const engine::SegmentCallback on_segment = params ? params->on_segment : nullptr;
     engine::Transcript t;
-    t.language = spec.transcribe.language.empty() ? "en" : spec.transcribe.language;
+    t.language = options.language.empty() ? "en" : options.language;
     size_t begin = 0;
     for (int64_t id = 0; begin <= bytes.size(); ++id) {
       const size_t end = std::min(bytes.find('|', begin), bytes.size());
@@ -155,12 +165,14 @@ class FakeInferenceServer : public serving::InferenceServer {
       segment.tokens = {50364 + static_cast<int32_t>(id)};
       t.text += segment.text;
       t.segments.push_back(segment);
-      if (spec.on_segment && !spec.on_segment(segment)) return Status(StatusCode::kCancelled, "cancelled");
+      if (on_segment && !on_segment(segment)) return Status(StatusCode::kCancelled, "cancelled");
       begin = end + 1;
     }
     t.duration = static_cast<double>(t.segments.size());
+    auto output = std::make_shared<engine::TranscriptOutput>();
+    output->transcript = std::move(t);
     serving::ResponseData r;
-    r.transcript = std::move(t);
+    r.output = output;
     r.times = {1.0, 2.0, 3.0, 6.5};
     return r;
   }

@@ -280,8 +280,14 @@ TEST(KServeCodec, InferenceHeaderLength) {
   EXPECT_FALSE(parse_inference_header_length("99999999999999999999999", 20).ok());
 }
 
-serving::ResponseData response_for(const std::vector<InputKind>& kinds, int64_t dim) {
-  serving::ResponseData r;
+serving::ResponseData wrap(engine::ClipOutput clip) {
+  serving::ResponseData out;
+  out.output = std::make_shared<engine::ClipOutput>(std::move(clip));
+  return out;
+}
+
+engine::ClipOutput response_for(const std::vector<InputKind>& kinds, int64_t dim) {
+  engine::ClipOutput r;
   r.dim = dim;
   for (size_t i = 0; i < kinds.size(); ++i) {
     std::vector<float> e(static_cast<size_t>(dim));
@@ -300,7 +306,8 @@ TEST(KServeCodec, EncodesJsonResponses) {
   KServeInferRequest request;
   request.id = "abc";
   request.kinds = {InputKind::kImageBytes, InputKind::kText, InputKind::kText, InputKind::kPixelValues};
-  const serving::ResponseData response = response_for(request.kinds, 3);
+  const engine::ClipOutput clip = response_for(request.kinds, 3);
+  const serving::ResponseData response = wrap(clip);
   StatusOr<EncodedBody> encoded = encode_kserve_infer("clip", request, response);
   ASSERT_TRUE(encoded.ok()) << encoded.status().to_string();
   EXPECT_FALSE(encoded->json_length.has_value());
@@ -324,7 +331,8 @@ TEST(KServeCodec, EncodesBinaryOutputs) {
   KServeInferRequest request;
   request.kinds = {InputKind::kText, InputKind::kImageBytes};
   request.outputs = {{"logits_per_image", false}, {"image_embeds", true}};
-  const serving::ResponseData response = response_for(request.kinds, 4);
+  const engine::ClipOutput clip = response_for(request.kinds, 4);
+  const serving::ResponseData response = wrap(clip);
   StatusOr<EncodedBody> encoded = encode_kserve_infer("m", request, response);
   ASSERT_TRUE(encoded.ok()) << encoded.status().to_string();
   ASSERT_TRUE(encoded->json_length.has_value());
@@ -338,18 +346,18 @@ TEST(KServeCodec, EncodesBinaryOutputs) {
   ASSERT_EQ(encoded->body.size(), *encoded->json_length + 16);
   std::vector<float> values(4);
   std::memcpy(values.data(), encoded->body.data() + *encoded->json_length, 16);
-  EXPECT_EQ(values, response.embeddings[1]);
+  EXPECT_EQ(values, clip.embeddings[1]);
 }
 
 TEST(KServeCodec, RefusesOutputsTheInputsCannotProduce) {
   KServeInferRequest request;
   request.kinds = {InputKind::kText};
   request.outputs = {{"image_embeds", false}};
-  StatusOr<EncodedBody> e = encode_kserve_infer("m", request, response_for(request.kinds, 2));
+  StatusOr<EncodedBody> e = encode_kserve_infer("m", request, wrap(response_for(request.kinds, 2)));
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
   request.outputs = {{"logits_per_image", false}};
-  e = encode_kserve_infer("m", request, response_for(request.kinds, 2));
+  e = encode_kserve_infer("m", request, wrap(response_for(request.kinds, 2)));
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("both texts and images"), std::string::npos);
 }
@@ -357,14 +365,16 @@ TEST(KServeCodec, RefusesOutputsTheInputsCannotProduce) {
 TEST(KServeCodec, InconsistentServerResponsesAreInternalErrors) {
   KServeInferRequest request;
   request.kinds = {InputKind::kText, InputKind::kImageBytes};
-  serving::ResponseData short_response = response_for({InputKind::kText}, 2);
-  EXPECT_EQ(encode_kserve_infer("m", request, short_response).status().code(), StatusCode::kInternal);
-  serving::ResponseData bad_logits = response_for(request.kinds, 2);
+  engine::ClipOutput short_response = response_for({InputKind::kText}, 2);
+  EXPECT_EQ(encode_kserve_infer("m", request, wrap(short_response)).status().code(), StatusCode::kInternal);
+  engine::ClipOutput bad_logits = response_for(request.kinds, 2);
   bad_logits.logits_per_image.clear();
-  EXPECT_EQ(encode_kserve_infer("m", request, bad_logits).status().code(), StatusCode::kInternal);
-  serving::ResponseData bad_dim = response_for(request.kinds, 2);
+  EXPECT_EQ(encode_kserve_infer("m", request, wrap(bad_logits)).status().code(), StatusCode::kInternal);
+  engine::ClipOutput bad_dim = response_for(request.kinds, 2);
   bad_dim.embeddings[1].push_back(1.f);
-  EXPECT_EQ(encode_kserve_infer("m", request, bad_dim).status().code(), StatusCode::kInternal);
+  EXPECT_EQ(encode_kserve_infer("m", request, wrap(bad_dim)).status().code(), StatusCode::kInternal);
+  EXPECT_EQ(encode_kserve_infer("m", request, serving::ResponseData{}).status().code(), StatusCode::kInternal)
+      << "no output at all";
 }
 
 TEST(KServeCodec, MetadataAndRepositoryBodies) {
@@ -511,7 +521,9 @@ TEST(KServeCodec, EncodesTranscripts) {
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   // Through encode_kserve_infer: a response with a transcript is written as one.
   serving::ResponseData response;
-  response.transcript = t;
+  auto transcript = std::make_shared<engine::TranscriptOutput>();
+  transcript->transcript = t;
+  response.output = transcript;
   request.outputs.clear();
   out = encode_kserve_infer("whisper", request, response);
   ASSERT_TRUE(out.ok()) << out.status().to_string();

@@ -79,9 +79,11 @@ TEST(OpenAiCodec, RefusesBadRequests) {
 }
 
 serving::ResponseData response(size_t n, int64_t tokens) {
+  auto clip = std::make_shared<engine::ClipOutput>();
+  clip->dim = 3;
+  for (size_t i = 0; i < n; ++i) clip->embeddings.push_back({0.5f + static_cast<float>(i), -1.f, 1e-7f});
   serving::ResponseData r;
-  r.dim = 3;
-  for (size_t i = 0; i < n; ++i) r.embeddings.push_back({0.5f + static_cast<float>(i), -1.f, 1e-7f});
+  r.output = clip;
   r.tokens = tokens;
   return r;
 }

@@ -1,85 +1,130 @@
-// run_clip_batch: text-only requests are answered after the text tower, before the image tower runs, and
-// every response (early or not) equals HF's golden embeddings for its inputs.
-#include "serving/clip_batch.h"
-
+// ClipExecutor::run (engine/clip_batch.cpp): text-only requests are finished after the text tower, before the
+// image tower runs; the image tower runs in chunks sized by the hooks' time budget with the preemption hook
+// between them; every output (early or not) equals HF's golden embeddings for its inputs.
 #include <gtest/gtest.h>
 
 #include "../../conformance/golden.h"
+#include "engine/clip_executor.h"
 
-namespace mmserve::serving {
+namespace mmserve::engine {
 namespace {
+
+struct BatchRun {
+  std::vector<size_t> order;  // finish order
+  std::vector<StatusOr<std::shared_ptr<const ModelOutput>>> outputs;
+  BatchStats stats;
+};
+
+BatchRun run_batch(ClipExecutor& executor, const std::vector<std::unique_ptr<ClipInput>>& inputs, BatchHooks hooks) {
+  BatchRun run;
+  run.outputs.resize(inputs.size(), Status(StatusCode::kInternal, "not finished"));
+  hooks.finish = [&](size_t i, StatusOr<std::shared_ptr<const ModelOutput>> out, double) {
+    run.order.push_back(i);
+    run.outputs[i] = std::move(out);
+  };
+  std::vector<BatchItem> batch(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) batch[i].input = inputs[i].get();
+  run.stats = executor.run(batch, hooks);
+  return run;
+}
+
+const std::vector<float>& embedding(const StatusOr<std::shared_ptr<const ModelOutput>>& out) {
+  const auto* clip = output_as<ClipOutput>(*out);
+  EXPECT_NE(clip, nullptr);
+  return clip->embeddings.at(0);
+}
 
 TEST(ClipBatch, TextOnlyRequestsFinishBeforeTheImageTower) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
-  auto executor = engine::ClipExecutor::create(dir, {});
+  auto executor = ClipExecutor::create(dir, {});
   ASSERT_TRUE(executor.ok()) << executor.status().to_string();
   testing::Golden golden(dir + "/golden.safetensors");
   const std::vector<float> pixels = golden.f32("pixel_values");  // [8, 3, 32, 32], HF's own preprocessing
   const int64_t per_image = 3 * 32 * 32, dim = 10;
 
   auto text_request = [](std::vector<int32_t> ids) {
-    auto r = std::make_shared<PendingRequest>();
+    auto r = std::make_unique<ClipInput>();
     r->input_is_image = {false};
     r->tokens = static_cast<int64_t>(ids.size());
     r->text_ids = {std::move(ids)};
     return r;
   };
-  auto image_request = std::make_shared<PendingRequest>();
+  auto image_request = std::make_unique<ClipInput>();
   image_request->input_is_image = {true};
   image_request->images = 1;
   image_request->pixels.assign(pixels.begin(), pixels.begin() + per_image);
   // golden.json's first text is "a photo of a cat", its second "".
-  std::vector<PendingRequestPtr> batch = {text_request({49406, 320, 1125, 539, 320, 2368, 49407}), image_request,
-                                          text_request({49406, 49407})};
+  std::vector<std::unique_ptr<ClipInput>> batch;
+  batch.push_back(text_request({49406, 320, 1125, 539, 320, 2368, 49407}));
+  batch.push_back(std::move(image_request));
+  batch.push_back(text_request({49406, 49407}));
 
-  std::vector<size_t> early;
-  std::vector<StatusOr<ResponseData>> early_responses;
-  BatchRun run = run_clip_batch(**executor, batch, [&](size_t i, StatusOr<ResponseData> r, double) {
-    early.push_back(i);
-    early_responses.push_back(std::move(r));
-  });
-  EXPECT_EQ(early, (std::vector<size_t>{0, 2}));
-  EXPECT_EQ(run.finished_early, (std::vector<bool>{true, false, true}));
+  BatchRun run = run_batch(**executor, batch, {});
+  EXPECT_EQ(run.order, (std::vector<size_t>{0, 2, 1})) << "the texts finish before the image tower";
+  EXPECT_EQ(run.stats.slot_items[kClipTextSlot], 2);
+  EXPECT_EQ(run.stats.slot_items[kClipImageSlot], 1);
   const std::vector<float> text_ref = golden.f32("text_embeds"), image_ref = golden.f32("image_embeds");
-  for (size_t k = 0; k < early.size(); ++k) {
-    ASSERT_TRUE(early_responses[k].ok());
-    const std::vector<float>& e = early_responses[k]->embeddings.at(0);
-    EXPECT_LE(testing::relative_error(e.data(), text_ref.data() + k * dim, dim), 1e-4) << "text " << k;
+  for (size_t k : {0, 2}) {
+    ASSERT_TRUE(run.outputs[k].ok()) << run.outputs[k].status().to_string();
+    EXPECT_LE(testing::relative_error(embedding(run.outputs[k]).data(), text_ref.data() + (k / 2) * dim, dim), 1e-4)
+        << "text " << k;
   }
-  ASSERT_TRUE(run.responses[1].ok()) << run.responses[1].status().to_string();
-  EXPECT_LE(testing::relative_error(run.responses[1]->embeddings.at(0).data(), image_ref.data(), dim), 1e-4);
+  ASSERT_TRUE(run.outputs[1].ok()) << run.outputs[1].status().to_string();
+  EXPECT_LE(testing::relative_error(embedding(run.outputs[1]).data(), image_ref.data(), dim), 1e-4);
 }
 
-// Chunked image tower (preemption points): the hook runs between chunks only, and chunking changes no result.
+// Chunked image tower (preemption points): with a tiny time budget every chunk is one image, the hook runs
+// between chunks only, and chunking changes no result.
 TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
-  auto executor = engine::ClipExecutor::create(dir, {});
+  auto executor = ClipExecutor::create(dir, {});
   ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  ASSERT_TRUE((*executor)->warm().ok());  // measures the time per image that sizes the chunks
   testing::Golden golden(dir + "/golden.safetensors");
   const std::vector<float> pixels = golden.f32("pixel_values");  // 8 images
   const std::vector<float> image_ref = golden.f32("image_embeds");
   const int64_t per_image = 3 * 32 * 32, dim = 10;
-  std::vector<PendingRequestPtr> batch;
-  for (int i = 0; i < 7; ++i) {  // 7 images in chunks of 3: 3 + 3 + 1, so the hook runs twice
-    auto r = std::make_shared<PendingRequest>();
+  std::vector<std::unique_ptr<ClipInput>> batch;
+  for (int i = 0; i < 7; ++i) {
+    auto r = std::make_unique<ClipInput>();
     r->input_is_image = {true};
     r->images = 1;
     r->pixels.assign(pixels.begin() + i * per_image, pixels.begin() + (i + 1) * per_image);
-    batch.push_back(r);
+    batch.push_back(std::move(r));
   }
   int hooks = 0;
-  ImageChunking chunking;
-  chunking.images = 3;
-  chunking.between_chunks = [&] { ++hooks; };
-  BatchRun run = run_clip_batch(**executor, batch, nullptr, chunking);
-  EXPECT_EQ(hooks, 2);
-  ASSERT_EQ(run.responses.size(), 7u);
+  BatchHooks chunked;
+  chunked.chunk_budget_ms = 1e-6;  // below one image's time: chunks of one
+  chunked.between_chunks = [&] { ++hooks; };
+  BatchRun run = run_batch(**executor, batch, chunked);
+  EXPECT_EQ(hooks, 6) << "7 chunks of one image, the hook between them";
   for (int i = 0; i < 7; ++i) {
-    ASSERT_TRUE(run.responses[i].ok());
-    EXPECT_LE(testing::relative_error(run.responses[i]->embeddings.at(0).data(), image_ref.data() + i * dim, dim), 1e-4)
+    ASSERT_TRUE(run.outputs[i].ok());
+    EXPECT_LE(testing::relative_error(embedding(run.outputs[i]).data(), image_ref.data() + i * dim, dim), 1e-4)
         << "image " << i;
   }
+  // A budget of many images' time runs the batch in fewer chunks (powers of two), still between chunks only.
+  hooks = 0;
+  chunked.chunk_budget_ms = 1e9;
+  run = run_batch(**executor, batch, chunked);
+  EXPECT_EQ(hooks, 1) << "7 images under a huge budget: one chunk of 4, then 3";
+}
+
+TEST(ClipBatch, AnotherFamilysInputIsAnErrorNotACrash) {
+  auto executor = ClipExecutor::create(testing::fixture("clip-tiny-quickgelu-f32"), {});
+  ASSERT_TRUE(executor.ok());
+  struct Other : ModelInput {};
+  std::vector<std::unique_ptr<ClipInput>> none;
+  Other other;
+  std::vector<BatchItem> batch(1);
+  batch[0].input = &other;
+  std::optional<Status> got;
+  BatchHooks hooks;
+  hooks.finish = [&](size_t, StatusOr<std::shared_ptr<const ModelOutput>> out, double) { got = out.status(); };
+  (*executor)->run(batch, hooks);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_FALSE(got->ok());
 }
 
 }  // namespace
-}  // namespace mmserve::serving
+}  // namespace mmserve::engine

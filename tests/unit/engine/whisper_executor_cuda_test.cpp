@@ -127,8 +127,9 @@ TEST_P(WhisperExecutorCuda, CompressedCrossKvTranscribes) {
     ExecutorOptions options;
     options.device = Device::cuda(0);
     options.dtype = DType::kF16;
-    options.whisper_cross_kv = storage;
-    auto ex = WhisperExecutor::create(model_dir(GetParam()), options);
+    WhisperOptions whisper;
+    whisper.cross_kv = storage;
+    auto ex = WhisperExecutor::create(model_dir(GetParam()), options, whisper);
     ASSERT_TRUE(ex.ok()) << ex.status().to_string();
     EXPECT_NE((*ex)->describe().find(std::string("cross K/V ") + storage), std::string::npos) << (*ex)->describe();
     auto t = (*ex)->transcribe(jfk(), o);
@@ -143,8 +144,9 @@ TEST_P(WhisperExecutorCuda, CompressedCrossKvTranscribes) {
   }
   ExecutorOptions bad;
   bad.device = Device::cuda(0);
-  bad.whisper_cross_kv = "fp4";
-  EXPECT_EQ(WhisperExecutor::create(model_dir(GetParam()), bad).status().code(), StatusCode::kInvalidArgument);
+  WhisperOptions fp4;
+  fp4.cross_kv = "fp4";
+  EXPECT_EQ(WhisperExecutor::create(model_dir(GetParam()), bad, fp4).status().code(), StatusCode::kInvalidArgument);
 }
 
 // A GPU model holds a fixed number of decoder rows: max_batch_size, at least the default best_of 5 (here 1 -> 5).

@@ -154,15 +154,15 @@ TEST(WhisperExecutor, BatchEqualsAlone) {
 TEST(WhisperExecutor, RequestsNeedingMoreRowsThanDecoderRowsWaitForThem) {
   for (const char* fixture : kModels) {
     SCOPED_TRACE(fixture);
-    ExecutorOptions options;
-    options.whisper_decoder_rows = 5;
-    auto ex = WhisperExecutor::create(model_dir(fixture), options);
+    WhisperOptions whisper;
+    whisper.decoder_rows = 5;
+    auto ex = WhisperExecutor::create(model_dir(fixture), {}, whisper);
     ASSERT_TRUE(ex.ok()) << ex.status().to_string();
     expect_requests_wait_for_decoder_rows(**ex, fixture);
   }
-  ExecutorOptions too_few;
-  too_few.whisper_decoder_rows = 4;  // a default request (best_of 5 on fallback) could never run
-  auto refused = WhisperExecutor::create(model_dir(kModels[0]), too_few);
+  WhisperOptions too_few;
+  too_few.decoder_rows = 4;  // a default request (best_of 5 on fallback) could never run
+  auto refused = WhisperExecutor::create(model_dir(kModels[0]), {}, too_few);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("decoder_rows 4"), std::string::npos) << refused.status().to_string();
@@ -170,9 +170,9 @@ TEST(WhisperExecutor, RequestsNeedingMoreRowsThanDecoderRowsWaitForThem) {
 
 // Compressed cross-attention K/V is a CUDA feature: the CPU path refuses it by name instead of ignoring it.
 TEST(WhisperExecutor, CompressedCrossKvNeedsCuda) {
-  ExecutorOptions options;
-  options.whisper_cross_kv = "int8";
-  auto executor = WhisperExecutor::create(model_dir(kModels[0]), options);
+  WhisperOptions whisper;
+  whisper.cross_kv = "int8";
+  auto executor = WhisperExecutor::create(model_dir(kModels[0]), {}, whisper);
   ASSERT_FALSE(executor.ok());
   EXPECT_EQ(executor.status().code(), StatusCode::kUnimplemented);
   EXPECT_NE(executor.status().message().find("cross_kv int8"), std::string::npos) << executor.status().message();

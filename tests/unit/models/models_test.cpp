@@ -117,16 +117,17 @@ TEST(ClipConfig, ErrorsNameTheKey) {
   EXPECT_FALSE(not_object.ok());
 }
 
-TEST(Registry, DetectsClipAndWhisperAndRefusesOthers) {
+TEST(Registry, DetectsClipWhisperAndSamAndRefusesOthers) {
   fs::path d = temp_dir("registry");
   std::ofstream(d / "config.json") << R"({"architectures": ["CLIPModel"]})";
   EXPECT_EQ(detect_family(d.string()).value(), Family::kClip);
-  EXPECT_TRUE(check_servable(Family::kClip).ok());
   std::ofstream(d / "config.json") << R"({"architectures": ["WhisperForConditionalGeneration"]})";
   EXPECT_EQ(detect_family(d.string()).value(), Family::kWhisper);
   std::ofstream(d / "config.json") << R"({"model_type": "whisper"})";
   EXPECT_EQ(detect_family(d.string()).value(), Family::kWhisper);
-  EXPECT_TRUE(check_servable(Family::kWhisper).ok());
+  std::ofstream(d / "config.json") << R"({"architectures": ["SamModel"]})";
+  EXPECT_EQ(detect_family(d.string()).value(), Family::kSam);
+  EXPECT_STREQ(family_name(Family::kSam), "sam");
   std::ofstream(d / "config.json") << R"({"architectures": ["BertModel"]})";
   auto bert = detect_family(d.string());
   EXPECT_EQ(bert.status().code(), StatusCode::kUnimplemented);

@@ -1,8 +1,8 @@
-// preprocess_audio: the real jfk.wav decoded at 16 kHz with its QoS score from its duration (SPEC 3.2's audio
+// WhisperInputs (engine/whisper_inputs.h), the Whisper family's input preparation: the real jfk.wav decoded at 16 kHz with its QoS score from its duration (SPEC 3.2's audio
 // term, computed by hand), and every bad input with its code: text or images sent to a speech model, several
 // files, zero bytes, non-audio bytes, a truncated header, an unsupported encoding, and the byte and duration
 // limits (413).
-#include "serving/audio_preprocessor.h"
+#include "engine/whisper_inputs.h"
 
 #include <gtest/gtest.h>
 
@@ -23,9 +23,10 @@ InputItem audio_input(std::string bytes) {
   return item;
 }
 
+using AudioPreprocessorOptions = engine::PreparerOptions;
+
 Status run(std::vector<InputItem> inputs, const AudioPreprocessorOptions& options = {}) {
-  PendingRequest request;
-  return preprocess_audio(inputs, options, request);
+  return engine::WhisperInputs(16000, options).prepare(inputs, nullptr).status();
 }
 
 // A 16-bit PCM WAV header (44 bytes) for `frames` mono frames at `rate`, with an arbitrary format tag.
@@ -42,12 +43,13 @@ TEST(AudioPreprocessor, JfkWavAndItsScore) {
   std::vector<InputItem> inputs = {audio_input(wav)};
   AudioPreprocessorOptions options;
   options.model = "whisper";
-  PendingRequest request;
-  ASSERT_TRUE(preprocess_audio(inputs, options, request).ok());
+  auto prepared = engine::WhisperInputs(16000, options).prepare(inputs, nullptr);
+  ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+  const auto& request = dynamic_cast<const engine::WhisperInput&>(*prepared->input);
   EXPECT_EQ(request.audio.size(), 176000u);  // 11 s at 16 kHz (the file is 16 kHz mono already)
   EXPECT_DOUBLE_EQ(request.audio_seconds, 11.0);
-  EXPECT_EQ(request.items[kAudioSlot], 1);
-  EXPECT_NEAR(request.score, 0.35 * 11.0 / 60.0, 1e-12);  // only the audio term: 0.35 min(11 / 60, 1)
+  EXPECT_EQ(prepared->items[0], 1);
+  EXPECT_NEAR(prepared->score, 0.35 * 11.0 / 60.0, 1e-12);  // only the audio term: 0.35 min(11 / 60, 1)
   EXPECT_TRUE(inputs[0].audio_bytes.empty());             // released once decoded
   // Sample 1000 equals the file's int16 / 32768 (the reference loader's scale).
   const size_t data = wav.find("data") + 8;  // the PCM samples follow the data chunk's header
@@ -97,11 +99,11 @@ TEST(AudioPreprocessor, BrokenAudioIsInvalid) {
 TEST(AudioPreprocessor, LimitsAre413) {
   const std::string wav = read_bytes(fixture("audio/jfk.wav"));
   AudioPreprocessorOptions options;
-  options.seconds_max = 5;  // jfk.wav is 11 s
+  options.audio_seconds_max = 5;  // jfk.wav is 11 s
   Status s = run({audio_input(wav)}, options);
   EXPECT_EQ(s.code(), StatusCode::kTooLarge) << s.to_string();
   options = {};
-  options.bytes_max = 1000;
+  options.audio_bytes_max = 1000;
   s = run({audio_input(wav)}, options);
   EXPECT_EQ(s.code(), StatusCode::kTooLarge) << s.to_string();
 }

@@ -15,6 +15,7 @@ namespace mmserve::serving {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::clip_of;
 using testing::Golden;
 using testing::image_input;
 using testing::read_bytes;
@@ -38,23 +39,23 @@ TEST_F(ServerInference, TextsAndImagesMatchHfGoldens) {
                                          text_input(golden_.text(1)), image_input(read_bytes(golden_.image_path(1))),
                                          image_input(read_bytes(golden_.image_path(2))), text_input(golden_.text(2))}));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_EQ(r->dim, 10);
-  EXPECT_EQ(r->images, 3);
-  EXPECT_EQ(r->texts, 3);
-  ASSERT_EQ(r->embeddings.size(), 6u);
+  EXPECT_EQ(clip_of(*r).dim, 10);
+  EXPECT_EQ(clip_of(*r).images, 3);
+  EXPECT_EQ(clip_of(*r).texts, 3);
+  ASSERT_EQ(clip_of(*r).embeddings.size(), 6u);
   const std::pair<bool, int> order[] = {{true, 0}, {false, 0}, {false, 1}, {true, 1}, {true, 2}, {false, 2}};
   for (size_t i = 0; i < 6; ++i) {
     const auto [is_image, k] = order[i];
-    const double err = relative_error(r->embeddings[i], golden_.row(is_image ? "image_embeds" : "text_embeds", k));
+    const double err = relative_error(clip_of(*r).embeddings[i], golden_.row(is_image ? "image_embeds" : "text_embeds", k));
     EXPECT_LE(err, kTolerance) << "input " << i;
   }
   EXPECT_EQ(r->tokens, golden_.tokens(0) + golden_.tokens(1) + golden_.tokens(2));
-  ASSERT_EQ(r->logits_per_image.size(), 9u);  // [3 images x 3 texts]
+  ASSERT_EQ(clip_of(*r).logits_per_image.size(), 9u);  // [3 images x 3 texts]
   std::vector<float> expected;
   for (int i = 0; i < 3; ++i) {
     for (int t = 0; t < 3; ++t) expected.push_back(golden_.at("logits_per_image", i, t));
   }
-  EXPECT_LE(relative_error(r->logits_per_image, expected), kTolerance);
+  EXPECT_LE(relative_error(clip_of(*r).logits_per_image, expected), kTolerance);
   // Phase times: every phase measured, and they fit in the total.
   EXPECT_GT(r->times.preprocess_ms, 0);
   EXPECT_GT(r->times.compute_ms, 0);
@@ -102,8 +103,8 @@ TEST_F(ServerInference, PixelValuesAndMetadata) {
   item.pixel_values.assign(p, p + per_image);
   auto r = server.infer(request("clip", {item}));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  EXPECT_LE(relative_error(r->embeddings[0], golden_.row("image_embeds", 4)), kTolerance);
-  EXPECT_TRUE(r->logits_per_image.empty());
+  EXPECT_LE(relative_error(clip_of(*r).embeddings[0], golden_.row("image_embeds", 4)), kTolerance);
+  EXPECT_TRUE(clip_of(*r).logits_per_image.empty());
 
   item.pixel_values.resize(per_image - 1);
   auto bad = server.infer(request("clip", {text_input("x"), item}));
@@ -125,7 +126,7 @@ TEST_F(ServerInference, ConcurrentRequestsAreBatchedAndEqualSingleRequests) {
     auto r = server.infer(spec_for(i));
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->batch_size, 1);
-    single[i] = r->embeddings[0];
+    single[i] = clip_of(*r).embeddings[0];
   }
   Histogram& text_batches = histogram("mmserve_batch_size", {"model", "tower"}, {"clip", "text"});
   const uint64_t batches_before = text_batches.count();
@@ -146,8 +147,8 @@ TEST_F(ServerInference, ConcurrentRequestsAreBatchedAndEqualSingleRequests) {
   for (int i = 0; i < kThreads; ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status().to_string();
     largest = std::max(largest, results[i]->batch_size);
-    EXPECT_LE(relative_error(results[i]->embeddings[0], single[i]), 1e-5) << "request " << i;
-    EXPECT_LE(relative_error(results[i]->embeddings[0], golden_.row(i % 2 ? "image_embeds" : "text_embeds", i / 2)),
+    EXPECT_LE(relative_error(clip_of(*results[i]).embeddings[0], single[i]), 1e-5) << "request " << i;
+    EXPECT_LE(relative_error(clip_of(*results[i]).embeddings[0], golden_.row(i % 2 ? "image_embeds" : "text_embeds", i / 2)),
               kTolerance);
   }
   std::printf("  largest batch %d of %d concurrent requests; text tower: %llu batches for 4 texts\n", largest, kThreads,

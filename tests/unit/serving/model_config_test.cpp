@@ -32,7 +32,7 @@ default_priority: 4
 default_timeout_ms: 1500
 memory_quota_mb: 300
 threads: 3
-preempt_chunk_images: 4
+preempt_chunk_ms: 4.5
 audio_seconds_max: 600.5
 audio_bytes_max: 1048576
 cross_kv: int8
@@ -52,7 +52,7 @@ decoder_rows: 24
   EXPECT_DOUBLE_EQ(c->default_timeout_ms, 1500);
   EXPECT_EQ(c->memory_quota_mb, 300);
   EXPECT_EQ(c->threads, 3);
-  EXPECT_EQ(c->preempt_chunk_images, 4);
+  EXPECT_EQ(c->preempt_chunk_ms, 4.5);
   EXPECT_DOUBLE_EQ(c->audio_seconds_max, 600.5);
   EXPECT_EQ(c->audio_bytes_max, 1048576);
   EXPECT_EQ(c->cross_kv, "int8");
@@ -269,7 +269,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"default_priority: 4\n", "default_priority"},  // above the default 3 levels
         BadCase{"default_priority: 0\n", "default_priority"}, BadCase{"default_timeout_ms: -5\n", "default_timeout_ms"},
         BadCase{"memory_quota_mb: -1\n", "memory_quota_mb"}, BadCase{"threads: -2\n", "threads"},
-        BadCase{"preempt_chunk_images: -1\n", "preempt_chunk_images"},
+        BadCase{"preempt_chunk_ms: -1\n", "preempt_chunk_ms"},
         BadCase{"audio_seconds_max: 0\n", "audio_seconds_max"}, BadCase{"audio_seconds_max: x\n", "audio_seconds_max"},
         BadCase{"audio_bytes_max: 0\n", "audio_bytes_max"}, BadCase{"audio_bytes_max: 1.5\n", "audio_bytes_max"},
         BadCase{"cross_kv: fp4\n", "cross_kv"}, BadCase{"instances: 99999999999\n", "instances"},  // beyond int

@@ -1,7 +1,7 @@
 // Tests of RequestQueue (request_queue.cpp) with real threads and measured times: fifo and qos orderings,
 // aging (promotion by measured waiting, and the starvation bound under a continuous stream of
 // higher-priority work, against a control without aging), the batch budget per tower, the batching delay,
-// bounded admission (429), deadline and cancellation drops, close(). Also bucket_for (clip_batch.h).
+// bounded admission (429), deadline and cancellation drops, close(). Also bucket_for (request_queue.h).
 #include "serving/request_queue.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <atomic>
 #include <thread>
 
-#include "serving/clip_batch.h"
+#include "serving/request_queue.h"
 
 namespace mmserve::serving {
 namespace {

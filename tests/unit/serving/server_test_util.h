@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "engine/clip_executor.h"
+#include "engine/whisper_executor.h"
 #include "serving/inference_server.h"
 
 namespace mmserve::serving::testing {
@@ -77,6 +79,28 @@ struct Golden {
   nlohmann::json meta;
   std::unique_ptr<SafetensorsFile> file_;
 };
+
+// The family outputs of a response (a failed expectation, not a crash, when it is another family's).
+inline const engine::ClipOutput& clip_of(const ResponseData& r) {
+  static const engine::ClipOutput kNone;
+  const auto* out = engine::output_as<engine::ClipOutput>(r.output);
+  EXPECT_NE(out, nullptr) << "not a CLIP output";
+  return out ? *out : kNone;
+}
+inline const engine::Transcript& transcript_of(const ResponseData& r) {
+  static const engine::Transcript kNone;
+  const auto* out = engine::output_as<engine::TranscriptOutput>(r.output);
+  EXPECT_NE(out, nullptr) << "not a transcript";
+  return out ? out->transcript : kNone;
+}
+// A Whisper request's parameters (decoding options and the optional streaming callback).
+inline std::shared_ptr<engine::WhisperParams> whisper_params(engine::TranscribeOptions options,
+                                                             engine::SegmentCallback on_segment = nullptr) {
+  auto params = std::make_shared<engine::WhisperParams>();
+  params->options = std::move(options);
+  params->on_segment = std::move(on_segment);
+  return params;
+}
 
 inline InputItem text_input(const std::string& text) {
   InputItem item;

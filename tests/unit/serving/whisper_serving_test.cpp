@@ -17,6 +17,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::fixture;
+using testing::transcript_of;
+using testing::whisper_params;
 using testing::read_bytes;
 using testing::request;
 using testing::text_input;
@@ -42,7 +44,7 @@ engine::TranscribeOptions greedy() {
 RequestSpec transcription(const std::string& model, const std::string& bytes,
                           engine::TranscribeOptions options = greedy()) {
   RequestSpec spec = request(model, {audio_input(bytes)});
-  spec.transcribe = std::move(options);
+  spec.params = whisper_params(std::move(options));
   return spec;
 }
 
@@ -90,10 +92,10 @@ TEST_F(WhisperServing, TranscriptEqualsTheExecutors) {
   ASSERT_TRUE(server.ready());
   auto r = server.infer(transcription("whisper", jfk_));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_TRUE(r->transcript.has_value());
-  expect_same(*r->transcript, reference(jfk_));
-  EXPECT_NEAR(r->transcript->duration, 11.0, 1e-9);
-  EXPECT_TRUE(r->embeddings.empty());
+  ASSERT_NE(engine::output_as<engine::TranscriptOutput>(r->output), nullptr);
+  expect_same(transcript_of(*r), reference(jfk_));
+  EXPECT_NEAR(transcript_of(*r).duration, 11.0, 1e-9);
+  EXPECT_EQ(engine::output_as<engine::ClipOutput>(r->output), nullptr);
   EXPECT_GT(r->times.preprocess_ms, 0);
   EXPECT_GT(r->times.compute_ms, 0);
   EXPECT_EQ(counter("mmserve_requests_total", {"model", "outcome"}, {"whisper", "success"}), 1);
@@ -128,7 +130,7 @@ TEST_F(WhisperServing, ConcurrentRequestsAreBatchedAndEqualAlone) {
   int largest = 0;
   for (int i = 0; i < kClients; ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status().to_string();
-    expect_same(*results[i]->transcript, alone);
+    expect_same(transcript_of(*results[i]), alone);
     largest = std::max(largest, results[i]->batch_size);
   }
   EXPECT_GT(largest, 1) << "no two requests shared a transcribe_batch call";
@@ -142,21 +144,21 @@ TEST_F(WhisperServing, SegmentCallbackStreamsAndCancels) {
   const engine::Transcript alone = reference(jfk_, options);
   std::vector<std::string> streamed;
   RequestSpec spec = transcription("whisper", jfk_, options);
-  spec.on_segment = [&](const engine::TranscriptSegment& s) {
+  spec.params = whisper_params(options, [&](const engine::TranscriptSegment& s) {
     streamed.push_back(s.text);
     return true;
-  };
+  });
   auto r = server.infer(std::move(spec));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
-  expect_same(*r->transcript, alone);
-  ASSERT_EQ(streamed.size(), r->transcript->segments.size());
+  expect_same(transcript_of(*r), alone);
+  ASSERT_EQ(streamed.size(), transcript_of(*r).segments.size());
   std::string joined;
   for (const std::string& s : streamed) joined += s;
-  EXPECT_EQ(joined, r->transcript->text);
+  EXPECT_EQ(joined, transcript_of(*r).text);
 
   if (!alone.segments.empty()) {  // a callback that says no cancels the request
     spec = transcription("whisper", jfk_, options);
-    spec.on_segment = [](const engine::TranscriptSegment&) { return false; };
+    spec.params = whisper_params(options, [](const engine::TranscriptSegment&) { return false; });
     r = server.infer(std::move(spec));
     EXPECT_EQ(r.status().code(), StatusCode::kCancelled) << r.status().to_string();
     EXPECT_EQ(counter("mmserve_requests_total", {"model", "outcome"}, {"whisper", "cancelled"}), 1);
@@ -212,7 +214,7 @@ TEST_F(WhisperServing, AFaultyReplicasBatchIsTranscribedByTheOther) {
     for (auto* f : {&a, &b}) {
       StatusOr<ResponseData> r = f->get();
       ASSERT_TRUE(r.ok()) << r.status().to_string();
-      expect_same(*r->transcript, alone);
+      expect_same(transcript_of(*r), alone);
     }
   }
   EXPECT_EQ(healthy("1"), 0) << "replica 1 never took a batch";
