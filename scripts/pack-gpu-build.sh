@@ -2,6 +2,11 @@
 # Packs the binaries of build/gpu-host (static third-party libraries) plus the few runtime libraries the GPU
 # host may lack into .carry/gpu-build.tgz, which scripts/gpu-check.sh unpacks there. .carry/ is git-ignored
 # and named in the device tool's `carry`.
+#   scripts/pack-gpu-build.sh                      build/gpu-host (make gpu-build: static third-party libraries)
+#   scripts/pack-gpu-build.sh build/cpu-release    the everyday build (it compiles the CUDA backend too when nvcc is
+#                                                  here): every non-system shared library ldd names travels in lib/,
+#                                                  which saves the second (static) build when only code changed
+#   PACK=gpu GPU_EXTRA="sam_cuda_test"             only the GPU test binaries (+ these)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/gpu-host}
@@ -12,7 +17,7 @@ cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 [ -x "$B/bench/whisper_gpu_bench" ] && cp "$B/bench/whisper_gpu_bench" "$STAGE/"
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
 if [ "${PACK:-all}" = gpu ]; then
-  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test; do
+  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test ${GPU_EXTRA:-}; do
     find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
   done
 else
@@ -27,6 +32,16 @@ for bin in "$B/src/cli/mmserve" "$STAGE"/tests/*; do
     cp -L "$lib" "$STAGE/lib/"
   done
 done
+# A dynamically linked build (build/cpu-release): carry every shared library that is neither glibc's, the C++
+# runtime's (the host's are newer), the CUDA toolkit's (the host has CUDA 13.0) nor the driver's.
+if [ "$B" != build/gpu-host ]; then
+  for bin in "$STAGE"/mmserve "$STAGE"/clip_throughput "$STAGE"/tests/*; do
+    [ -f "$bin" ] || continue
+    for lib in $(ldd "$bin" | awk '$3 ~ /^\// {print $3}' | grep -v '^/usr/local/cuda' | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|ld-linux)[.-]'); do
+      [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"
+    done
+  done
+fi
 find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry
 XZ_OPT=-9 tar cJf .carry/gpu-build.tgz -C "$STAGE" .   # xz: the carried size is limited
