@@ -55,7 +55,7 @@ free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1",
 # start_server [serve flags...]: sets URL; fails if the server is not ready within 60 s.
 start_server() {
   mkdir -p "$TMP/models"
-  cp -r "$FIXTURE" "$TMP/models/$MODEL"
+  cp -rL "$FIXTURE" "$TMP/models/$MODEL"   # -L: the fixture's tokenizer.json is a relative symlink
   local port
   port=$(free_port)
   URL=http://127.0.0.1:$port

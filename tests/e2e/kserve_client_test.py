@@ -145,7 +145,8 @@ def main():
     golden = read_safetensors(os.path.join(fixture, "golden.safetensors"))
     dim = golden["text_embeds"][0][1]
     root = tempfile.mkdtemp(prefix="mmserve_py_client_")
-    shutil.copytree(fixture, os.path.join(root, "repo", MODEL))
+    # symlinks=False (the default) copies what links point to: tokenizer.json is a relative link in the fixture.
+    shutil.copytree(fixture, os.path.join(root, "repo", MODEL), symlinks=False)
     port = free_port()
     base = "http://127.0.0.1:%d" % port
     err = open(os.path.join(root, "stderr"), "w+")

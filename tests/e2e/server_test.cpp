@@ -16,9 +16,11 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -448,6 +450,24 @@ TEST(ServerProcessTest, ReplicasAreListedAndAllFailedIs503NotReady) {
   fs::remove_all(repository);
 }
 
+// Polls /metrics until `model` has a request admitted and not finished (mmserve_inflight_requests >= 1); false
+// once `timeout` passes or `gave_up()` says so. The hook for "the request is being processed", instead of a
+// guessed sleep.
+bool wait_inflight(ServerProcess& server, const std::string& model, std::chrono::seconds timeout,
+                   const std::function<bool()>& gave_up) {
+  const std::string sample = "\nmmserve_inflight_requests{model=\"" + model + "\"} ";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline && !gave_up()) {
+    auto r = server.client().Get("/metrics");
+    if (r && r->status == 200) {
+      const size_t at = r->body.find(sample);
+      if (at != std::string::npos && std::atof(r->body.c_str() + at + sample.size()) >= 1.0) return true;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
 TEST(ServerProcessTest, SigtermLetsAnInFlightRequestComplete) {
   const fs::path repository = make_repository("sigterm");
   ServerProcess server(repository);
@@ -464,7 +484,9 @@ TEST(ServerProcessTest, SigtermLetsAnInFlightRequestComplete) {
     answered_at = std::chrono::steady_clock::now().time_since_epoch().count();
     status = r ? r->status : -1;
   });
-  std::this_thread::sleep_for(300ms);  // the request is being processed (it takes ~1 s)
+  // SIGTERM once the server has admitted the request (it then takes ~1 s), however slowly it got there.
+  const bool admitted = wait_inflight(server, kModel, 60s, [&] { return answered_at.load() != 0; });
+  EXPECT_TRUE(admitted) << "the request never showed in mmserve_inflight_requests: " << server.stderr_text();
   const int64_t signalled_at = std::chrono::steady_clock::now().time_since_epoch().count();
   const int exit_code = server.terminate();
   client.join();

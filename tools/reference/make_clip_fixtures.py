@@ -16,7 +16,9 @@ tests/fixtures/images/. It writes:
                                ("pil/<image>/<cfg>", F32 [3,H,W]) and by the torchvision CLIPImageProcessor
                                ("tv/<image>/<cfg>"); for the 224 config 8-bit levels ("pil_u8/...", U8) to
                                keep the files small
-  clip-tiny-*/                 tiny random CLIPModels saved with save_pretrained (F32, BF16, sharded F16),
+  clip-tiny-*/                 tiny random CLIPModels saved with save_pretrained (F32, BF16, sharded F16;
+                               tokenizer.json is a relative symlink to ../clip_tokenizer_hf/tokenizer.json,
+                               checked identical first),
                                each with golden.safetensors + golden.json: HF's input_ids, attention_mask,
                                pixel_values, image_embeds, text_embeds, logits_per_image and the towers'
                                last hidden states, computed in float32 from the saved (reloaded) weights.
@@ -272,6 +274,22 @@ def reinit(model, seed):
                 p.copy_(0.08 * torch.randn(p.shape, generator=g))
 
 
+def link_shared_tokenizer(model_dir, out):
+    """Replaces model_dir/tokenizer.json with a relative symlink to ../clip_tokenizer_hf/tokenizer.json.
+
+    Every tiny model saves the same 3.6 MB tokenizer.json; one copy in git instead of four keeps the fixtures
+    (and what travels to the GPU host) ~11 MB smaller. Relative, so the link survives `cp -r` of the whole
+    output into tests/fixtures/ (cp -r keeps links as links) and git stores it as a link. Checked byte for byte
+    first: if a transformers version ever saves them differently, this fails instead of hiding the difference.
+    """
+    own = os.path.join(model_dir, "tokenizer.json")
+    shared = os.path.join(out, "clip_tokenizer_hf", "tokenizer.json")
+    with open(own, "rb") as a, open(shared, "rb") as b:
+        assert a.read() == b.read(), f"{own} differs from {shared}: keep it as a file and say why"
+    os.remove(own)
+    os.symlink(os.path.join("..", "clip_tokenizer_hf", "tokenizer.json"), own)
+
+
 def write_model(name, spec, tok, procs, img_dir, out, seed):
     from safetensors.torch import save_file
     text_kw, vision_kw, proj, dtype, cfg_name, shard = spec
@@ -285,7 +303,10 @@ def write_model(name, spec, tok, procs, img_dir, out, seed):
     kwargs = {"max_shard_size": shard} if shard else {}
     model.save_pretrained(d, **kwargs)
     # A fresh tokenizer: calling one with padding=True stores padding/truncation state in its tokenizer.json.
+    if os.path.islink(os.path.join(d, "tokenizer.json")):  # a rerun into the same --out: don't write through it
+        os.remove(os.path.join(d, "tokenizer.json"))
     load_tokenizer().save_pretrained(d)
+    link_shared_tokenizer(d, out)
     pil_proc = procs[cfg_name][0]
     pil_proc.save_pretrained(d)
 

@@ -1,9 +1,10 @@
 // Silero VAD v5 with the REAL pretrained weights (compiled in from assets/vad) on the real jfk.wav: speech
 // scores high, inserted digital silence and low-level white noise score low and are left out of the spans;
 // the get_speech_timestamps state machine on hand-made probability sequences (expected spans worked out by
-// hand from utils_vad.py, one case per option); broken weight files; empty, short and non-finite input; and,
-// when tools/reference/make_silero_vad_golden.py has been run, the official silero_vad package's per-window
-// probabilities and spans.
+// hand from utils_vad.py, one case per option); broken weight files; empty, short and non-finite input; and
+// Silero's official ONNX model run by onnxruntime (tests/fixtures/vad, from tools/reference/make_silero_vad_golden.py):
+// its per-window probabilities and get_speech_timestamps spans, for the compiled-in weights put into the official
+// graph and for the official file's own weights.
 #include "models/vad/silero_vad.h"
 
 #include <gtest/gtest.h>
@@ -11,10 +12,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -485,7 +488,7 @@ TEST(SileroVad, BrokenWeightFilesGiveClearErrors) {
   fs::remove(garbage);
 }
 
-// ---- the official package's outputs (tools/reference/make_silero_vad_golden.py) ----
+// ---- Silero's official ONNX model (tools/reference/make_silero_vad_golden.py, onnxruntime) ----
 
 VadOptions options_from(const nlohmann::json& j) {
   VadOptions o;
@@ -503,44 +506,73 @@ Spans spans_from(const nlohmann::json& j) {
   return s;
 }
 
-TEST(SileroVadGolden, MatchesTheOfficialPackage) {
-  const fs::path path = fs::path(MMSERVE_FIXTURES_DIR) / "vad" / "silero_vad_golden.json";
-  if (!fs::exists(path)) {
-    GTEST_SKIP() << path << " has not been generated: run tools/reference/make_silero_vad_golden.py where the "
-                 << "official silero_vad package is installed (it is not on this machine)";
-  }
-  std::ifstream in(path);
-  const nlohmann::json golden = nlohmann::json::parse(in);
-  ASSERT_EQ(golden.at("insert_at").get<int64_t>(), kInsertAt);
-  ASSERT_EQ(golden.at("insert_length").get<int64_t>(), kInsertLength);
-  for (const auto& [name, input] : golden.at("inputs").items()) {
+const nlohmann::json* golden() {
+  static const std::unique_ptr<nlohmann::json> loaded = []() -> std::unique_ptr<nlohmann::json> {
+    std::ifstream in(fs::path(MMSERVE_FIXTURES_DIR) / "vad" / "silero_vad_golden.json");
+    if (!in) return nullptr;
+    return std::make_unique<nlohmann::json>(nlohmann::json::parse(in));
+  }();
+  return loaded.get();
+}
+
+// `model`'s probabilities and spans against the reference's for each input of `inputs`.
+void expect_matches(const SileroVad& model, const nlohmann::json& inputs) {
+  ASSERT_EQ(golden()->at("insert_at").get<int64_t>(), kInsertAt);
+  ASSERT_EQ(golden()->at("insert_length").get<int64_t>(), kInsertLength);
+  ASSERT_EQ(inputs.size(), 2u);
+  for (const auto& [name, input] : inputs.items()) {
     SCOPED_TRACE(name);
     ASSERT_TRUE(name == "jfk" || name == "jfk_silence");
     const std::vector<float> x = name == "jfk" ? jfk() : jfk_with(std::vector<float>(kInsertLength, 0.0f));
+    ASSERT_EQ(input.at("samples").get<size_t>(), x.size());
     const std::vector<float> ref = input.at("probs").get<std::vector<float>>();
-    const std::vector<float> p = probs(x);
-    ASSERT_EQ(p.size(), ref.size());
+    auto p = model.probabilities(x);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    ASSERT_EQ(p->size(), ref.size());
     float max_diff = 0.0f;
-    for (size_t i = 0; i < p.size(); ++i) max_diff = std::max(max_diff, std::fabs(p[i] - ref[i]));
-    // f32 against PyTorch's f32 JIT model: differences are summation order only.
+    for (size_t i = 0; i < p->size(); ++i) max_diff = std::max(max_diff, std::fabs((*p)[i] - ref[i]));
+    // f32 against onnxruntime's f32: differences are summation order only, carried through the LSTM state.
     EXPECT_LE(max_diff, 1e-4f);
+    ::testing::Test::RecordProperty(name + "_max_abs_diff", std::to_string(max_diff));
+    std::printf("%s: max |mmserve - onnxruntime| over %zu windows: %.3g\n", name.c_str(), p->size(), max_diff);
     for (const auto& c : input.at("cases")) {
       SCOPED_TRACE(c.at("options").dump());
       const VadOptions o = options_from(c.at("options"));
       const Spans expected = spans_from(c.at("spans"));
-      // The state machine exactly, on the package's own probabilities.
+      // The state machine exactly, on the reference's own probabilities.
       auto exact = SileroVad::spans_from_probabilities(ref, static_cast<int64_t>(x.size()), o);
       ASSERT_TRUE(exact.ok()) << exact.status().to_string();
       EXPECT_EQ(*exact, expected) << to_string(*exact) << " vs " << to_string(expected);
       // End to end: a probability within 1e-4 of a threshold could move a boundary by a window.
-      const Spans ours = spans(x, o);
-      ASSERT_EQ(ours.size(), expected.size()) << to_string(ours) << " vs " << to_string(expected);
-      for (size_t i = 0; i < ours.size(); ++i) {
-        EXPECT_LE(std::abs(ours[i].start - expected[i].start), kWin);
-        EXPECT_LE(std::abs(ours[i].end - expected[i].end), kWin);
+      auto ours = model.speech_spans(x, o);
+      ASSERT_TRUE(ours.ok()) << ours.status().to_string();
+      ASSERT_EQ(ours->size(), expected.size()) << to_string(*ours) << " vs " << to_string(expected);
+      for (size_t i = 0; i < ours->size(); ++i) {
+        EXPECT_LE(std::abs((*ours)[i].start - expected[i].start), kWin);
+        EXPECT_LE(std::abs((*ours)[i].end - expected[i].end), kWin);
       }
     }
   }
+}
+
+#define MMSERVE_SKIP_WITHOUT_GOLDEN()                                                                          \
+  if (golden() == nullptr) {                                                                                   \
+    GTEST_SKIP() << "tests/fixtures/vad/silero_vad_golden.json has not been generated: run "                   \
+                    "tools/reference/make_silero_vad_golden.py (numpy, onnx, onnxruntime; see its docstring)"; \
+  }
+
+// The weights mmserve compiles in, put into the official ONNX graph (the npm file ships an earlier v6 release's).
+TEST(SileroVadGolden, CompiledInWeightsMatchTheOfficialGraph) {
+  MMSERVE_SKIP_WITHOUT_GOLDEN();
+  expect_matches(vad(), golden()->at("inputs"));
+}
+
+// The official ONNX file untouched, on its own weights (extracted to a safetensors file by the same script).
+TEST(SileroVadGolden, OfficialOnnxWeightsMatchTheOfficialFile) {
+  MMSERVE_SKIP_WITHOUT_GOLDEN();
+  auto official = SileroVad::load(std::string(MMSERVE_FIXTURES_DIR) + "/vad/silero_vad_onnx_16k.safetensors");
+  ASSERT_TRUE(official.ok()) << official.status().to_string();
+  expect_matches(**official, golden()->at("official").at("inputs"));
 }
 
 }  // namespace
