@@ -18,12 +18,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// A JSON array of `width`-number rows ([[x, y], ...]) as a kTensor input named `name`.
-Status rows_tensor(const json& value, const std::string& name, size_t width, std::vector<engine::InputItem>& out) {
+// The JSON field `name` (an array of `width`-number rows, [[x, y], ...]) as a kTensor input named `tensor`.
+Status rows_tensor(const json& value, const std::string& name, const std::string& tensor, size_t width,
+                   std::vector<engine::InputItem>& out) {
   if (!value.is_array()) return invalid_argument("'" + name + "' must be an array");
   engine::InputItem item;
   item.kind = engine::InputKind::kTensor;
-  item.name = name;
+  item.name = tensor;
   for (size_t r = 0; r < value.size(); ++r) {
     const json& row = value[r];
     if (width == 1) {
@@ -90,10 +91,11 @@ StatusOr<SegmentRequest> parse_segment_request(std::string_view body) {
     out.params->image_id = image_id->get<std::string>();
   }
   if (const auto p = root.find("points"); p != root.end())
-    RETURN_IF_ERROR(rows_tensor(*p, "point_coords", 2, out.inputs));
+    RETURN_IF_ERROR(rows_tensor(*p, "points", "point_coords", 2, out.inputs));
   if (const auto l = root.find("labels"); l != root.end())
-    RETURN_IF_ERROR(rows_tensor(*l, "point_labels", 1, out.inputs));
-  if (const auto b = root.find("boxes"); b != root.end()) RETURN_IF_ERROR(rows_tensor(*b, "boxes", 4, out.inputs));
+    RETURN_IF_ERROR(rows_tensor(*l, "labels", "point_labels", 1, out.inputs));
+  if (const auto b = root.find("boxes"); b != root.end())
+    RETURN_IF_ERROR(rows_tensor(*b, "boxes", "boxes", 4, out.inputs));
   if (const auto m = root.find("multimask_output"); m != root.end()) {
     if (!m->is_boolean()) return invalid_argument("'multimask_output' must be a boolean");
     out.params->multimask_output = m->get<bool>();

@@ -16,7 +16,7 @@ else()
   message(STATUS "python3 not found: kserve_client_test is not registered")
 endif()
 # The speech routes (OpenAI audio, KServe audio) against the tiny Whisper fixture, compared with the executor.
-mmserve_test(audio_server_e2e_test SOURCES audio_server_test.cpp
+mmserve_test(audio_server_e2e_test SOURCES audio_server_test.cpp blas_test_main.cpp
              LIBS mmserve_engine mmserve_frontends nlohmann_json::nlohmann_json PkgConfig::HTTPLIB)
 target_compile_definitions(audio_server_e2e_test PRIVATE MMSERVE_BINARY="$<TARGET_FILE:mmserve>")
 add_dependencies(audio_server_e2e_test mmserve)
@@ -26,4 +26,12 @@ if(EXISTS /usr/bin/python3)
            COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/audio_client_test.py
                    --binary $<TARGET_FILE:mmserve> --fixtures ${MMSERVE_FIXTURES_DIR})
   set_tests_properties(audio_client_test PROPERTIES TIMEOUT 600)
+endif()
+# SAM with real clients: `mmserve segment`, curl and Python's requests on /v1/segment, KServe point tensors, all
+# against HF's goldens of tests/fixtures/sam (tests/e2e/sam_client_test.py).
+if(EXISTS /usr/bin/python3)
+  add_test(NAME sam_client_test
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/sam_client_test.py
+                   --binary $<TARGET_FILE:mmserve> --fixtures ${MMSERVE_FIXTURES_DIR})
+  set_tests_properties(sam_client_test PROPERTIES TIMEOUT 300)
 endif()
