@@ -9,7 +9,7 @@
 #include <atomic>
 #include <future>
 
-#include "core/thread_pool.h"
+#include "serving/preprocess_pool.h"
 #include "serving/model_repository.h"
 #include "serving/serving_metrics.h"
 
@@ -161,7 +161,7 @@ class InferenceServerImpl final : public InferenceServer {
   const ServerConfig config_;
   MetricsRegistry registry_;
   ServingMetrics metrics_;
-  ThreadPool pool_;
+  PreprocessPool pool_;
   std::unique_ptr<ModelRepository> repository_;  // declared after pool_: destroyed (models stopped) first
   std::atomic<bool> started_{false};
   std::atomic<bool> draining_{false};

@@ -202,7 +202,9 @@ void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point s
   auto task = [self = shared_from_this(), request, inputs = std::move(spec.inputs)]() mutable {
     self->preprocess(request, inputs);
   };
-  if (!context_.preprocess_pool->try_submit(std::move(task))) {
+  // Under qos the pool runs better classes first and keeps workers for class 1 (preprocess_pool.h).
+  const int pool_priority = context_.policy == SchedulingPolicy::kQos ? priority : 1;
+  if (!context_.preprocess_pool->try_submit(pool_priority, std::move(task))) {
     queue_.release();
     metrics_.reject(RejectReason::kPreprocessFull);
     {
@@ -245,6 +247,7 @@ void ModelRuntime::preprocess(const PendingRequestPtr& request, std::vector<Inpu
 }
 
 void ModelRuntime::engine_loop(engine::Executor* executor, Replica* replica) {
+  set_current_thread_name("mm-eng" + std::to_string(replica->index) + "-" + name_);  // top -H: mm-eng0-clip-gp
   BatchLimits limits;
   limits.items_max = config_.max_batch_size;
   limits.delay_max = std::chrono::duration_cast<Clock::duration>(

@@ -39,7 +39,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/thread_pool.h"
+#include "serving/preprocess_pool.h"
 #include "engine/executor.h"
 #include "engine/families.h"
 #include "serving/model_config.h"
@@ -51,7 +51,7 @@ namespace mmserve::serving {
 
 // What a runtime borrows from its server (which outlives it).
 struct RuntimeContext {
-  ThreadPool* preprocess_pool = nullptr;
+  PreprocessPool* preprocess_pool = nullptr;  // media decoding, best class first, a share kept for class 1
   ServingMetrics* metrics = nullptr;
   SchedulingPolicy policy = SchedulingPolicy::kQos;
   double aging_ms_per_level = 500;
