@@ -11,14 +11,18 @@
 # Two floods are measured: low-priority images (bulk indexing next to interactive text search) and
 # low-priority texts (the same kind as the high-priority stream).
 #
-#   bench/server_priority.sh [BUILD_DIR (default build/cpu-release)] [OUT_DIR (default build/bench-results/server)]
+#   bench/server_priority.sh [BUILD_DIR (default build/cpu-release; or a folder holding mmserve, as gpu-check's)]
+#                            [OUT_DIR (default build/bench-results/server)]
+#   DEVICE=cuda serves the same model on the GPU (bf16), the issue 13 item 7 run "on its GPU".
 #   env: DURATION (default 30), HIGH_RATE (default 10), FLOOD_RATE (default 6000), FLOOD_CONNECTIONS (default 256),
 #   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 384), ENGINE_THREADS (default 1; both as in server_batching.sh), MAX_BATCH (default 64)
 # Writes OUT_DIR/priority_*.json and OUT_DIR/server_priority.json (keyed by commit), prints the P99 ratios.
 # Figures: docs/perf/server_cpu.md.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-MMSERVE=$(realpath "${1:-$ROOT/build/cpu-release}/src/cli/mmserve")
+BUILD=${1:-$ROOT/build/cpu-release}
+if [ -x "$BUILD/mmserve" ]; then MMSERVE=$(realpath "$BUILD/mmserve"); else MMSERVE=$(realpath "$BUILD/src/cli/mmserve"); fi
+DEVICE=${DEVICE:-cpu}
 OUT=$(realpath -m "${2:-$ROOT/build/bench-results/server}")
 DURATION=${DURATION:-30}
 HIGH_RATE=${HIGH_RATE:-10}
@@ -34,7 +38,7 @@ REPO=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-bench-repo.XXXXXX")
 trap 'srv_cleanup; rm -rf "$REPO"' EXIT
 
 make_model "$REPO" clip small $'max_batch_size: '"$MAX_BATCH"$'\nmax_queue_delay_ms: 5\npriority_levels: 3\n'\
-$'default_priority: 2\nqueue_size: 512\nthreads: '"$ENGINE_THREADS"
+$'default_priority: 2\nqueue_size: 512\nthreads: '"$ENGINE_THREADS"$'\ndevice: '"$DEVICE"
 cat >"$OUT/priority_high.yaml" <<'EOF'
 classes:
   - {name: high-text, kind: text, api: kserve, priority: 1}
@@ -81,4 +85,4 @@ done
 
 "$PY" "$ROOT/bench/server_summary.py" priority "$OUT" --commit "$(commit_id)" --host "$(host_desc)" \
   --note "max_batch_size $MAX_BATCH, engine threads $ENGINE_THREADS, http threads $HTTP_THREADS, \
-high $HIGH_RATE req/s, flood $FLOOD_RATE req/s over $FLOOD_CONNECTIONS connections, $DURATION s"
+device $DEVICE, high $HIGH_RATE req/s, flood $FLOOD_RATE req/s over $FLOOD_CONNECTIONS connections, $DURATION s"

@@ -13,7 +13,8 @@
 # bench of issue 2), whisper (bench/run_whisper_gpu_bench.sh: Whisper fp16 against HF generate), whisper-fixtures
 # (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
 # fixtures/whisper), tp (bench/run_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
-# and at TP=2 where 2 GPUs are visible; Whisper large-v3 decode tokens/s the same way). Default: "tests memcheck kernels".
+# and at TP=2 where 2 GPUs are visible; Whisper large-v3 decode tokens/s the same way), priority (bench/server_priority.sh
+# on the CPU and on the GPU). Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -156,11 +157,24 @@ if has cpu; then
   fi
 fi
 
+if has priority; then
+  # Issue 13 item 7: high-priority text P99 under low-priority image and text floods, qos vs fifo, with the demo
+  # CLIP on the host's CPUs and then on the GPU (bench/server_priority.sh, DURATION 10 s per phase: ~3 min).
+  for device in cpu cuda; do
+    if DEVICE=$device DURATION=${PRIORITY_DURATION:-10} bench/server_priority.sh "$BIN" "$RES/priority_$device" \
+        > "$RES/priority_${device}_table.md" 2> "$RES/priority_$device.err"; then
+      summary+=("bench priority $device: ok")
+    else
+      summary+=("bench priority $device: FAIL (see priority_$device.err)")
+    fi
+  done
+fi
+
 if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"
