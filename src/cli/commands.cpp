@@ -13,6 +13,7 @@
 #include "frontends/text/whisper_tokenizer.h"
 #include "models/clip/clip_demo.h"
 #include "models/registry.h"
+#include "models/sam/sam_demo.h"
 
 namespace mmserve::cli {
 namespace {
@@ -186,6 +187,12 @@ int run_inspect(const std::string& model_dir) {
 }
 
 int run_demo_model(const std::string& output_dir, bool overwrite, const std::string& architecture) {
+  if (architecture == "sam") {
+    Status status = models::write_demo_sam(output_dir, overwrite);
+    if (!status.ok()) return fail(status.message());
+    std::fprintf(stderr, "wrote the demo SAM (random weights) to %s\n", output_dir.c_str());
+    return 0;
+  }
   models::DemoModelOptions options;
   options.overwrite = overwrite;
   options.architecture = architecture;

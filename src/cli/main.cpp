@@ -46,8 +46,10 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--output", demo_dir, "directory to write")->required();
   demo_cmd->add_flag("--overwrite", overwrite, "replace an existing directory's files");
   std::string demo_architecture = "small";
-  demo_cmd->add_option("--architecture", demo_architecture, "small (the demo) or vit-b32 (for benchmarks)")
-      ->check(CLI::IsMember({"small", "vit-b32"}));
+  demo_cmd
+      ->add_option("--architecture", demo_architecture,
+                   "small (the demo CLIP), vit-b32 (CLIP for benchmarks) or sam (the demo SAM)")
+      ->check(CLI::IsMember({"small", "vit-b32", "sam"}));
 
   // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
   ServeArgs serve;

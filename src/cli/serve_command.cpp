@@ -32,6 +32,7 @@
 #include "core/cuda/topology.h"
 #include "core/tensor.h"
 #include "models/clip/clip_demo.h"
+#include "models/sam/sam_demo.h"
 #include "serving/inference_server.h"
 #include "serving/serving_metrics.h"
 
@@ -87,7 +88,10 @@ StatusOr<api::HttpServerOptions> http_options(const ServeArgs& args) {
   options.port = args.port;
   if (args.http_threads < 0 || args.http_threads > 4096) return invalid_argument("--http-threads must be 0..4096");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  options.transport.threads = args.http_threads > 0 ? args.http_threads : std::max(512, 16 * cores);  // a waiting request holds a worker: more workers than queue slots, so overload becomes 429s
+  options.transport.threads = args.http_threads > 0
+                                  ? args.http_threads
+                                  : std::max(512, 16 * cores);  // a waiting request holds a worker: more workers than
+                                                                // queue slots, so overload becomes 429s
   if (!(args.max_body_mb > 0) || args.max_body_mb > 16384)
     return invalid_argument("--max-body-mb must be in (0, 16384]");
   options.transport.body_bytes_max = static_cast<size_t>(args.max_body_mb * 1024 * 1024);
@@ -146,10 +150,12 @@ int run_serve(const ServeArgs& args) {
     if (!dir.ok()) return fail(dir.status().message());
     const Status written = models::write_demo_clip(*dir + "/demo-clip");
     if (!written.ok()) return fail("writing the demo model: " + written.message());
+    const Status sam = models::write_demo_sam(*dir + "/demo-sam");
+    if (!sam.ok()) return fail("writing the demo SAM: " + sam.message());
     config->model_repository = *dir;
     std::fprintf(stderr,
-                 "mmserve: no --model-repository: serving the built-in demo CLIP as 'demo-clip' (random "
-                 "weights)\n");
+                 "mmserve: no --model-repository: serving the built-in demo CLIP as 'demo-clip' and the demo SAM "
+                 "as 'demo-sam' (random weights)\n");
   }
 
   StatusOr<std::unique_ptr<serving::InferenceServer>> server = serving::InferenceServer::create(*config);

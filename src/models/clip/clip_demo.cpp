@@ -1,6 +1,7 @@
 // Writes the demo CLIP directory (see clip_demo.h). Weights: N(0, 0.02) for matrices and embeddings, ones and
 // zeros for layer norms, from a splitmix64 + Box-Muller generator so the bytes are identical on every platform.
 #include "models/clip/clip_demo.h"
+#include "models/common/demo_random.h"
 
 #include <cmath>
 #include <filesystem>
@@ -18,25 +19,6 @@ extern "C" const char mmserve_clip_merges_begin[], mmserve_clip_merges_end[];
 
 namespace mmserve::models {
 namespace {
-
-class NormalGenerator {
- public:
-  explicit NormalGenerator(uint64_t seed) : state_(seed) {}
-  float next() {
-    const double u1 = (static_cast<double>(next_u64() >> 11) + 0.5) / 9007199254740992.0;
-    const double u2 = static_cast<double>(next_u64() >> 11) / 9007199254740992.0;
-    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
-  }
-
- private:
-  uint64_t next_u64() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  uint64_t state_;
-};
 
 Status write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

@@ -13,6 +13,7 @@
 #include "../../conformance/golden.h"
 #include "engine/sam_inputs.h"
 #include "frontends/image/mask_rle.h"
+#include "models/sam/sam_demo.h"
 
 namespace mmserve::engine {
 namespace {
@@ -244,6 +245,36 @@ TEST(EmbeddingCache, EvictsLeastRecentlyUsedUnderTheBudget) {
   EXPECT_EQ(cache.stats().entries, 3);
   EXPECT_NE(content_hash("abc"), content_hash("abd"));
   EXPECT_EQ(content_hash("abc").size(), 32u);
+}
+
+}  // namespace
+}  // namespace mmserve::engine
+
+namespace mmserve::engine {
+namespace {
+
+// The built-in demo SAM (`make serve`'s demo-sam): it loads through the same checks as a downloaded model, its
+// bytes do not depend on the run, and a click gives three masks of the image's size.
+TEST(SamDemo, LoadsAndSegments) {
+  const std::string dir = ::testing::TempDir() + "/mmserve_demo_sam";
+  ASSERT_TRUE(models::write_demo_sam(dir, /*overwrite=*/true).ok());
+  const std::string first = read_file(dir + "/model.safetensors");
+  ASSERT_TRUE(models::write_demo_sam(dir, /*overwrite=*/true).ok());
+  EXPECT_EQ(read_file(dir + "/model.safetensors"), first) << "the demo weights must be deterministic";
+  EXPECT_FALSE(models::write_demo_sam(dir).ok()) << "an existing directory needs overwrite";
+  Family f = load(dir);
+  ASSERT_TRUE(f.inputs);
+  ASSERT_TRUE(f.executor->warm().ok());
+  InputItem image;
+  image.kind = InputKind::kImageBytes;
+  image.image_bytes = read_file(testing::fixture("images/rocket.jpg"));
+  auto out = segment(f, {image, tensor("point_coords", {1, 2}, {400, 180})}, SamParams{});
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  const auto* sam = output_as<SamOutput>(*out);
+  ASSERT_NE(sam, nullptr);
+  EXPECT_EQ(sam->count, 3);
+  EXPECT_EQ(sam->height, 427);
+  EXPECT_EQ(sam->width, 640);
 }
 
 }  // namespace
