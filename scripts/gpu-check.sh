@@ -14,7 +14,8 @@
 # (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
 # fixtures/whisper), tp (bench/run_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
 # and at TP=2 where 2 GPUs are visible; Whisper large-v3 decode tokens/s the same way), priority (bench/server_priority.sh
-# on the CPU and on the GPU). Default: "tests memcheck kernels".
+# on the CPU and on the GPU), sam (bench/run_sam_gpu_bench.sh: SAM ViT-B/H bf16 against HF fp16, ViT-B on the CPU).
+# Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STAGES=${STAGES:-tests memcheck kernels}
@@ -40,7 +41,7 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -126,6 +127,15 @@ if has whisper; then
     summary+=("bench whisper gpu: ok")
   else
     summary+=("bench whisper gpu: FAIL (see whisper_gpu.err)")
+  fi
+fi
+
+if has sam; then
+  # SAM ViT-B / ViT-H bf16 against HF fp16 (encoder, prompt decoder) and ViT-B on the CPU, one run.
+  if bench/run_sam_gpu_bench.sh "$BIN" "$RES/sam_gpu" > "$RES/sam_gpu_table.md" 2> "$RES/sam_gpu.err"; then
+    summary+=("bench sam gpu: ok")
+  else
+    summary+=("bench sam gpu: FAIL (see sam_gpu.err)")
   fi
 fi
 

@@ -15,6 +15,7 @@ mkdir -p "$STAGE/tests" "$STAGE/lib"
 cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 [ -x "$B/src/kernels/kernels_cuda_bench" ] && cp "$B/src/kernels/kernels_cuda_bench" "$STAGE/"
 [ -x "$B/bench/whisper_gpu_bench" ] && cp "$B/bench/whisper_gpu_bench" "$STAGE/"
+[ -x "$B/bench/sam_gpu_bench" ] && cp "$B/bench/sam_gpu_bench" "$STAGE/"
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
 if [ "${PACK:-all}" = gpu ]; then
   for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test ${GPU_EXTRA:-}; do
@@ -35,7 +36,7 @@ done
 # A dynamically linked build (build/cpu-release): carry every shared library that is neither glibc's, the C++
 # runtime's (the host's are newer), the CUDA toolkit's (the host has CUDA 13.0) nor the driver's.
 if [ "$B" != build/gpu-host ]; then
-  for bin in "$STAGE"/mmserve "$STAGE"/clip_throughput "$STAGE"/tests/*; do
+  for bin in "$STAGE"/mmserve "$STAGE"/clip_throughput "$STAGE"/sam_gpu_bench "$STAGE"/tests/*; do
     [ -f "$bin" ] || continue
     for lib in $(ldd "$bin" | awk '$3 ~ /^\// {print $3}' | grep -v '^/usr/local/cuda' | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|ld-linux)[.-]'); do
       [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"

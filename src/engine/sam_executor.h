@@ -8,8 +8,14 @@
 // decodes every prompt against its embedding and post-processes the masks exactly as SamProcessor's
 // post_process_masks does (upscaled to the padded size, cropped to the resized size, resized to the original
 // size, binarised at 0). Three masks (HF's multimask order) unless multimask_output is false.
-// On `cpu` it runs models/sam/sam.h in f32. The CUDA path is not written yet: `cuda` is refused at load.
-// Tests: tests/unit/engine/sam_executor_test.cpp (HF's goldens through the executor, the cache), tests/e2e.
+// On `cpu` it runs models/sam/sam.h in f32. On `cuda:N` it runs models/sam/sam_cuda.h (encoder in bf16 by default,
+// f16 or f32; CUDA graphs for the encoder per batch bucket and the decoder per token bucket), the encoder's batch at
+// most min(batch_size_max, 8) images (4096 tokens each at 1024 px: 8 fill the GPU), and the embedding cache lives in
+// GPU memory: slots of one embedding each (channels-last f32) carved from one allocation of at most
+// embedding_cache_mb, LRU as on the CPU; cached prompts are decoded first, then each encoded chunk's prompts straight
+// from the encoder's output (so an eviction can never pull an embedding from under a prompt of the same batch).
+// Tests: tests/unit/engine/sam_executor_test.cpp (HF's goldens through the executor, the cache), tests/e2e,
+// tests/conformance/sam_cuda_test.cpp (the executor on cuda:0).
 #pragma once
 
 #include <cstdint>
@@ -22,6 +28,9 @@
 #include "engine/executor.h"
 #include "frontends/image/sam_preprocess.h"
 #include "models/sam/sam.h"
+#if MMSERVE_HAS_CUDA
+#include "models/sam/sam_cuda.h"
+#endif
 
 namespace mmserve::engine {
 
@@ -67,27 +76,38 @@ class SamExecutor final : public Executor {
                                                                const ExecutorOptions& options,
                                                                const nlohmann::json& family_config);
 
-  const models::SamConfig& config() const { return model_->config(); }
+  const models::SamConfig& config() const { return config_; }
 
   Device device() const override { return options_.device; }
-  DType dtype() const override { return DType::kF32; }
+  DType dtype() const override { return dtype_; }
   int64_t memory_bytes() const override;
   std::string describe() const override;
   const FamilyInfo& info() const override { return info_; }
   Status warm() override;
   BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
-  std::vector<CacheStats> caches() const override { return {cache_.stats()}; }
+  std::vector<CacheStats> caches() const override;
+  ~SamExecutor() override;
 
  private:
-  SamExecutor(ExecutorOptions options, SamOptions sam)
-      : options_(std::move(options)), sam_(sam), cache_("image_embedding", sam.embedding_cache_bytes) {}
+  class DeviceCache;  // the GPU embedding cache (sam_executor.cpp)
+  SamExecutor(ExecutorOptions options, SamOptions sam);
   StatusOr<std::shared_ptr<SamOutput>> decode(const SamInput& input, const std::vector<float>& embedding);
+  // The prompt of `input` (pointing into it) and the post-processing of masks into the output, for both devices.
+  static models::SamPrompt prompt_of(const SamInput& input);
+  static std::shared_ptr<SamOutput> output_of(const SamInput& input, models::SamMasks masks);
+  BatchStats run_cuda(const std::vector<BatchItem>& batch, const BatchHooks& hooks);
 
   ExecutorOptions options_;
   SamOptions sam_;
   FamilyInfo info_;
-  std::unique_ptr<models::SamModel> model_;
-  EmbeddingCache cache_;
+  models::SamConfig config_;
+  DType dtype_ = DType::kF32;
+  std::unique_ptr<models::SamModel> model_;  // cpu
+#if MMSERVE_HAS_CUDA
+  std::unique_ptr<models::SamCudaModel> cuda_model_;  // cuda
+#endif
+  std::unique_ptr<DeviceCache> device_cache_;  // cuda
+  EmbeddingCache cache_;                       // cpu
   double image_ms_ = 0;  // measured encoder time per image: sizes the chunks
 };
 

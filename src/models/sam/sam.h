@@ -124,6 +124,8 @@ class SamModel {
   int64_t embedding_floats() const;
   // Weights plus the activation workspaces of one image and one typical prompt.
   int64_t memory_bytes() const;
+  // The bound f32 weights (sam_internal.h), for the GPU model's upload (sam_cuda.cpp).
+  const SamWeights* weights() const { return bound_.get(); }
 
   // pixels [n, num_channels, image_size, image_size] (HF's pixel_values) -> embeddings [n, output_channels,
   // grid, grid] (HF's image_embeddings). Images run one at a time through one workspace, sized once.
