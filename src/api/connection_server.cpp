@@ -1,5 +1,6 @@
-// Connection handling under httplib: parked connections, the worker pool, the buffered socket stream and the
-// checks made before routing (see connection_server.h for why). Tests: tests/unit/api/http_server_test.cpp.
+// Connection handling under httplib: the worker pool, the buffered socket stream and the checks made before
+// routing (see connection_server.h for why); parked connections are connection_parker.cpp's.
+// Tests: tests/unit/api/transport_test.cpp, tests/unit/api/http_server_test.cpp.
 #include "api/connection_server.h"
 
 #include <fcntl.h>
@@ -7,7 +8,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,22 +22,15 @@
 #include <thread>
 #include <vector>
 
+#include "api/connection_parker.h"
 #include "api/request_context.h"
+#include "core/thread_pool.h"
 
 namespace mmserve::api {
+
+using namespace transport;  // NOLINT: the transport's own helpers (connection_parker.h)
+
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-Clock::duration seconds(double s) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
-}
-
-int millis_until(Clock::time_point deadline, Clock::time_point now) {
-  if (deadline <= now) return 0;
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now).count() + 1;
-  return static_cast<int>(std::min<int64_t>(ms, 1 << 30));
-}
 
 // Waits for `events` on `fd` until `timeout_s` passes without them or `deadline` passes. false on timeout/error.
 bool wait_for(int fd, short events, double timeout_s, Clock::time_point deadline) {
@@ -53,11 +46,6 @@ bool wait_for(int fd, short events, double timeout_s, Clock::time_point deadline
   }
 }
 
-void close_fd(int fd) {
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
-}
-
 // Closes after the response when the client may still be sending a body we did not read: stop writing, read
 // and discard for a short while, then close. Closing at once would make the kernel answer the client's
 // pending data with a reset, which often destroys the response before the client reads it.
@@ -70,27 +58,6 @@ void linger_close(int fd, double linger_s) {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;
   }
   ::close(fd);
-}
-
-// Leading empty lines before a request line are ignored (RFC 9112 section 2.2).
-void strip_leading_newlines(std::string& pending) {
-  size_t i = 0;
-  while (i < pending.size() && (pending[i] == '\r' || pending[i] == '\n')) ++i;
-  if (i > 0) pending.erase(0, i);
-}
-
-bool headers_complete(const std::string& pending) {
-  return pending.find("\r\n\r\n") != std::string::npos || pending.find("\n\n") != std::string::npos;
-}
-
-// A minimal response written by the transport itself (before httplib parsed anything), best effort.
-void send_raw_error(int fd, int status, const char* reason, const std::string& message) {
-  const std::string body = "{\"error\":\"" + message + "\"}";
-  const std::string text =
-      "HTTP/1.1 " + std::to_string(status) + " " + reason +
-      "\r\nContent-Type: application/json\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  [[maybe_unused]] const ssize_t n = ::send(fd, text.data(), text.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 void address_of(int fd, bool peer, std::string& ip, int& port) {
@@ -187,18 +154,16 @@ class BufferedSocketStream final : public httplib::Stream {
 
 }  // namespace
 
-struct ConnectionServer::Connection {
-  int fd = -1;
-  std::string pending;         // received, not yet processed
-  Clock::time_point ready_at;  // when its headers were complete
-  int served = 0;              // requests answered on it
-};
-
 // A fixed pool of threads running tasks in FIFO order.
 class ConnectionServer::WorkerPool {
  public:
   explicit WorkerPool(int threads) {
-    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { work(); });
+    for (int i = 0; i < std::max(1, threads); ++i) {
+      threads_.emplace_back([this] {
+        set_current_thread_name("mm-http");
+        work();
+      });
+    }
   }
   ~WorkerPool() { stop(); }
 
@@ -252,145 +217,6 @@ class ConnectionServer::WorkerPool {
   std::vector<std::thread> threads_;
   int running_ = 0;
   bool stopped_ = false;
-};
-
-// The poller of connections waiting for a complete request head (see the header).
-class ConnectionServer::Parker {
- public:
-  Parker(const TransportOptions& options, std::function<void(Connection)> dispatch)
-      : options_(options), dispatch_(std::move(dispatch)), wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    thread_ = std::thread([this] { loop(); });
-  }
-  ~Parker() {
-    stop();
-    ::close(wake_fd_);
-  }
-
-  // Takes ownership of the connection. `idle`: waiting between requests (keep-alive deadline until data).
-  void park(Connection connection, Clock::time_point deadline, bool idle) {
-    const int fd = connection.fd;
-    bool accepted = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!stopping_) {
-        incoming_.push_back({std::move(connection), deadline, idle});
-        accepted = true;
-        wake();
-      }
-    }
-    if (!accepted) close_fd(fd);  // shutting down
-  }
-
-  void stop() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (stopping_) return;
-      stopping_ = true;
-    }
-    wake();
-    if (thread_.joinable()) thread_.join();
-    for (Entry& e : incoming_) close_fd(e.connection.fd);
-    incoming_.clear();
-  }
-
- private:
-  struct Entry {
-    Connection connection;
-    Clock::time_point deadline;
-    bool idle = false;
-  };
-
-  void wake() {
-    const uint64_t one = 1;
-    [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof(one));
-  }
-
-  void loop() {
-    std::vector<Entry> parked;
-    std::vector<pollfd> fds;
-    std::vector<char> chunk(16384);
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (stopping_) break;
-        for (Entry& e : incoming_) {
-          if (parked.size() >= options_.connections_max) {
-            close_fd(e.connection.fd);
-          } else {
-            parked.push_back(std::move(e));
-          }
-        }
-        incoming_.clear();
-      }
-      Clock::time_point now = Clock::now();
-      Clock::time_point earliest = now + std::chrono::seconds(1);
-      fds.assign(1, pollfd{wake_fd_, POLLIN, 0});
-      for (const Entry& e : parked) {
-        fds.push_back(pollfd{e.connection.fd, POLLIN, 0});
-        earliest = std::min(earliest, e.deadline);
-      }
-      const int r = ::poll(fds.data(), fds.size(), millis_until(earliest, now));
-      if (r < 0 && errno != EINTR) break;
-      if (fds[0].revents & POLLIN) {
-        uint64_t value;
-        [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &value, sizeof(value));
-      }
-      now = Clock::now();
-      std::vector<Entry> keep;
-      std::vector<Connection> ready;
-      for (size_t i = 0; i < parked.size(); ++i) {
-        Entry& e = parked[i];
-        if (r > 0 && (fds[i + 1].revents & (POLLIN | POLLERR | POLLHUP))) {
-          const ssize_t n = ::recv(e.connection.fd, chunk.data(), chunk.size(), MSG_DONTWAIT);
-          if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            close_fd(e.connection.fd);  // the client closed (or reset) the connection
-            continue;
-          }
-          if (n > 0) {
-            if (e.idle) {  // a new request starts: its headers get the header timeout from now
-              e.idle = false;
-              e.deadline = now + seconds(options_.header_timeout_s);
-            }
-            e.connection.pending.append(chunk.data(), static_cast<size_t>(n));
-            strip_leading_newlines(e.connection.pending);
-            if (headers_complete(e.connection.pending)) {
-              e.connection.ready_at = now;
-              ready.push_back(std::move(e.connection));
-              continue;
-            }
-            if (e.connection.pending.size() > options_.header_bytes_max) {
-              send_raw_error(e.connection.fd, 431, "Request Header Fields Too Large",
-                             "request headers are larger than " + std::to_string(options_.header_bytes_max) + " bytes");
-              for (int reads = 0; reads < 64 && ::recv(e.connection.fd, chunk.data(), chunk.size(), MSG_DONTWAIT) > 0;
-                   ++reads) {
-              }
-              close_fd(e.connection.fd);
-              continue;
-            }
-          }
-        }
-        if (now >= e.deadline) {
-          if (!e.idle && !e.connection.pending.empty()) {
-            send_raw_error(e.connection.fd, 408, "Request Timeout", "the request headers did not arrive in time");
-          }
-          close_fd(e.connection.fd);
-          continue;
-        }
-        keep.push_back(std::move(e));
-      }
-      parked.swap(keep);
-      for (Connection& c : ready) dispatch_(std::move(c));
-    }
-    for (Entry& e : parked) close_fd(e.connection.fd);
-  }
-
-  const TransportOptions& options_;
-  std::function<void(Connection)> dispatch_;
-  int wake_fd_;
-  std::mutex mutex_;
-  std::vector<Entry> incoming_;
-  bool stopping_ = false;
-  std::thread thread_;
 };
 
 namespace {
@@ -447,6 +273,7 @@ Status ConnectionServer::bind(const std::string& host, int port) {
 }
 
 void ConnectionServer::run() {
+  set_current_thread_name("mm-accept");  // httplib's accept loop runs on the caller's thread
   run_active_ = true;
   if (!stopping_) listen_after_bind();
   run_active_ = false;

@@ -4,19 +4,20 @@
 // httplib 0.11 gives each accepted connection a worker thread for its whole life, blocked in read() while a
 // client trickles its headers or idles on keep-alive: ~N slow clients wedge an N-thread server (slowloris).
 // Here a worker only ever runs a request whose headers have fully arrived. Connections waiting for their next
-// request's headers are "parked" with one poller thread (non-blocking reads into a per-connection buffer),
-// which hands a connection to the worker pool once it holds "\r\n\r\n", and closes it when its header deadline
-// (from connection or first byte) or keep-alive deadline passes, or answers 431 when the headers grow past the
-// limit. Workers read the rest through BufferedSocketStream (poll + recv with a per-read timeout and a
-// deadline for the whole body; writes likewise), call httplib's Server::process_request, and park the
-// connection again. Before routing, setup checks what can be refused without reading the body (chunked
-// bodies 411, Content-Length above the limit 413, a malformed Content-Length 400) and then closes the
-// connection after a short lingering drain so the client still reads the answer. `Expect: 100-continue` is
-// answered by the stream when the body is first read, so a request the api refuses before reading its body
-// (401, 413, 415, ...) gets that answer instead of "100 Continue".
+// request's headers are "parked" with one poller thread (connection_parker.h: an epoll set, non-blocking reads
+// into a per-connection buffer), which hands a connection to the worker pool once it holds "\r\n\r\n", and
+// closes it when its header deadline (from connection or first byte) or keep-alive deadline passes, or answers
+// 431 when the headers grow past the limit. Workers read the rest through BufferedSocketStream (poll + recv
+// with a per-read timeout and a deadline for the whole body; writes likewise), call httplib's
+// Server::process_request, and park the connection again. Before routing, setup checks what can be refused
+// without reading the body (chunked bodies 411, Content-Length above the limit 413, a malformed Content-Length
+// 400) and then closes the connection after a short lingering drain so the client still reads the answer.
+// `Expect: 100-continue` is answered by the stream when the body is first read, so a request the api refuses
+// before reading its body (401, 413, 415, ...) gets that answer instead of "100 Continue".
 // It overrides httplib's private virtual process_and_close_socket(), the extension point SSLServer uses.
-// Tests: tests/unit/api/http_server_test.cpp (slow clients, keep-alive, pipelining, early 413),
-// tests/e2e/server_test.cpp.
+// Threads are named for `top -H`: mm-http (workers), mm-poller, mm-accept (the thread that calls run()).
+// Tests: tests/unit/api/transport_test.cpp (slow clients, keep-alive, pipelining, early 413, 431),
+// tests/unit/api/http_server_test.cpp, tests/e2e/server_test.cpp.
 #pragma once
 
 #include <httplib.h>

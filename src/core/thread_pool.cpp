@@ -8,6 +8,8 @@
 // returned; they find no chunk left and never touch `body`. Tests: tests/unit/core/thread_pool_test.cpp.
 #include "core/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <exception>
@@ -54,7 +56,13 @@ void run_chunks(ParallelForState& s) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(size_t threads, size_t queue_limit) : queue_limit_(queue_limit) {
+void set_current_thread_name(std::string_view name) {
+  const std::string cut(name.substr(0, 15));  // pthread_setname_np refuses more than 16 bytes with the NUL
+  pthread_setname_np(pthread_self(), cut.c_str());
+}
+
+ThreadPool::ThreadPool(size_t threads, size_t queue_limit, std::string name)
+    : queue_limit_(queue_limit), name_(std::move(name)) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   workers_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -72,6 +80,7 @@ ThreadPool::~ThreadPool() {
 
 void ThreadPool::worker_loop() {
   tls_worker_of = this;
+  set_current_thread_name(name_);
   for (;;) {
     std::packaged_task<void()> task;
     {

@@ -3,7 +3,8 @@
 //
 // submit() returns a std::future; try_submit() refuses work when the queue is full so that callers can
 // apply back-pressure (the server answers 429) instead of queueing without bound. The destructor drains
-// the queue and joins. parallel_for() splits [0, n) into chunks over the pool and waits.
+// the queue and joins. parallel_for() splits [0, n) into chunks over the pool and waits. Workers carry a thread
+// name (set_current_thread_name) so that `top -H` and gdb tell the server's threads apart.
 // Tests: tests/unit/core/thread_pool_test.cpp.
 #pragma once
 
@@ -14,15 +15,21 @@
 #include <future>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 namespace mmserve {
 
+// Names the calling thread (what `top -H`, `ps -L` and gdb show). Linux keeps 15 bytes: longer names are cut.
+void set_current_thread_name(std::string_view name);
+
 class ThreadPool {
  public:
-  // threads == 0 means std::thread::hardware_concurrency(). queue_limit == 0 means unbounded.
-  explicit ThreadPool(size_t threads, size_t queue_limit = 0);
+  // threads == 0 means std::thread::hardware_concurrency(). queue_limit == 0 means unbounded. Every worker is
+  // named `name` (15 bytes at most are kept).
+  explicit ThreadPool(size_t threads, size_t queue_limit = 0, std::string name = "mm-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -45,6 +52,7 @@ class ThreadPool {
   std::deque<std::packaged_task<void()>> queue_;
   std::vector<std::thread> workers_;
   size_t queue_limit_;
+  std::string name_;
   bool stopping_ = false;
 };
 

@@ -14,6 +14,26 @@ namespace {
 std::string mib(int64_t bytes) {
   return std::to_string((bytes + (1 << 19)) >> 20) + " MiB";
 }
+
+// The images [first, first + n) of the concatenation of `pieces` (each already checked to be whole images of
+// `per_image` floats, together at least first + n images), as sub-spans.
+std::vector<std::span<const float>> slice_images(std::span<const std::span<const float>> pieces, int64_t per_image,
+                                                 int64_t first, int64_t n) {
+  std::vector<std::span<const float>> out;
+  size_t skip = static_cast<size_t>(first * per_image), want = static_cast<size_t>(n * per_image);
+  for (const std::span<const float>& piece : pieces) {
+    if (want == 0) break;
+    if (skip >= piece.size()) {
+      skip -= piece.size();
+      continue;
+    }
+    const size_t take = std::min(piece.size() - skip, want);
+    out.push_back(piece.subspan(skip, take));
+    skip = 0;
+    want -= take;
+  }
+  return out;
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::string& model_dir,
@@ -117,7 +137,8 @@ std::string ClipExecutor::describe() const {
     }
     text += ": weights " + mib(m.weight_bytes) + ", activations " + mib(m.activation_bytes) + " (max batch " +
             std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) + ", graphs " +
-            mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes);
+            mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes) +
+            "; host pixels: " + cuda_model_->host_copy_description();
     return text;
   }
 #endif
@@ -160,19 +181,48 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(const std::vector<float>
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images(const float* pixels, int64_t n) {
+  if (n < 0) return invalid_argument("negative image count");
+  const int64_t per_image = config_.vision.num_channels * image_size() * image_size();
+  const std::span<const float> one(pixels, static_cast<size_t>(n * per_image));
+  return embed_images(std::span<const std::span<const float>>(&one, 1), 0, n);
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::span<const float>> pieces, int64_t first,
+                                                        int64_t n) {
   const int64_t size = image_size(), channels = config_.vision.num_channels;
   const int64_t per_image = channels * size * size, dim = embedding_dim();
-  if (n < 0) return invalid_argument("negative image count");
+  if (first < 0 || n < 0) return invalid_argument("negative image range");
+  int64_t images = 0;
+  for (const std::span<const float>& piece : pieces) {
+    if (piece.size() % static_cast<size_t>(per_image) != 0) {
+      return invalid_argument("expected whole images of [" + std::to_string(channels) + ", " + std::to_string(size) +
+                              ", " + std::to_string(size) + "] pixel values, got " + std::to_string(piece.size()) +
+                              " floats");
+    }
+    images += static_cast<int64_t>(piece.size()) / per_image;
+  }
+  if (first + n > images) {
+    return invalid_argument("images [" + std::to_string(first) + ", " + std::to_string(first + n) + ") of " +
+                            std::to_string(images));
+  }
   std::vector<float> embeds(static_cast<size_t>(n * dim));
   for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
     const int64_t count = std::min(options_.batch_size_max, n - begin);
+    const std::vector<std::span<const float>> parts = slice_images(pieces, per_image, first + begin, count);
 #if MMSERVE_HAS_CUDA
     if (cuda_model_) {
-      RETURN_IF_ERROR(cuda_model_->encode_images(pixels + begin * per_image, count, embeds.data() + begin * dim));
+      RETURN_IF_ERROR(cuda_model_->encode_images(parts, embeds.data() + begin * dim));
       continue;
     }
 #endif
-    Tensor in(const_cast<float*>(pixels) + begin * per_image, DType::kF32, {count, channels, size, size});
+    const float* joined = parts.front().data();
+    if (parts.size() > 1) {
+      cpu_pixels_.resize(static_cast<size_t>(count * per_image));
+      float* to = cpu_pixels_.data();
+      for (const std::span<const float>& part : parts) to = std::copy(part.begin(), part.end(), to);
+      joined = cpu_pixels_.data();
+    }
+    Tensor in(const_cast<float*>(joined), DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
   }

@@ -5,8 +5,9 @@
 // allocation per request on the hot path) and the device choice. On `cpu` it runs models/clip/clip.h in
 // f32; on `cuda:N` it runs models/clip/clip_cuda.h (bf16 by default) with one CUDA graph per
 // (tower, batch bucket), a batch of n replaying the smallest bucket >= n. Batches larger than
-// `batch_size_max` are split. One executor is driven by one thread at a time (the server gives each
-// instance its own engine thread); it holds no locks.
+// `batch_size_max` are split. A batch's images are read from each request's own pixels (no concatenated copy:
+// on cuda they go through the model's pinned staging ring, on cpu through one reused buffer). One executor is
+// driven by one thread at a time (the server gives each instance its own engine thread); it holds no locks.
 // Tests: tests/conformance/clip_model_test.cpp, clip_cuda_test.cpp, tests/unit/engine/clip_batch_test.cpp.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -87,6 +89,10 @@ class ClipExecutor final : public Executor {
   StatusOr<std::vector<float>> embed_images(const std::vector<float>& pixels, int64_t n);
   // The same over n * 3 * image_size^2 floats at `pixels` (a slice of a larger batch).
   StatusOr<std::vector<float>> embed_images(const float* pixels, int64_t n);
+  // The images [first, first + n) of the concatenation of `pieces` (host memory, each a whole number of images:
+  // a batch passes one piece per request). kInvalidArgument when a piece is not whole images or the range is
+  // past the end.
+  StatusOr<std::vector<float>> embed_images(std::span<const std::span<const float>> pieces, int64_t first, int64_t n);
   // cuda only: the pixels already on this executor's GPU (benchmarks; the server passes host pixels).
   StatusOr<std::vector<float>> embed_images_on_device(const float* device_pixels, int64_t n);
   // One token-id sequence per text (BOS ... EOS). Returns normalised embeddings, one row per text.
@@ -109,6 +115,7 @@ class ClipExecutor final : public Executor {
   // Exactly one of these is set, by the device.
   std::unique_ptr<models::ClipModel> model_;
   Arena arena_;
+  std::vector<float> cpu_pixels_;  // cpu: a chunk's images joined when they come in several pieces (reused)
 #if MMSERVE_HAS_CUDA
   std::unique_ptr<models::ClipCudaModel> cuda_model_;
 #endif

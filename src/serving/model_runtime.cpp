@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "core/thread_pool.h"  // set_current_thread_name
 #include "models/registry.h"
 
 namespace mmserve::serving {

@@ -116,6 +116,7 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
                             dtype_name(options.dtype));
   }
   if (options.buckets.empty()) return invalid_argument("at least one batch bucket is needed");
+  if (options.staging_slot_bytes == 0) return invalid_argument("staging_slot_bytes must be positive");
   for (int64_t b : options.buckets) {
     if (b <= 0 || b > 4096) return invalid_argument("batch bucket " + std::to_string(b) + " is outside [1, 4096]");
   }
@@ -188,6 +189,7 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   }
   RETURN_IF_ERROR(model->capture_graphs());
   RETURN_IF_ERROR(set_cuda_device(model->ranks_[0]->device));  // the caller's thread drives rank 0
+  if (model->ranks_[0]->pixel_staging.size() > 0) RETURN_IF_ERROR(model->choose_host_copy());
   return model;
 }
 
@@ -404,6 +406,14 @@ Status ClipCudaModel::plan_activations(Rank& rank) {
   RETURN_IF_ERROR(rank.pinned_in.init(pinned_in));
   RETURN_IF_ERROR(rank.pinned_out.init(sizeof(float) * max_batch_ * config_.projection_dim));
   memory_.pinned_bytes += rank.pinned_in.size() + rank.pinned_out.size();
+  if (!group_ && !pipelined()) {  // host pixels go through the staging ring (stage_pixels); no slot beyond a batch
+    const ClipVisionConfig& vc = config_.vision;
+    const size_t batch_bytes = sizeof(float) * max_batch_ * vc.num_channels * vc.image_size * vc.image_size;
+    rank.staging_slot_bytes = std::min(options_.staging_slot_bytes, batch_bytes);
+    RETURN_IF_ERROR(rank.pixel_staging.init(kPixelStagingSlots * rank.staging_slot_bytes));
+    for (CudaEvent& copied : rank.staging_copied) RETURN_IF_ERROR(copied.init());
+    memory_.pinned_bytes += rank.pixel_staging.size();
+  }
   return ok_status();
 }
 

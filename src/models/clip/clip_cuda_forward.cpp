@@ -1,9 +1,13 @@
 // CLIP on an NVIDIA GPU (see clip_cuda.h): the forward. It mirrors clip.cpp step by step; each step is one kernel
 // or one cuBLASLt GEMM. Then the tensor-parallel all-reduces, the CUDA graphs per (tower, bucket), the encode entry
-// points and the two-stage pipeline. Loading is clip_cuda.cpp.
+// points and the two-stage pipeline. Loading is clip_cuda.cpp, host pixels' way to the GPU clip_cuda_host_copy.cpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/activation/activation_cuda.h"
@@ -234,7 +238,40 @@ Status ClipCudaModel::run(Rank& rank, Tower tower, int64_t bucket, int64_t n, bo
 }
 
 Status ClipCudaModel::encode_images(const float* pixels, int64_t n, float* embeds, bool normalize) {
-  return copy_and_encode_images(pixels, cudaMemcpyHostToDevice, n, embeds, normalize);
+  const ClipVisionConfig& v = config_.vision;
+  if (n < 0) return invalid_argument("negative image count");
+  const std::span<const float> one(pixels, static_cast<size_t>(n * v.num_channels * v.image_size * v.image_size));
+  return encode_images(std::span<const std::span<const float>>(&one, 1), embeds, normalize);
+}
+
+Status ClipCudaModel::encode_images(std::span<const std::span<const float>> pieces, float* embeds, bool normalize) {
+  const ClipVisionConfig& v = config_.vision;
+  const size_t image_floats = static_cast<size_t>(v.num_channels * v.image_size * v.image_size);
+  size_t floats = 0;
+  for (const std::span<const float>& piece : pieces) {
+    if (piece.size() % image_floats != 0) {
+      return invalid_argument("a piece of " + std::to_string(piece.size()) + " pixel values is not whole images of [" +
+                              std::to_string(v.num_channels) + ", " + std::to_string(v.image_size) + ", " +
+                              std::to_string(v.image_size) + "]");
+    }
+    floats += piece.size();
+  }
+  const int64_t n = static_cast<int64_t>(floats / image_floats);
+  Rank& rank = *ranks_[0];
+  if (n == 0 || n > max_batch()) return copy_and_encode_images(nullptr, cudaMemcpyHostToDevice, n, embeds, normalize);
+  if (rank.pixel_staging.size() == 0) {
+    // Tensor / pipeline parallel (every rank or stage copies the pixels itself): one contiguous host buffer.
+    if (pieces.size() == 1)
+      return copy_and_encode_images(pieces[0].data(), cudaMemcpyHostToDevice, n, embeds, normalize);
+    std::vector<float> joined;
+    joined.reserve(floats);
+    for (const std::span<const float>& piece : pieces) joined.insert(joined.end(), piece.begin(), piece.end());
+    return copy_and_encode_images(joined.data(), cudaMemcpyHostToDevice, n, embeds, normalize);
+  }
+  RETURN_IF_ERROR(copy_host_pixels(pieces, staged_host_copy_));
+  RETURN_IF_ERROR(run(rank, Tower::kVision, bucket_for(n), n, normalize));
+  std::memcpy(embeds, rank.pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
 }
 
 Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize) {

@@ -3,6 +3,7 @@
 // tower, tensor-parallel all-reduces, CUDA graphs, the encode entry points and the pipeline). Internal to them.
 #pragma once
 
+#include <array>
 #include <map>
 #include <memory>
 #include <utility>
@@ -63,6 +64,11 @@ struct ClipCudaModel::Rank {
   std::unique_ptr<Activations> act;
   std::unique_ptr<kernels::CublasLtGemm> gemm;
   PinnedBuffer pinned_in, pinned_out;
+  // Rank 0 of a single-rank model: the ring of pinned slots host pixels go through (stage_pixels), and per slot the
+  // event after its last copy to the GPU (a slot is refilled only once that copy is done).
+  PinnedBuffer pixel_staging;
+  std::array<CudaEvent, kPixelStagingSlots> staging_copied;
+  size_t staging_slot_bytes = 0;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs;  // (tower, bucket) -> graph
   size_t graph_bytes = 0;
   // Pipeline parallel: the blocks [begin, end) of each tower this stage holds, whether it embeds the inputs

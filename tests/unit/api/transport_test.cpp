@@ -1,7 +1,7 @@
 // The connection handling under the HTTP server: slow clients cannot take the workers, incomplete headers and
 // idle keep-alive connections time out, pipelined and keep-alive requests work, oversize and chunked bodies
 // are refused before they are read, client disconnects reach RequestSpec.cancelled, garbage never kills the
-// server, and shutdown lets in-flight requests finish.
+// server, shutdown lets in-flight requests finish, and every parked connection keeps its own deadline.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -96,6 +96,39 @@ TEST(Transport, KeepAlivePipeliningAndIdleTimeout) {
   EXPECT_EQ(read_until_close(fd, 5s), "");
   EXPECT_LT(Clock::now() - start, 2s);
   ::close(fd);
+}
+
+// The poller's bookkeeping (connection_parker.cpp): with many connections parked on long header deadlines, one
+// that goes idle on a short keep-alive deadline is still closed at its own time (parking it wakes the poller,
+// which was sleeping until a later deadline), requests keep being answered among them, and the stalled heads
+// get their 408 at theirs.
+TEST(Transport, EachParkedConnectionKeepsItsOwnDeadline) {
+  HttpServerOptions options;
+  options.transport.header_timeout_s = 2.5;
+  options.transport.keep_alive_timeout_s = 0.3;
+  TestServer s(std::move(options));
+  std::vector<int> stalled;
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_to(s.port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(send_all(fd, "GET /v2/health/live HTTP/1.1\r\n"));  // a head that never completes
+    stalled.push_back(fd);
+  }
+  std::this_thread::sleep_for(50ms);  // the poller now sleeps for its 1 s cap
+  const int fd = connect_to(s.port());
+  std::string carry;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(send_all(fd, kLive));
+    ASSERT_EQ(status_of(read_response(fd, carry, 2s)), 200) << "request " << i;
+  }
+  const auto idle_from = Clock::now();
+  EXPECT_EQ(read_until_close(fd, 5s), "");
+  EXPECT_LT(Clock::now() - idle_from, 800ms) << "the keep-alive deadline (0.3 s) must not wait for the poller's sleep";
+  ::close(fd);
+  for (int stalled_fd : stalled) {
+    EXPECT_EQ(status_of(read_until_close(stalled_fd, 5s)), 408);
+    ::close(stalled_fd);
+  }
 }
 
 TEST(Transport, OversizeBodiesAreRefusedBeforeTheyAreRead) {

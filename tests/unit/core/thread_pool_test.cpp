@@ -1,15 +1,18 @@
 // Tests of ThreadPool (src/core/thread_pool.h): results independent of scheduling order, bounded-queue
 // refusal and blocking, exceptions through futures, draining on destruction, and parallel_for covering
-// every index exactly once, propagating exceptions and not deadlocking when nested inside a pool task.
+// every index exactly once, propagating exceptions and not deadlocking when nested inside a pool task; workers
+// carry the pool's thread name.
 // Waits use promises, so a correct pool passes regardless of timing (the one sleep only gives a broken
 // bounded submit() the chance to return early).
 #include "core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace mmserve {
@@ -20,6 +23,31 @@ TEST(ThreadPoolTest, SizeDefaultsToHardware) {
   EXPECT_GE(pool.size(), 1u);
   ThreadPool three(3);
   EXPECT_EQ(three.size(), 3u);
+}
+
+std::string current_thread_name() {
+  char name[16] = {};
+  pthread_getname_np(pthread_self(), name, sizeof(name));
+  return name;
+}
+
+TEST(ThreadPoolTest, WorkersCarryThePoolsName) {
+  ThreadPool pool(2, 0, "mm-prep");
+  std::string seen;
+  pool.submit([&] { seen = current_thread_name(); }).get();
+  EXPECT_EQ(seen, "mm-prep");
+  ThreadPool unnamed(1);
+  unnamed.submit([&] { seen = current_thread_name(); }).get();
+  EXPECT_EQ(seen, "mm-pool");
+}
+
+TEST(ThreadPoolTest, LongThreadNamesAreCutTo15Bytes) {
+  std::string seen;
+  std::thread([&] {
+    set_current_thread_name("mm-engine-clip-gpu-b1-0");
+    seen = current_thread_name();
+  }).join();
+  EXPECT_EQ(seen, "mm-engine-clip-");
 }
 
 TEST(ThreadPoolTest, RunsEveryTask) {

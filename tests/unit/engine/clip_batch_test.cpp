@@ -1,7 +1,10 @@
 // ClipExecutor::run (engine/clip_batch.cpp): text-only requests are finished after the text tower, before the
 // image tower runs; the image tower runs in chunks sized by the hooks' time budget with the preemption hook
-// between them; every output (early or not) equals HF's golden embeddings for its inputs.
+// between them; every output (early or not) equals HF's golden embeddings for its inputs; requests of several
+// images are read in place (chunk boundaries inside a request change nothing); bad pieces are errors.
 #include <gtest/gtest.h>
+
+#include <span>
 
 #include "../../conformance/golden.h"
 #include "engine/clip_executor.h"
@@ -108,6 +111,66 @@ TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   chunked.chunk_budget_ms = 1e9;
   run = run_batch(**executor, batch, chunked);
   EXPECT_EQ(hooks, 1) << "7 images under a huge budget: one chunk of 4, then 3";
+}
+
+// Requests of 3, 2 and 3 images (and a text between them): the executor reads every request's pixels where they
+// are, also when a chunk starts or ends inside a request, and each row equals one contiguous call's.
+TEST(ClipBatch, MultiImageRequestsReadInPlaceEqualOneContiguousCall) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  auto executor = ClipExecutor::create(dir, {});
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  ASSERT_TRUE((*executor)->warm().ok());
+  testing::Golden golden(dir + "/golden.safetensors");
+  const std::vector<float> pixels = golden.f32("pixel_values");  // 8 images
+  const int64_t per_image = 3 * 32 * 32, dim = 10;
+  auto reference = (*executor)->embed_images(pixels, 8);
+  ASSERT_TRUE(reference.ok());
+  std::vector<std::unique_ptr<ClipInput>> batch;
+  int64_t first = 0;
+  for (int64_t images : {3, 0, 2, 3}) {
+    auto r = std::make_unique<ClipInput>();
+    if (images == 0) {
+      r->input_is_image = {false};
+      r->text_ids = {{49406, 49407}};
+    } else {
+      r->input_is_image.assign(static_cast<size_t>(images), true);
+      r->images = images;
+      r->pixels.assign(pixels.begin() + first * per_image, pixels.begin() + (first + images) * per_image);
+      first += images;
+    }
+    batch.push_back(std::move(r));
+  }
+  for (double budget_ms : {0.0, 1e-6, 1e9}) {  // one call; chunks of one image; chunks of 4 (inside request 2)
+    BatchHooks hooks;
+    hooks.chunk_budget_ms = budget_ms;
+    if (budget_ms > 0) hooks.between_chunks = [] {};
+    BatchRun run = run_batch(**executor, batch, hooks);
+    int64_t row = 0;
+    for (size_t i : {0, 2, 3}) {
+      ASSERT_TRUE(run.outputs[i].ok()) << run.outputs[i].status().to_string();
+      const auto* clip = output_as<ClipOutput>(*run.outputs[i]);
+      ASSERT_NE(clip, nullptr);
+      for (const std::vector<float>& e : clip->embeddings) {
+        EXPECT_LE(testing::relative_error(e.data(), reference->data() + row * dim, dim), 1e-6)
+            << "budget " << budget_ms << " ms, request " << i << ", row " << row;
+        ++row;
+      }
+    }
+    EXPECT_EQ(row, 8);
+  }
+}
+
+TEST(ClipBatch, ImagePiecesMustBeWholeImagesAndTheRangeInside) {
+  auto executor = ClipExecutor::create(testing::fixture("clip-tiny-quickgelu-f32"), {});
+  ASSERT_TRUE(executor.ok());
+  const std::vector<float> ragged(3 * 32 * 32 + 1, 0.0f), two(2 * 3 * 32 * 32, 0.0f);
+  const std::vector<std::span<const float>> bad = {std::span<const float>(ragged)};
+  EXPECT_EQ((*executor)->embed_images(bad, 0, 1).status().code(), StatusCode::kInvalidArgument);
+  const std::vector<std::span<const float>> pieces = {std::span<const float>(two), std::span<const float>(two)};
+  EXPECT_EQ((*executor)->embed_images(pieces, 3, 2).status().code(), StatusCode::kInvalidArgument);
+  auto last = (*executor)->embed_images(pieces, 3, 1);
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_EQ(last->size(), 10u);
 }
 
 TEST(ClipBatch, AnotherFamilysInputIsAnErrorNotACrash) {
