@@ -20,6 +20,7 @@
 
 #include "core/safetensors.h"
 #include "golden.h"
+#include "sam_golden.h"
 #include "models/sam/sam.h"
 
 namespace mmserve {
@@ -42,41 +43,8 @@ void expect_close(const std::string& what, const std::vector<float>& ours, const
   EXPECT_LE(err, tol) << what;
 }
 
-std::vector<double> flatten(const nlohmann::json& j) {
-  std::vector<double> out;
-  if (j.is_array()) {
-    for (const auto& e : j) {
-      std::vector<double> inner = flatten(e);
-      out.insert(out.end(), inner.begin(), inner.end());
-    }
-  } else {
-    out.push_back(j.get<double>());
-  }
-  return out;
-}
-
-// The prompt exactly as HF's model received it (golden.json's model_inputs: the processor's output).
-SamPrompt prompt_of(const nlohmann::json& c, const std::vector<float>* mask, int64_t mask_side) {
-  SamPrompt p;
-  const nlohmann::json& in = c["model_inputs"];
-  if (in.contains("input_points")) {
-    const std::vector<double> xy = flatten(in["input_points"]["values"]);
-    for (size_t i = 0; i + 1 < xy.size(); i += 2) p.points.push_back({float(xy[i]), float(xy[i + 1])});
-  }
-  if (in.contains("input_labels")) {
-    for (double l : flatten(in["input_labels"]["values"])) p.labels.push_back(static_cast<int32_t>(l));
-  }
-  if (in.contains("input_boxes")) {
-    const std::vector<double> b = flatten(in["input_boxes"]["values"]);
-    for (size_t i = 0; i + 3 < b.size(); i += 4)
-      p.boxes.push_back({float(b[i]), float(b[i + 1]), float(b[i + 2]), float(b[i + 3])});
-  }
-  if (mask != nullptr) {
-    p.mask_input = mask->data();
-    p.mask_height = p.mask_width = mask_side;
-  }
-  return p;
-}
+using testing::flatten;
+using testing::prompt_of;
 
 class SamConformance : public ::testing::TestWithParam<const char*> {
  protected:

@@ -532,3 +532,57 @@ TEST(KServeCodec, EncodesTranscripts) {
 
 }  // namespace
 }  // namespace mmserve::api
+
+namespace mmserve::api {
+namespace {
+
+// Named FP32/INT32 tensors of other families (SAM's point prompts): carried as kTensor inputs with their shape,
+// JSON or binary; wrong datatypes, non-integers in INT32, INT32 overflow and a binary size that does not match the
+// shape are 400s naming the input. SAM's parameters multimask_output / image_id are read and type-checked.
+TEST(KServeCodec, NamedTensorsAndSamParameters) {
+  nlohmann::json body = {
+      {"parameters", {{"multimask_output", false}, {"image_id", "abc"}}},
+      {"inputs",
+       {{{"name", "point_coords"}, {"datatype", "FP32"}, {"shape", {2, 2}}, {"data", {1.5, 2, 3, 4}}},
+        {{"name", "point_labels"}, {"datatype", "INT32"}, {"shape", {2}}, {"data", {1, 0}}}}}};
+  auto r = parse_kserve_infer(body.dump(), std::nullopt);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(r->inputs.size(), 2u);
+  EXPECT_EQ(r->inputs[0].kind, InputKind::kTensor);
+  EXPECT_EQ(r->inputs[0].name, "point_coords");
+  EXPECT_EQ(r->inputs[0].shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(r->inputs[0].values, (std::vector<float>{1.5f, 2, 3, 4}));
+  EXPECT_EQ(r->inputs[1].values, (std::vector<float>{1, 0}));
+  EXPECT_FALSE(r->multimask_output);
+  EXPECT_EQ(r->image_id, "abc");
+  auto params = kserve_params(*r);
+  EXPECT_FALSE(params->multimask_output);
+  EXPECT_EQ(params->image_id, "abc");
+
+  auto refused = [](nlohmann::json b, const std::string& needle) {
+    auto out = parse_kserve_infer(b.dump(), std::nullopt);
+    ASSERT_FALSE(out.ok()) << b.dump();
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(out.status().message().find(needle), std::string::npos) << out.status().message();
+  };
+  auto one = [](nlohmann::json input) { return nlohmann::json{{"inputs", {input}}}; };
+  refused(one({{"name", "boxes"}, {"datatype", "UINT8"}, {"shape", {1}}, {"data", {1}}}), "unknown input");
+  refused(one({{"name", "point_labels"}, {"datatype", "INT32"}, {"shape", {1}}, {"data", {1.5}}}), "integer");
+  refused(one({{"name", "point_labels"}, {"datatype", "INT32"}, {"shape", {1}}, {"data", {4294967296LL}}}),
+          "outside INT32");
+  refused(one({{"name", "boxes"}, {"datatype", "FP32"}, {"shape", {1, 4}}, {"data", {1, 2, 3}}}), "boxes");
+  nlohmann::json bad_params = body;
+  bad_params["parameters"] = {{"multimask_output", "yes"}};
+  refused(bad_params, "multimask_output");
+  bad_params["parameters"] = {{"image_id", 7}};
+  refused(bad_params, "image_id");
+  // Binary: 8 bytes claimed for a [1, 4] FP32 tensor.
+  const std::string header =
+      R"({"inputs": [{"name": "boxes", "datatype": "FP32", "shape": [1, 4], "parameters": {"binary_data_size": 8}}]})";
+  auto binary = parse_kserve_infer(header + std::string(8, '\0'), header.size());
+  ASSERT_FALSE(binary.ok());
+  EXPECT_NE(binary.status().message().find("binary_data_size"), std::string::npos) << binary.status().message();
+}
+
+}  // namespace
+}  // namespace mmserve::api
