@@ -2,6 +2,7 @@
 // mmserve side of bench/run_sam_gpu_bench.sh (HF's side: bench/hf_sam_gpu.py, on the same saved weights).
 //
 //   sam_gpu_bench --model DIR [--device cuda|cpu] [--dtype bf16|f16|f32] [--batches 1,4] [--iters 20] [--threads 16]
+//                 [--parts encoder,decoder]   (GPU: "decoder" alone skips timing the encoder, for a profiler's run)
 // What is timed (median of --iters after 3 warm-ups), as the HF script does:
 //   encoder  B random images already on the device -> embeddings on the device (encode_images_on_device: one graph
 //            replay), CUDA events on the model's stream; on the CPU, SamModel::encode_images (wall clock);
@@ -30,7 +31,7 @@ using mmserve::DType;
 using mmserve::Status;
 
 struct Args {
-  std::string model, device = "cuda", dtype = "bf16", batches = "1";
+  std::string model, device = "cuda", dtype = "bf16", batches = "1", parts = "encoder,decoder";
   int iters = 20, threads = 16;
 };
 
@@ -95,6 +96,7 @@ int main(int argc, char** argv) {
     else if (k == "--batches") a.batches = v;
     else if (k == "--iters") a.iters = std::stoi(v);
     else if (k == "--threads") a.threads = std::stoi(v);
+    else if (k == "--parts") a.parts = v;
     else {
       std::fprintf(stderr, "unknown flag %s\n", k.c_str());
       return 2;
@@ -102,7 +104,7 @@ int main(int argc, char** argv) {
   }
   if (a.model.empty()) {
     std::fprintf(stderr, "usage: sam_gpu_bench --model DIR [--device cuda|cpu] [--dtype bf16|f16|f32] "
-                         "[--batches 1,4] [--iters 20] [--threads 16]\n");
+                         "[--batches 1,4] [--iters 20] [--threads 16] [--parts encoder,decoder]\n");
     return 2;
   }
   std::vector<int64_t> batches;
@@ -134,7 +136,13 @@ int main(int argc, char** argv) {
     cudaMemcpy(pixels, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice);
     cudaStream_t stream = (*model)->stream();
     const float* rows_ptr = nullptr;
-    for (int64_t b : batches) {
+    const bool time_encoder = a.parts.find("encoder") != std::string::npos;
+    if (!time_encoder) {  // the decoder alone (a profiler's run): image 0's embedding once
+      auto r = (*model)->encode_images_on_device(pixels, 1);
+      if (!r.ok()) return fail(r.status());
+      rows_ptr = *r;
+    }
+    for (int64_t b : time_encoder ? batches : std::vector<int64_t>{}) {
       auto [med, best] = timed(
           [&] {
             auto r = (*model)->encode_images_on_device(pixels, b);
