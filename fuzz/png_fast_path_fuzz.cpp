@@ -2,14 +2,16 @@
 // Random bytes almost never carry right CRCs, so the input is read as a recipe and the PNG is built here: byte 0
 // picks the colour type (and now and then 16-bit, palette, Adam7 or a small zlib window), bytes 1-2 the size
 // (1..64 x 1..64), byte 3 the IDAT split, byte 4 a corruption (bit 0: one bit flipped after the CRCs are written;
-// bit 1: the rows keep the input's length instead of the header's), the rest the filtered rows (filter bytes
-// included, so unknown filter types appear). The raw input is decoded too.
+// bit 1: the rows keep the input's length instead of the header's; bit 2: one ancillary chunk before the IDATs,
+// its type from bits 3-7), the rest the filtered rows (filter bytes included, so unknown filter types appear). The
+// raw input is decoded too.
 // Whenever the fast path answers it must equal decode_png_libpng (pixels or refusal); decode_png must always
 // equal decode_png_libpng. Traps on any difference.
 // Seeds: fuzz/corpus/png_fast_path_fuzz. Run: build/fuzz/fuzz/png_fast_path_fuzz -max_total_time=60
 // fuzz/corpus/png_fast_path_fuzz (docs/testing.md).
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -50,6 +52,11 @@ std::vector<uint8_t> build_png(const uint8_t* data, size_t size) {
   put_be32(ihdr, height);
   ihdr.insert(ihdr.end(), {bit_depth, color_type, 0, 0, interlace});
   put_chunk(out, "IHDR", ihdr.data(), ihdr.size());
+  if (corruption & 4) {  // ancillary chunks of arbitrary lengths, on the fast path's list and off it
+    static const char* kTypes[] = {"pHYs", "gAMA", "sRGB", "iCCP", "tEXt", "zTXt", "tRNS", "sBIT", "bKGD", "eXIf"};
+    const char* type = kTypes[(corruption >> 3) % 10];
+    put_chunk(out, type, data + 5, std::min<size_t>(size - 5, data[3] % 40));
+  }
   if (color_type == 3) {
     const std::vector<uint8_t> palette(3 * 200, 0x5a);
     put_chunk(out, "PLTE", palette.data(), palette.size());

@@ -22,8 +22,8 @@ StatusOr<RgbImage> decode_png(std::span<const uint8_t> bytes, const DecodeOption
 // target's reference).
 StatusOr<RgbImage> decode_png_libpng(std::span<const uint8_t> bytes, const DecodeOptions& options);
 // decode_png's fast path (png_decode.cpp): nullopt for a file it does not take (anything but an 8-bit, non-palette,
-// non-interlaced IHDR / IDAT / IEND file with right CRCs and one 32 KiB-window zlib stream of exactly the image's
-// rows), else what decode_png_libpng returns for it.
+// non-interlaced IHDR / IDAT / IEND file, with only the ancillary chunks libpng cannot fail on, right CRCs and one
+// 32 KiB-window zlib stream of exactly the image's rows), else what decode_png_libpng returns for it.
 std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes, const DecodeOptions& options);
 StatusOr<RgbImage> decode_webp(std::span<const uint8_t> bytes, const DecodeOptions& options);
 

@@ -16,14 +16,16 @@
 // Errors: libpng's error callback longjmps back into the two small "guarded" functions below; they hold no
 // C++ object with a destructor. Benign errors (e.g. trailing compressed data) are warnings, as in PIL.
 // A fast path decodes the common well-formed file without libpng: 8-bit gray, gray+alpha, RGB or RGBA, not
-// interlaced, only IHDR / IDAT / IEND chunks, every CRC right, one zlib stream with a 32 KiB window that
+// interlaced, only IHDR / IDAT / IEND chunks (and before the IDATs the ancillary chunks libpng cannot fail on),
+// IDAT chunks within every libpng build's length limit, every CRC right, one zlib stream with a 32 KiB window that
 // inflates (libdeflate, ~1.6x zlib's speed) to exactly the image's filtered rows; the rows are unfiltered here
 // and converted by the same convert_row. Anything else (and any doubt) goes to libpng, which therefore still
-// produces every error message; image_decode_fuzz checks that the two paths agree.
-// Tests: tests/unit/frontends/image/png_variants_test.cpp, image_decode_test.cpp.
+// produces every error message. Tests: tests/unit/frontends/image/png_variants_test.cpp, image_decode_test.cpp,
+// png_fast_path_test.cpp; fuzz/png_fast_path_fuzz.cpp checks that the two paths agree.
 #include <libdeflate.h>
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdint>
 #include <cstdio>
@@ -207,6 +209,33 @@ libdeflate_decompressor* thread_decompressor() {
   return decompressor.get();
 }
 
+// Ancillary chunks before the first IDAT that libpng reads into png_info only, each of whose faults (wrong length,
+// duplicate, bad profile or text, out of memory) is a benign error, i.e. a warning here (png_set_benign_errors):
+// none of them can fail the decode or change a pixel (PIL ignores them all; see the file comment). Any other chunk
+// sends the file to libpng.
+bool harmless_ancillary(const uint8_t* type) {
+  static constexpr char kTypes[][5] = {"gAMA", "cHRM", "sRGB", "iCCP", "sBIT", "pHYs", "tIME", "tEXt", "zTXt", "iTXt",
+                                       "tRNS"};
+  for (const char* t : kTypes) {
+    if (std::memcmp(type, t, 4) == 0) return true;
+  }
+  return false;
+}
+// Far below libpng's default chunk allocation limit (user_chunk_malloc_max, 8,000,000 bytes: a chunk above it is a
+// fatal "chunk data is too large").
+constexpr uint32_t kAncillaryBytesMax = 1u << 20;
+
+// The lower bound of libpng's limit on one IDAT chunk (png_check_chunk_length: max(this, user_chunk_malloc_max),
+// above which "chunk data is too large" is fatal): the filtered image plus zlib's and deflate's overhead, for 8-bit
+// non-interlaced rows. Below it no libpng build refuses the chunk.
+size_t idat_length_max(uint32_t width, uint32_t height, int channels) {
+  size_t row_factor = size_t{width} * static_cast<size_t>(channels) + 1;
+  size_t limit = height > 0xffffffffu / row_factor ? 0x7fffffffu : size_t{height} * row_factor;
+  row_factor = std::min<size_t>(row_factor, 32566);
+  limit += 6 + 5 * (limit / row_factor + 1);
+  return std::min<size_t>(limit, 0x7fffffffu);
+}
+
 // Reverses one row's filter in place (`prev` is the unfiltered row above, or null for the first row). False for a
 // filter type PNG does not define (libpng's "bad adaptive filter value").
 bool unfilter_row(int filter, uint8_t* row, const uint8_t* prev, size_t bytes, size_t bpp) {
@@ -257,8 +286,8 @@ std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes
       ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] != 0) {
     return std::nullopt;
   }
-  // Every chunk up to IEND: only IDATs between IHDR and IEND, lengths within the file and below
-  // 2^31, every CRC right.
+  // Every chunk up to IEND: harmless ancillary chunks, then only IDATs up to IEND; lengths within the file and
+  // below 2^31, every CRC right.
   std::vector<std::pair<const uint8_t*, size_t>> idats;
   size_t idat_bytes = 0;
   bool ended = false;
@@ -271,8 +300,10 @@ std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes
     if (libdeflate_crc32(0, type, 4 + size_t{length}) != crc) return std::nullopt;
     if (pos == 8) {  // IHDR, checked above
     } else if (std::memcmp(type, "IDAT", 4) == 0) {
+      if (length > idat_length_max(width, height, channels_of(color_type))) return std::nullopt;
       idats.emplace_back(type + 4, length);
       idat_bytes += length;
+    } else if (idats.empty() && harmless_ancillary(type) && length <= kAncillaryBytesMax) {
     } else if (std::memcmp(type, "IEND", 4) == 0 && length == 0 && !idats.empty()) {
       ended = true;
     } else {
