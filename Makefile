@@ -10,7 +10,7 @@ PORT ?= 8000
 
 # Debian 12 packages the build and tests need. Kept in one list so `make deps` is the single source.
 DEB_PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
-  libopenblas-dev libjpeg62-turbo-dev libpng-dev libwebp-dev libutf8proc-dev libpcre2-dev \
+  libopenblas-dev libjpeg62-turbo-dev libpng-dev libdeflate-dev libwebp-dev libutf8proc-dev libpcre2-dev \
   nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev \
   libyaml-cpp-dev libcpp-httplib-dev libsndfile1-dev libsamplerate0-dev libvorbis-dev libogg-dev zlib1g-dev \
   clang-14 libclang-rt-14-dev clang-format clang-tidy python3 python3-requests python3-yaml \
@@ -59,7 +59,7 @@ test: build $(OPENAI_NODE_MODULES)
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz
+	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz
 	scripts/run-fuzzers.sh build/fuzz/fuzz $(FUZZ_SECONDS)
 
 format:

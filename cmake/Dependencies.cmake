@@ -36,6 +36,7 @@ mmserve_find_lib(zlib "" NAMES z STATIC_NAMES libz.a)
 mmserve_find_lib(jpeg "" NAMES jpeg STATIC_NAMES libjpeg.a)
 mmserve_find_lib(png "" NAMES png16 STATIC_NAMES libpng16.a DEPS "mm::zlib;m")
 mmserve_find_lib(webp "" NAMES webp STATIC_NAMES libwebp.a DEPS "pthread;m")
+mmserve_find_lib(deflate "" NAMES deflate STATIC_NAMES libdeflate.a)  # PNG's fast path inflates IDAT with it
 mmserve_find_lib(utf8proc "" NAMES utf8proc STATIC_NAMES libutf8proc.a)
 mmserve_find_lib(pcre2 "" NAMES pcre2-8 STATIC_NAMES libpcre2-8.a)
 

@@ -16,7 +16,11 @@ namespace mmserve::api {
 
 std::string base64_encode(std::string_view bytes);
 
-// kInvalidArgument naming the first bad offset.
+// kInvalidArgument naming the first bad offset. Whole 4-character groups are decoded through lookup tables, 3
+// bytes at a time; errors are reported by the bitwise decoder below, so the two always agree.
 StatusOr<std::string> base64_decode(std::string_view text);
+// The same contract, one character at a time (the reference the fast decoder falls back to, and the benchmark's
+// baseline).
+StatusOr<std::string> base64_decode_bitwise(std::string_view text);
 
 }  // namespace mmserve::api

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "core/status.h"
@@ -17,6 +18,13 @@ namespace mmserve::image::detail {
 
 StatusOr<RgbImage> decode_jpeg(std::span<const uint8_t> bytes, const DecodeOptions& options);
 StatusOr<RgbImage> decode_png(std::span<const uint8_t> bytes, const DecodeOptions& options);
+// libpng alone (decode_png's fallback for every file its fast path does not take; the benchmark's and the fuzz
+// target's reference).
+StatusOr<RgbImage> decode_png_libpng(std::span<const uint8_t> bytes, const DecodeOptions& options);
+// decode_png's fast path (png_decode.cpp): nullopt for a file it does not take (anything but an 8-bit, non-palette,
+// non-interlaced IHDR / IDAT / IEND file, with only the ancillary chunks libpng cannot fail on, right CRCs and one
+// 32 KiB-window zlib stream of exactly the image's rows), else what decode_png_libpng returns for it.
+std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes, const DecodeOptions& options);
 StatusOr<RgbImage> decode_webp(std::span<const uint8_t> bytes, const DecodeOptions& options);
 
 // The shared bomb guard: kInvalidArgument for non-positive dimensions, kResourceExhausted above the limit.

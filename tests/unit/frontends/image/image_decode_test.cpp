@@ -27,6 +27,8 @@ namespace mmserve::image {
 namespace {
 
 using testing::fixture;
+using testing::put_be32;
+using testing::put_chunk;
 using testing::read_file_bytes;
 
 RgbImage decode_ok(const std::vector<uint8_t>& bytes, const DecodeOptions& options = {}) {
@@ -313,18 +315,6 @@ TEST(ImageDecode, BitFlipsNeverCrash) {
       }
     }
   }
-}
-
-void put_be32(std::vector<uint8_t>& out, uint32_t v) {
-  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
-}
-
-void put_chunk(std::vector<uint8_t>& out, const char* type, const std::vector<uint8_t>& data) {
-  put_be32(out, static_cast<uint32_t>(data.size()));
-  const size_t start = out.size();
-  out.insert(out.end(), type, type + 4);
-  out.insert(out.end(), data.begin(), data.end());
-  put_be32(out, static_cast<uint32_t>(crc32(0, out.data() + start, static_cast<uInt>(out.size() - start))));
 }
 
 // A syntactically valid PNG whose IHDR claims width x height but whose IDAT holds a few bytes only.

@@ -11,6 +11,7 @@
 
 #include <png.h>
 #include <webp/decode.h>
+#include <zlib.h>
 
 #include <csetjmp>
 #include <cstdio>
@@ -229,6 +230,18 @@ bool decode_webp_reference(const std::vector<uint8_t>& bytes, int* width, int* h
   for (size_t i = 0; i < pixels; ++i) std::memcpy(rgb->data() + 3 * i, rgba + 4 * i, 3);
   WebPFree(rgba);
   return true;
+}
+
+void put_be32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(v >> shift));
+}
+
+void put_chunk(std::vector<uint8_t>& out, const char* type, const std::vector<uint8_t>& data) {
+  put_be32(out, static_cast<uint32_t>(data.size()));
+  const size_t start = out.size();
+  out.insert(out.end(), type, type + 4);
+  out.insert(out.end(), data.begin(), data.end());
+  put_be32(out, static_cast<uint32_t>(crc32(0, out.data() + start, static_cast<uInt>(out.size() - start))));
 }
 
 }  // namespace mmserve::image::testing

@@ -61,4 +61,9 @@ std::vector<uint8_t> encode_jpeg(const std::vector<uint8_t>& samples, int width,
 // WebPDecodeRGBA, alpha dropped afterwards: height * width * 3.
 bool decode_webp_reference(const std::vector<uint8_t>& bytes, int* width, int* height, std::vector<uint8_t>* rgb);
 
+// PNG building blocks for hand-made files: a big-endian 32-bit value, and a whole chunk (length, type, data and
+// the CRC over type and data).
+void put_be32(std::vector<uint8_t>& out, uint32_t v);
+void put_chunk(std::vector<uint8_t>& out, const char* type, const std::vector<uint8_t>& data);
+
 }  // namespace mmserve::image::testing
