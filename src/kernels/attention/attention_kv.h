@@ -6,7 +6,10 @@
 // Contract (row-major, H = heads * head_dim):
 //   q   [batch * q_len rows, q_ld]: row i of batch b at (b * q_len + i) * q_ld, columns [h * head_dim, +head_dim)
 //   k,v row j of batch b at (b * kv_batch_stride + j) * kv_ld, same columns; k and v may be column slices of
-//       one buffer (a fused KV projection) or two KV caches [batch, capacity, H] (kv_batch_stride = capacity)
+//       one buffer (a fused KV projection) or two KV caches [batch, capacity, H] (kv_batch_stride = capacity);
+//       with `kv_shared` every batch row reads the same K/V (kv_batch_stride ignored) (cross-attention of several query rows over one
+//       set of keys, e.g. SAM's tokens over the image taken as batch rows of q_len 1, which takes the split-KV
+//       decode path; beams sharing an encoder output); compressed scales stay per (batch row, head)
 //   out [batch * q_len rows, out_ld], columns [0, H); must not alias q, k or v; other columns untouched.
 //   out[b,i,h,:] = sum_j softmax_j(scale * q[b,i,h,:] . k[b,j,h,:]) * v[b,j,h,:] over the visible keys j:
 //     j < L_b with L_b = kv_lengths[b] (clamped to [0, kv_len]) or kv_len without kv_lengths, and, with
@@ -38,6 +41,7 @@ struct AttentionKvArgs {
   const void* v = nullptr;
   int64_t kv_ld = 0;            // elements between rows of k and of v (>= heads * head_dim)
   int64_t kv_batch_stride = 0;  // rows between batches (a KV cache's capacity, or kv_len); >= kv_len
+  bool kv_shared = false;       // every batch row reads batch 0's K/V rows (kv_batch_stride is not read)
   void* out = nullptr;
   int64_t out_ld = 0;          // elements between rows of out (>= heads * head_dim)
   DType dtype = DType::kBF16;  // q and out (f32, f16, bf16); K/V too when storage == kSame
@@ -53,6 +57,9 @@ struct AttentionKvArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
+
+// Rows between the K/V of consecutive batch rows as the kernels index them: 0 when shared.
+inline int64_t attention_kv_batch_rows(const AttentionKvArgs& a) { return a.kv_shared ? 0 : a.kv_batch_stride; }
 
 // Checks the arguments that do not depend on the data (shapes, strides, pointers, dtypes); shared by both
 // implementations. kInvalidArgument with a message naming the field.

@@ -55,7 +55,9 @@ Status attention_kv_validate(const AttentionKvArgs& a) {
     if (a.kv_ld < hidden) {
       return invalid_argument("attention_kv: kv_ld must be >= heads * head_dim (" + std::to_string(hidden) + ")");
     }
-    if (a.kv_batch_stride < a.kv_len) return invalid_argument("attention_kv: kv_batch_stride must be >= kv_len");
+    if (!a.kv_shared && a.kv_batch_stride < a.kv_len) {
+      return invalid_argument("attention_kv: kv_batch_stride must be >= kv_len");
+    }
     if (a.k == nullptr || a.v == nullptr) return invalid_argument("attention_kv: k or v is null");
     if (a.storage != KvStorage::kSame && (a.k_scale == nullptr || a.v_scale == nullptr)) {
       return invalid_argument("attention_kv: compressed K/V need k_scale and v_scale");
@@ -81,7 +83,7 @@ Status attention_kv_cpu(const AttentionKvArgs& a) {
       // The panels hold every key some row can see: with the causal mask the last row sees the most.
       std::vector<float> k_panel(static_cast<size_t>(length * d_head)), v_panel(k_panel.size());
       for (int64_t j = 0; j < length; ++j) {
-        const int64_t row = (b * a.kv_batch_stride + j) * a.kv_ld + h * d_head;
+        const int64_t row = (b * attention_kv_batch_rows(a) + j) * a.kv_ld + h * d_head;
         for (int64_t d = 0; d < d_head; ++d) {
           k_panel[j * d_head + d] = load_kv(a.k, a, row + d) * k_scale;
           v_panel[j * d_head + d] = load_kv(a.v, a, row + d) * v_scale;

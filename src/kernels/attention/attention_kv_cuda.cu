@@ -591,7 +591,7 @@ Status launch_decode(const AttentionKvArgs& a, cudaStream_t stream) {
   p.k = a.k;
   p.v = a.v;
   p.kv_ld = a.kv_ld;
-  p.kv_batch_stride = a.kv_batch_stride;
+  p.kv_batch_stride = attention_kv_batch_rows(a);
   p.out = a.out;
   p.out_ld = a.out_ld;
   p.k_scale = a.storage == KvStorage::kSame ? nullptr : a.k_scale;
@@ -634,7 +634,7 @@ Status launch_tiled(const AttentionKvArgs& a, cudaStream_t stream) {
   p.k = a.k;
   p.v = a.v;
   p.kv_ld = a.kv_ld;
-  p.kv_batch_stride = a.kv_batch_stride;
+  p.kv_batch_stride = attention_kv_batch_rows(a);
   p.out = a.out;
   p.out_ld = a.out_ld;
   p.k_scale = a.storage == KvStorage::kSame ? nullptr : a.k_scale;

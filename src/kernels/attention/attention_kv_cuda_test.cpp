@@ -42,6 +42,7 @@ struct GpuKvCase {
   std::vector<int32_t> kv_lengths;
   int64_t q_pad = 0, kv_pad = 0, out_pad = 0, capacity_extra = 0;
   int64_t kv_offset = 0;  // elements between the allocation and k (1: misaligned, scalar loads)
+  bool shared_kv = false;  // kv_shared: every batch row reads batch 0's K/V
 
   std::string name() const {
     static const char* kStorage[] = {"same", "fp8", "int8"};
@@ -51,6 +52,7 @@ struct GpuKvCase {
     if (causal) s += " causal";
     for (int32_t n : kv_lengths) s += " L" + std::to_string(n);
     if (q_pad || kv_pad || out_pad || capacity_extra || kv_offset) s += " strided";
+    if (shared_kv) s += " shared-kv";
     return s;
   }
 };
@@ -139,6 +141,7 @@ AttentionKvArgs make_args(const GpuKvCase& c) {
   a.q_ld = hidden + c.q_pad;
   a.kv_ld = hidden + c.kv_pad;
   a.kv_batch_stride = c.kv_len + c.capacity_extra;
+  a.kv_shared = c.shared_kv;
   a.out_ld = hidden + c.out_pad;
   a.dtype = c.dtype;
   a.storage = c.storage;
@@ -377,6 +380,28 @@ TEST(AttentionKvCuda, DecodeSweep) {
         }
       }
     }
+  }
+}
+
+// Shared K/V (kv_shared): SAM's token-to-image attention as q_len-1 rows (8 to 64 tokens, 8 heads x
+// 16, 4096 image keys, split over CTAs), a masked variant, and q_len > 1 (the tiled and tensor-core paths).
+TEST(AttentionKvCuda, SharedKv) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 7000;
+  for (DType dtype : kDtypes) {
+    for (int64_t batch : {8, 64}) {
+      GpuKvCase c;
+      c.dtype = dtype, c.batch = batch, c.q_len = 1, c.kv_len = 4096, c.heads = 8, c.head_dim = 16;
+      c.shared_kv = true;
+      check(c, seed++);
+    }
+    GpuKvCase masked;
+    masked.dtype = dtype, masked.batch = 3, masked.q_len = 1, masked.kv_len = 700, masked.head_dim = 32;
+    masked.shared_kv = true, masked.kv_lengths = {700, 0, 129};
+    check(masked, seed++);
+    GpuKvCase rows;
+    rows.dtype = dtype, rows.batch = 3, rows.q_len = 20, rows.kv_len = 300, rows.shared_kv = true;
+    check(rows, seed++);
   }
 }
 

@@ -61,7 +61,7 @@ inline MmaParams mma_params(const AttentionKvArgs& a) {
   p.k = a.k;
   p.v = a.v;
   p.kv_ld = a.kv_ld;
-  p.kv_batch_stride = a.kv_batch_stride;
+  p.kv_batch_stride = attention_kv_batch_rows(a);
   p.out = a.out;
   p.out_ld = a.out_ld;
   p.kv_lengths = a.kv_lengths;

@@ -268,6 +268,33 @@ TEST(AttentionKvCpu, MasksAndStrides) {
   check(longer, seed++);
 }
 
+// kv_shared: every batch row reads batch 0's K/V, exactly as if each row had its own copy.
+TEST(AttentionKvCpu, SharedKvEqualsCopiedKv) {
+  const int64_t batch = 5, kv_len = 37, heads = 3, head_dim = 16, hidden = heads * head_dim;
+  const std::vector<float> q = random_floats(static_cast<size_t>(batch * hidden), 7, -1.0f, 1.0f);
+  const std::vector<float> k = random_floats(static_cast<size_t>(kv_len * hidden), 8, -1.0f, 1.0f);
+  const std::vector<float> v = random_floats(static_cast<size_t>(kv_len * hidden), 9, -1.0f, 1.0f);
+  std::vector<float> k_copies, v_copies;
+  for (int64_t b = 0; b < batch; ++b) {
+    k_copies.insert(k_copies.end(), k.begin(), k.end());
+    v_copies.insert(v_copies.end(), v.begin(), v.end());
+  }
+  const std::vector<int32_t> lengths = {37, 0, 5, 36, 37};
+  for (bool masked : {false, true}) {
+    std::vector<float> shared(static_cast<size_t>(batch * hidden)), copied = shared;
+    AttentionKvArgs a;
+    a.q = q.data(), a.q_ld = hidden, a.k = k.data(), a.v = v.data(), a.kv_ld = hidden, a.kv_shared = true;
+    a.out = shared.data(), a.out_ld = hidden, a.dtype = DType::kF32, a.batch = batch, a.q_len = 1;
+    a.kv_len = kv_len, a.heads = heads, a.head_dim = head_dim, a.scale = 0.25f;
+    a.kv_lengths = masked ? lengths.data() : nullptr;
+    ASSERT_TRUE(attention_kv_cpu(a).ok());
+    a.k = k_copies.data(), a.v = v_copies.data(), a.kv_shared = false, a.kv_batch_stride = kv_len;
+    a.out = copied.data();
+    ASSERT_TRUE(attention_kv_cpu(a).ok());
+    EXPECT_EQ(shared, copied);
+  }
+}
+
 TEST(AttentionKvCpu, RejectsBadArguments) {
   float buf[64] = {};
   AttentionKvArgs a;

@@ -1,5 +1,6 @@
 // GEMM on the GPU through cuBLASLt (see gemm_cuda.h).
 #include "kernels/gemm/gemm_cuda.h"
+#include "kernels/gemm/gemm_small_m_cuda.h"
 
 #include <algorithm>
 #include <string>
@@ -138,6 +139,11 @@ Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
   }
   if (args.out_dtype != args.in_dtype && args.out_dtype != DType::kF32) {
     return unimplemented(std::string("GEMM output must be the input dtype or f32, not ") + dtype_name(args.out_dtype));
+  }
+  // f32 with few rows: our CUDA-core kernel (gemm_small_m_cuda.h says why cuBLASLt is slow there).
+  if (args.in_dtype == DType::kF32 && args.out_dtype == DType::kF32 && args.m <= kGemmSmallMMaxRows &&
+      args.k >= kGemmSmallMMinK) {
+    return gemm_small_m_cuda(args, stream);
   }
   // One lock over plan lookup, the bias pointer (an attribute of the shared descriptor) and the enqueue.
   std::lock_guard<std::mutex> lock(mutex_);

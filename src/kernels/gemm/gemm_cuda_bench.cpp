@@ -25,6 +25,7 @@ void bench_gemm_cuda(CudaBench& bench) {
     DType out;
     bool bias;
     float beta;
+    DType in = DType::kBF16;
   };
   // ViT-B/32 at batch 256 (12800 token rows), ViT-L/14 at batch 64 (16448 rows), text at 256 (19712 rows),
   // ViT-B/32 at batch 1 (50 rows), and the ceiling shape.
@@ -39,26 +40,32 @@ void bench_gemm_cuda(CudaBench& bench) {
       {"L/14 b64 fc2", 16448, 1024, 4096, DType::kF32, true, 1.0f},
       {"text b256 fc1", 19712, 2048, 512, DType::kBF16, true, 0.0f},
       {"B/32 b1 fc1", 50, 3072, 768, DType::kBF16, true, 0.0f},
+      // SAM's prompt decoder (f32, 8 tokens): the small-M path (gemm_small_m_cuda.h), and a 4096-row projection.
+      {"SAM dec self q", 8, 256, 256, DType::kF32, true, 0.0f, DType::kF32},
+      {"SAM dec t2i q", 8, 128, 256, DType::kF32, true, 0.0f, DType::kF32},
+      {"SAM dec out", 8, 256, 128, DType::kF32, true, 1.0f, DType::kF32},
+      {"SAM dec image k", 4096, 128, 256, DType::kF32, true, 0.0f, DType::kF32},
   };
   for (const Shape& s : shapes) {
     void *a = nullptr, *w = nullptr, *d = nullptr, *bias = nullptr;
     const size_t out_size = dtype_size(s.out);
-    cudaMalloc(&a, s.m * s.k * 2);
-    cudaMalloc(&w, s.n * s.k * 2);
+    const size_t in_size = dtype_size(s.in);
+    cudaMalloc(&a, s.m * s.k * in_size);
+    cudaMalloc(&w, s.n * s.k * in_size);
     cudaMalloc(&d, s.m * s.n * out_size);
     cudaMalloc(&bias, s.n * out_size);
-    cudaMemset(a, 0x3c, s.m * s.k * 2);  // small finite values (0x3c3c as bf16 ~ 0.0115)
-    cudaMemset(w, 0x3c, s.n * s.k * 2);
+    cudaMemset(a, 0x3c, s.m * s.k * in_size);  // small finite values (0x3c3c as bf16 ~ 0.0115; f32 ~ 0.0115)
+    cudaMemset(w, 0x3c, s.n * s.k * in_size);
     cudaMemset(d, 0, s.m * s.n * out_size);
     cudaMemset(bias, 0, s.n * out_size);
     GemmCudaArgs args;
     args.m = s.m, args.n = s.n, args.k = s.k;
-    args.a = a, args.lda = s.k, args.w = w, args.ldw = s.k, args.in_dtype = DType::kBF16;
+    args.a = a, args.lda = s.k, args.w = w, args.ldw = s.k, args.in_dtype = s.in;
     args.d = d, args.ldd = s.n, args.out_dtype = s.out, args.bias = s.bias ? bias : nullptr, args.beta = s.beta;
     const double flops = 2.0 * s.m * s.n * s.k;
-    const double bytes = 2.0 * (s.m * s.k + s.n * s.k) + out_size * s.m * s.n * (s.beta != 0 ? 2 : 1);
+    const double bytes = static_cast<double>(in_size) * (s.m * s.k + s.n * s.k) + out_size * s.m * s.n * (s.beta != 0 ? 2 : 1);
     char shape[160];
-    std::snprintf(shape, sizeof shape, "%s bf16->%s M=%ld N=%ld K=%ld", s.what, dtype_name(s.out), (long)s.m, (long)s.n,
+    std::snprintf(shape, sizeof shape, "%s %s->%s M=%ld N=%ld K=%ld", s.what, dtype_name(s.in), dtype_name(s.out), (long)s.m, (long)s.n,
                   (long)s.k);
     Status status = ok_status();
     bench.run("gemm", shape, flops, bytes, [&] {

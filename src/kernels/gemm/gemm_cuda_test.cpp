@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "kernels/gemm/gemm.h"
@@ -121,6 +122,19 @@ TEST_F(GemmCudaTest, BiasAndResidualAccumulate) {
     run_case(*gemm_, {200, 768, 3072, in, DType::kF32, true, 1.0f});  // ViT-B fc2 shape
     run_case(*gemm_, {5, 8, 16, in, DType::kF32, false, 0.5f});       // arbitrary beta
     if (HasFatalFailure()) return;
+  }
+}
+
+// f32 with M <= 64 and K >= 64 goes through gemm_small_m_cuda: SAM's decoder shapes (8 tokens x 256 x 256,
+// 8 x 128 x 256, the IoU head's one row), rows across several 16-row passes, K not a multiple of 4 (the scalar
+// loads), padded leading dimensions, bias and beta; M = 65 is the first shape back on cuBLASLt.
+TEST_F(GemmCudaTest, SmallMFloat32) {
+  for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {8, 256, 256}, {8, 128, 256}, {1, 256, 256}, {1, 4, 256}, {16, 2048, 256}, {17, 33, 65},
+           {33, 9, 130}, {64, 256, 64}, {63, 100, 301}, {65, 256, 256}}) {
+    run_case(*gemm_, {m, n, k, DType::kF32, DType::kF32, false, 0.0f});
+    run_case(*gemm_, {m, n, k, DType::kF32, DType::kF32, true, 1.0f});
+    run_case(*gemm_, {m, n, k, DType::kF32, DType::kF32, true, 0.5f, 3});  // misaligned rows: scalar loads
   }
 }
 

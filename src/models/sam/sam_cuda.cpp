@@ -269,10 +269,16 @@ Status SamCudaModel::plan_activations() {
   const int64_t p = g * g, hid = dc.hidden_size, n = token_bucket_max_, rows = std::max(n, p);
   const int64_t mt = dc.num_mask_tokens(), mic = config_.prompt.mask_input_channels;
   const int64_t widest = std::max(hid, dc.iou_head_hidden_dim);
-  kernels::AttentionKvArgs probe;  // the decoder's attentions: q_len > 1 everywhere, so normally no workspace
-  probe.batch = 1, probe.q_len = n, probe.kv_len = p, probe.heads = dc.num_attention_heads;
-  probe.head_dim = hid / dc.num_attention_heads, probe.dtype = DType::kF32;
-  const size_t attention_ws = std::max<size_t>(kernels::attention_kv_cuda_workspace_bytes(probe), 256);
+  // The decoder's attentions: the tokens' attention to the image runs its queries as batch rows of q_len 1
+  // (sam_cuda_forward.cpp), whose split-KV partials need workspace; the largest over the token buckets.
+  size_t attention_ws = 256;
+  for (int64_t bucket = kTokenBucketMin; bucket <= n; bucket *= 2) {
+    kernels::AttentionKvArgs probe;
+    probe.batch = bucket, probe.q_len = 1, probe.kv_len = p, probe.heads = dc.num_attention_heads;
+    probe.head_dim = hid / dc.attention_downsample_rate / dc.num_attention_heads, probe.dtype = DType::kF32;
+    probe.kv_shared = true;
+    attention_ws = std::max(attention_ws, kernels::attention_kv_cuda_workspace_bytes(probe));
+  }
   struct Buffer {
     void** target;
     size_t bytes;

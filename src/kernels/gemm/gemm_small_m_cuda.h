@@ -1,0 +1,31 @@
+// f32 GEMMs with few rows (M <= 64) on CUDA cores, for CublasLtGemm::run (gemm_cuda.h has the contract:
+// D[M, N] = alpha * A[M, K] @ W[N, K]^T + beta * D + bias[N], row-major).
+//
+// Why: for f32 with a handful of rows (SAM's prompt decoder: 8 tokens x 256 x 256) cuBLASLt's heuristic picks
+// split-K kernels of 132-264 splits that take 32-53 us on an H200 (ncu, 2026-12-02) for what is one pass over a
+// 256 KB weight. Here one warp computes one output column for every row: its lanes stream the column's weight
+// row once (16-byte loads when aligned), each lane keeping a partial dot product per row in registers, then a
+// butterfly reduction. Rows go in passes of 16 (the registers one lane keeps). ~2-4 us for those shapes: the
+// weight is read once per pass, and A (at most 64 x K floats) stays in L1/L2.
+// Accumulation is f32 like cuBLASLt's f32 path (no TF32); the summation order differs, within f32 rounding.
+// Tests: gemm_cuda_test.cpp (SmallM cases, against the CPU GEMM); bench: gemm_cuda_bench.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace mmserve::kernels {
+
+struct GemmCudaArgs;
+
+// The largest M (and smallest K) for which CublasLtGemm::run takes this path for f32 inputs and output.
+constexpr int64_t kGemmSmallMMaxRows = 64;
+constexpr int64_t kGemmSmallMMinK = 64;
+
+// f32 in, f32 out; arguments already validated by CublasLtGemm::run. Enqueues one kernel on `stream`.
+Status gemm_small_m_cuda(const GemmCudaArgs& args, cudaStream_t stream);
+
+}  // namespace mmserve::kernels
