@@ -15,7 +15,10 @@
 #                            [OUT_DIR (default build/bench-results/server)]
 #   DEVICE=cuda serves the same model on the GPU (bf16), the issue 13 item 7 run "on its GPU".
 #   env: DURATION (default 30), HIGH_RATE (default 10), FLOOD_RATE (default 6000), FLOOD_CONNECTIONS (default 256),
-#   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 384), ENGINE_THREADS (default 1; both as in server_batching.sh), MAX_BATCH (default 64)
+#   HTTP_THREADS (default 0 = the server default, max(512, 16 x cores) since 65b4147; was 384), ENGINE_THREADS (default 1; both as in server_batching.sh), MAX_BATCH (default 64),
+#   POLICIES (default "qos fifo"), FLOODS (default "image text"; both lists by spaces or commas): run a subset;
+#   CHUNK_MS: the model's preempt_chunk_ms (default: the server's default);
+#   BACKGROUND_NICE: the server config's background_nice (default: the server's default; needs a server that has it).
 # Writes OUT_DIR/priority_*.json and OUT_DIR/server_priority.json (keyed by commit), prints the P99 ratios.
 # Figures: docs/perf/server_cpu.md.
 set -euo pipefail
@@ -37,8 +40,17 @@ source "$ROOT/bench/server_lib.sh"
 REPO=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-bench-repo.XXXXXX")
 trap 'srv_cleanup; rm -rf "$REPO"' EXIT
 
+POLICIES=${POLICIES:-qos fifo}
+FLOODS=${FLOODS:-image text}
+chunk=""
+[ -n "${CHUNK_MS:-}" ] && chunk=$'\npreempt_chunk_ms: '"$CHUNK_MS"
 make_model "$REPO" clip small $'max_batch_size: '"$MAX_BATCH"$'\nmax_queue_delay_ms: 5\npriority_levels: 3\n'\
-$'default_priority: 2\nqueue_size: 512\nthreads: '"$ENGINE_THREADS"$'\ndevice: '"$DEVICE"
+$'default_priority: 2\nqueue_size: 512\nthreads: '"$ENGINE_THREADS"$'\ndevice: '"$DEVICE""$chunk"
+server_flags=()
+if [ -n "${BACKGROUND_NICE:-}" ]; then
+  printf 'background_nice: %s\n' "$BACKGROUND_NICE" >"$OUT/priority_server.yaml"
+  server_flags=(--config "$OUT/priority_server.yaml")
+fi
 cat >"$OUT/priority_high.yaml" <<'EOF'
 classes:
   - {name: high-text, kind: text, api: kserve, priority: 1}
@@ -68,15 +80,15 @@ loaded() {  # loaded POLICY FLOOD: the high-priority stream next to a flood that
   wait "$flood_pid" || { cat "$flood.err" >&2; exit 1; }
 }
 
-for policy in qos fifo; do
-  srv_start "priority_$policy" "$REPO" --http-threads "$HTTP_THREADS" --policy "$policy"
+for policy in ${POLICIES//,/ }; do
+  srv_start "priority_$policy" "$REPO" --http-threads "$HTTP_THREADS" --policy "$policy" "${server_flags[@]}"
   echo "server $SRV_URL --policy $policy; warming up" >&2
   bench_run "priority_${policy}_warmup" --model clip --rate 200 --duration 2
   if [ "$policy" = qos ]; then
     echo "unloaded high-priority stream, $DURATION s" >&2
     high unloaded
   fi
-  for flood in image text; do
+  for flood in ${FLOODS//,/ }; do
     echo "policy $policy: high-priority stream under a low-priority $flood flood, $DURATION s" >&2
     loaded "$policy" "$flood"
   done
@@ -85,4 +97,5 @@ done
 
 "$PY" "$ROOT/bench/server_summary.py" priority "$OUT" --commit "$(commit_id)" --host "$(host_desc)" \
   --note "max_batch_size $MAX_BATCH, engine threads $ENGINE_THREADS, http threads $HTTP_THREADS, \
-device $DEVICE, high $HIGH_RATE req/s, flood $FLOOD_RATE req/s over $FLOOD_CONNECTIONS connections, $DURATION s"
+device $DEVICE, high $HIGH_RATE req/s, flood $FLOOD_RATE req/s over $FLOOD_CONNECTIONS connections, $DURATION s, \
+preempt_chunk_ms ${CHUNK_MS:-default}, background_nice ${BACKGROUND_NICE:-default}"

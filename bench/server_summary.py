@@ -86,6 +86,8 @@ def priority(args):
     rows = []
     for flood in ("image", "text"):
         for policy in ("qos", "fifo"):
+            if not os.path.exists(os.path.join(args.out, f"priority_{policy}_{flood}_high.json")):
+                continue  # POLICIES / FLOODS ran a subset
             h = load(args.out, f"priority_{policy}_{flood}_high")["overall"]
             f = load(args.out, f"priority_{policy}_{flood}_flood")["overall"]
             ratio = lat(h, "p99") / base

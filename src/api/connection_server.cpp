@@ -154,13 +154,36 @@ class BufferedSocketStream final : public httplib::Stream {
 
 }  // namespace
 
-// A fixed pool of threads running tasks in FIFO order.
+int request_head_priority(std::string_view head) {
+  static constexpr std::string_view kName = "x-mmserve-priority:";
+  const size_t end = std::min(head.find("\r\n\r\n"), head.size());
+  for (size_t line = head.find("\r\n"); line != std::string_view::npos && line < end;
+       line = head.find("\r\n", line + 2)) {
+    const std::string_view rest = head.substr(line + 2, end - std::min(end, line + 2));
+    if (rest.size() < kName.size()) return 0;
+    bool same = true;
+    for (size_t i = 0; i < kName.size() && same; ++i) {
+      same = std::tolower(static_cast<unsigned char>(rest[i])) == kName[i];
+    }
+    if (!same) continue;
+    std::string_view value = rest.substr(kName.size(), rest.find("\r\n") - kName.size());
+    while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+    int priority = 0;
+    const auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), priority);
+    return ec == std::errc() && ptr == value.data() + value.size() && priority > 0 ? priority : 0;
+  }
+  return 0;
+}
+
+// A fixed pool of threads running tasks in FIFO order; `nice` > 0 lowers its threads' OS priority.
 class ConnectionServer::WorkerPool {
  public:
-  explicit WorkerPool(int threads) {
+  WorkerPool(int threads, const char* name, int nice) {
     for (int i = 0; i < std::max(1, threads); ++i) {
-      threads_.emplace_back([this] {
-        set_current_thread_name("mm-http");
+      threads_.emplace_back([this, name, nice] {
+        set_current_thread_name(name);
+        if (nice > 0) (void)lower_current_thread_priority(nice);
         work();
       });
     }
@@ -237,9 +260,11 @@ class ForwardingQueue final : public httplib::TaskQueue {
 }  // namespace
 
 ConnectionServer::ConnectionServer(TransportOptions options) : options_(std::move(options)) {
-  pool_ = std::make_unique<WorkerPool>(options_.threads);
-  parker_ = std::make_unique<Parker>(
-      options_, [this](Connection c) { pool_->enqueue([this, c = std::move(c)]() mutable { serve(std::move(c)); }); });
+  pool_ = std::make_unique<WorkerPool>(options_.threads, "mm-http", 0);
+  if (options_.background_nice > 0) {
+    background_pool_ = std::make_unique<WorkerPool>(options_.threads, "mm-http-low", options_.background_nice);
+  }
+  parker_ = std::make_unique<Parker>(options_, [this](Connection c) { dispatch(std::move(c)); });
   new_task_queue = [this] { return new ForwardingQueue<WorkerPool>(*pool_); };
   // SO_REUSEADDR only: httplib's default also sets SO_REUSEPORT, which lets a second server silently share
   // the port instead of failing to bind.
@@ -293,6 +318,13 @@ bool ConnectionServer::finish_shutdown(std::chrono::milliseconds timeout) {
   while (run_active_ && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   if (run_active_ || !pool_->wait_idle(std::max(left, std::chrono::milliseconds(0)))) return false;
+  if (background_pool_) {
+    const auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!background_pool_->wait_idle(std::max(rest, std::chrono::milliseconds(0)))) return false;
+    // A background worker may have handed a connection to the normal set meanwhile.
+    if (!pool_->wait_idle(std::max(rest, std::chrono::milliseconds(0)))) return false;
+    background_pool_->stop();
+  }
   pool_->stop();
   finished_ = true;
   return true;
@@ -320,7 +352,11 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
     strip_leading_newlines(c.pending);
     if (headers_complete(c.pending)) {
       c.ready_at = Clock::now();
-      serve(std::move(c));
+      if (is_background(c)) {
+        dispatch(std::move(c));  // this is a normal-set worker (httplib's accept loop hands sockets to pool_)
+      } else {
+        serve(std::move(c), false);
+      }
       return true;
     }
   }
@@ -328,7 +364,18 @@ bool ConnectionServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
-void ConnectionServer::serve(Connection c) {
+bool ConnectionServer::is_background(const Connection& c) const {
+  return background_pool_ != nullptr && request_head_priority(c.pending) > 1;
+}
+
+void ConnectionServer::dispatch(Connection c) {
+  const bool background = is_background(c);
+  (background ? background_pool_ : pool_)->enqueue([this, background, c = std::move(c)]() mutable {
+    serve(std::move(c), background);
+  });
+}
+
+void ConnectionServer::serve(Connection c, bool background) {
   for (;;) {
     RequestContext context;
     context.start = c.ready_at;
@@ -353,6 +400,7 @@ void ConnectionServer::serve(Connection c) {
     strip_leading_newlines(c.pending);
     if (!headers_complete(c.pending)) break;
     c.ready_at = Clock::now();  // a pipelined request is already here
+    if (is_background(c) != background) return dispatch(std::move(c));
   }
   const bool idle = c.pending.empty();
   const double wait_s = idle ? options_.keep_alive_timeout_s : options_.header_timeout_s;

@@ -15,7 +15,8 @@
 // `Expect: 100-continue` is answered by the stream when the body is first read, so a request the api refuses
 // before reading its body (401, 413, 415, ...) gets that answer instead of "100 Continue".
 // It overrides httplib's private virtual process_and_close_socket(), the extension point SSLServer uses.
-// Threads are named for `top -H`: mm-http (workers), mm-poller, mm-accept (the thread that calls run()).
+// Threads are named for `top -H`: mm-http (workers), mm-http-low (the low-priority set, when
+// background_nice > 0), mm-poller, mm-accept (the thread that calls run()).
 // Tests: tests/unit/api/transport_test.cpp (slow clients, keep-alive, pipelining, early 413, 431),
 // tests/unit/api/http_server_test.cpp, tests/e2e/server_test.cpp.
 #pragma once
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -44,7 +46,16 @@ struct TransportOptions {
   size_t header_bytes_max = 64 * 1024;
   size_t body_bytes_max = 64u << 20;
   double linger_s = 2;  // draining an unread body before closing after an early refusal
+  // > 0: requests whose headers say `x-mmserve-priority: p` with p > 1 run on a second set of `threads` workers
+  // (mm-http-low) at this much lower OS priority (nice), chosen from the raw headers before the body is read or
+  // parsed, so a low-priority flood's JSON/base64 work yields the cores to urgent requests. 0: one set.
+  int background_nice = 0;
 };
+
+// The value of the request head's first `x-mmserve-priority` header (name case-insensitive) when it is a
+// positive integer, else 0 (absent or malformed: the api answers a malformed one). `head` is the raw request
+// line and headers, up to and including the blank line or not.
+int request_head_priority(std::string_view head);
 
 class ConnectionServer : public httplib::Server {
  public:
@@ -73,11 +84,16 @@ class ConnectionServer : public httplib::Server {
   class Parker;
 
   bool process_and_close_socket(socket_t sock) override;  // httplib's per-connection entry point
-  void serve(Connection connection);                      // on a worker: requests with complete headers
+  // On a worker of the set `background` names: requests with complete headers, until the connection idles or
+  // its next (pipelined) request belongs to the other set.
+  void serve(Connection connection, bool background);
+  bool is_background(const Connection& connection) const;  // its next request runs on the low-priority set
+  void dispatch(Connection connection);                     // to the worker set its next request belongs to
   void setup_request(httplib::Request& request);          // before routing: early refusals
 
   TransportOptions options_;
   std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<WorkerPool> background_pool_;  // only when background_nice > 0
   std::unique_ptr<Parker> parker_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> run_active_{false};

@@ -143,6 +143,8 @@ int run_serve(const ServeArgs& args) {
   if (!config.ok()) return fail(config.status().message());
   StatusOr<api::HttpServerOptions> options = http_options(args);
   if (!options.ok()) return fail(options.status().message());
+  // Under qos, requests labelled below priority 1 are read, parsed and answered by a lower-priority worker set.
+  if (config->policy == serving::SchedulingPolicy::kQos) options->transport.background_nice = config->background_nice;
 
   TempDir demo_repository;
   if (config->model_repository.empty()) {

@@ -9,8 +9,12 @@
 #include "core/thread_pool.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <atomic>
 #include <exception>
 #include <memory>
@@ -59,6 +63,17 @@ void run_chunks(ParallelForState& s) {
 void set_current_thread_name(std::string_view name) {
   const std::string cut(name.substr(0, 15));  // pthread_setname_np refuses more than 16 bytes with the NUL
   pthread_setname_np(pthread_self(), cut.c_str());
+}
+
+bool lower_current_thread_priority(int increment, int* nice_after) {
+  const id_t tid = static_cast<id_t>(::syscall(SYS_gettid));
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);  // -1 is a valid value: errno tells an error apart
+  if (errno != 0) return false;
+  const int wanted = std::min(19, now + std::max(0, increment));
+  if (::setpriority(PRIO_PROCESS, tid, wanted) != 0) return false;
+  if (nice_after != nullptr) *nice_after = wanted;
+  return true;
 }
 
 ThreadPool::ThreadPool(size_t threads, size_t queue_limit, std::string name)

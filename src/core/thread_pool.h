@@ -4,7 +4,8 @@
 // submit() returns a std::future; try_submit() refuses work when the queue is full so that callers can
 // apply back-pressure (the server answers 429) instead of queueing without bound. The destructor drains
 // the queue and joins. parallel_for() splits [0, n) into chunks over the pool and waits. Workers carry a thread
-// name (set_current_thread_name) so that `top -H` and gdb tell the server's threads apart.
+// name (set_current_thread_name) so that `top -H` and gdb tell the server's threads apart; threads that run
+// background work can lower their own OS priority (lower_current_thread_priority).
 // Tests: tests/unit/core/thread_pool_test.cpp.
 #pragma once
 
@@ -24,6 +25,12 @@ namespace mmserve {
 
 // Names the calling thread (what `top -H`, `ps -L` and gdb show). Linux keeps 15 bytes: longer names are cut.
 void set_current_thread_name(std::string_view name);
+
+// Adds `increment` (> 0) to the calling thread's nice value (Linux keeps one per thread; capped at 19), so the
+// scheduler gives it a smaller share of a contended core. Lowering a priority needs no privilege, raising it
+// back does (CAP_SYS_NICE or RLIMIT_NICE): callers keep separate thread sets per level rather than switch a
+// thread back and forth. Returns the thread's nice value afterwards; false when the kernel refused.
+bool lower_current_thread_priority(int increment, int* nice_after = nullptr);
 
 class ThreadPool {
  public:

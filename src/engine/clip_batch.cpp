@@ -3,10 +3,11 @@
 // independent, so each is batched on its own), then the rows are handed back to their requests in input order,
 // with logits_per_image for requests that have both kinds.
 //
-// Preemption by time: when the hooks set chunk_budget_ms, the image tower runs in chunks of about that much
-// device time (the chunk size follows the measured time per image, rounded down to a power of two so a CUDA
-// graph bucket fits it), and between_chunks runs between them: an urgent request waits about one chunk, not a
-// whole batch. Text-only requests finish right after the text tower (no head-of-line blocking behind images).
+// Preemption by time: when the hooks set chunk_budget_ms, each tower runs in chunks of about that much device
+// time (the chunk size follows the measured time per image or per text, rounded down to a power of two so a CUDA
+// graph bucket fits it), and between_chunks runs between them and between the towers: an urgent request waits
+// about one chunk, not a whole batch (a batch of 64 texts on one CPU core is ~tens of ms). Text-only requests
+// finish right after the text tower (no head-of-line blocking behind images).
 // The pixels are never consumed (a batch that fails with a device fault is retried on another replica) nor
 // joined: each request's pixels go to embed_images as one piece (on cuda straight into the pinned staging ring).
 // Text ids are joined (they are small).
@@ -24,12 +25,39 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The images per chunk for a budget: a power of two <= budget / per-image time, at least 1.
-int64_t chunk_images(double budget_ms, double image_ms, int64_t images) {
-  if (budget_ms <= 0 || image_ms <= 0) return images;
+// The rows (images or texts) per chunk for a budget: a power of two <= budget / per-row time, at least 1.
+int64_t chunk_rows(double budget_ms, double row_ms, int64_t rows) {
+  if (budget_ms <= 0 || row_ms <= 0) return rows;
   int64_t chunk = 1;
-  while (chunk * 2 <= images && static_cast<double>(chunk * 2) * image_ms <= budget_ms) chunk *= 2;
+  while (chunk * 2 <= rows && static_cast<double>(chunk * 2) * row_ms <= budget_ms) chunk *= 2;
   return chunk;
+}
+
+// Rows [0, n) of one tower through `embed(begin, count)`, in chunks of about hooks.chunk_budget_ms when the hooks
+// set a preemption point (sized from `row_ms`, the measured time per row, which this updates), calling
+// hooks.between_chunks between chunks; the time spent in the hook is added to `preempted_ms`.
+template <typename Embed>
+StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks& hooks, double& row_ms,
+                                       double& preempted_ms, Embed&& embed) {
+  const int64_t chunk = hooks.between_chunks ? chunk_rows(hooks.chunk_budget_ms, row_ms, n) : n;
+  std::vector<float> all;
+  all.reserve(static_cast<size_t>(n * dim));
+  for (int64_t begin = 0; begin < n; begin += chunk) {
+    const int64_t count = std::min(chunk, n - begin);
+    const auto chunk_start = std::chrono::steady_clock::now();
+    StatusOr<std::vector<float>> part = embed(begin, count);
+    if (!part.ok()) return part.status();
+    // The per-row time that sizes the next chunks (a moving average: the device's speed changes with load).
+    const double per = ms_since(chunk_start) / static_cast<double>(count);
+    row_ms = row_ms > 0 ? 0.8 * row_ms + 0.2 * per : per;
+    all.insert(all.end(), part->begin(), part->end());
+    if (begin + count < n && hooks.between_chunks) {
+      const auto paused = std::chrono::steady_clock::now();
+      hooks.between_chunks();
+      preempted_ms += ms_since(paused);
+    }
+  }
+  return all;
 }
 
 }  // namespace
@@ -93,40 +121,32 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
   };
 
   const auto start = std::chrono::steady_clock::now();
+  double preempted_ms = 0;  // time spent serving other requests between chunks: not this batch's compute
   StatusOr<std::vector<float>> text_embeds = std::vector<float>();
   StatusOr<std::vector<float>> image_embeds = std::vector<float>();
-  if (texts > 0) text_embeds = embed_texts(ids);
-  const double text_ms = ms_since(start);
+  if (texts > 0) {
+    text_embeds = run_tower(texts, dim, hooks, text_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+      if (count == texts) return embed_texts(ids);
+      return embed_texts(std::vector<std::vector<int32_t>>(ids.begin() + begin, ids.begin() + begin + count));
+    });
+  }
+  const double text_ms = ms_since(start) - preempted_ms;
   if (text_embeds.ok() && images > 0) {
     for (size_t i = 0; i < batch.size(); ++i) {
       if (done[i] || inputs[i]->images != 0) continue;
       finish(i, build(i, *text_embeds, {}), text_ms);
     }
-  }
-  double preempted_ms = 0;  // time spent serving other requests between chunks: not this batch's compute
-  if (images > 0 && text_embeds.ok()) {
-    const int64_t chunk = hooks.between_chunks ? chunk_images(hooks.chunk_budget_ms, image_ms_, images) : images;
-    std::vector<float> all;
-    all.reserve(static_cast<size_t>(images * dim));
-    for (int64_t begin = 0; begin < images && image_embeds.ok(); begin += chunk) {
-      const int64_t count = std::min(chunk, images - begin);
-      const auto chunk_start = std::chrono::steady_clock::now();
-      StatusOr<std::vector<float>> part = embed_images(pixels, begin, count);
-      if (!part.ok()) {
-        image_embeds = part.status();
-        break;
-      }
-      // The per-image time that sizes the next chunks (a moving average: the device's speed changes with load).
-      const double per = ms_since(chunk_start) / static_cast<double>(count);
-      image_ms_ = image_ms_ > 0 ? 0.8 * image_ms_ + 0.2 * per : per;
-      all.insert(all.end(), part->begin(), part->end());
-      if (begin + count < images && hooks.between_chunks) {
-        const auto paused = std::chrono::steady_clock::now();
-        hooks.between_chunks();
-        preempted_ms += ms_since(paused);
-      }
+    // Between the towers is a preemption point too.
+    if (texts > 0 && hooks.between_chunks) {
+      const auto paused = std::chrono::steady_clock::now();
+      hooks.between_chunks();
+      preempted_ms += ms_since(paused);
     }
-    if (image_embeds.ok()) image_embeds = std::move(all);
+  }
+  if (images > 0 && text_embeds.ok()) {
+    image_embeds = run_tower(images, dim, hooks, image_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+      return embed_images(pixels, begin, count);
+    });
   }
   stats.compute_ms = ms_since(start) - preempted_ms;
 

@@ -162,9 +162,11 @@ Status ClipExecutor::warm() {
   // One text batch and one image batch: touches every weight and arena (and, on cuda, checks the graphs).
   // Ids inside any vocabulary, ending with the EOS the text tower pools at.
   const int32_t eos = static_cast<int32_t>(std::min(config_.text.eos_token_id, config_.text.vocab_size - 1));
+  Clock::time_point start = Clock::now();
   auto texts = embed_texts({{0, 1, eos}});
   if (!texts.ok()) return texts.status().with_context("warm-up text batch");
-  const Clock::time_point start = Clock::now();
+  text_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  start = Clock::now();
   auto images = embed_images(std::vector<float>(static_cast<size_t>(3 * image_size() * image_size()), 0.0f), 1);
   if (!images.ok()) return images.status().with_context("warm-up image batch");
   image_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();

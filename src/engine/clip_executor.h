@@ -79,9 +79,9 @@ class ClipExecutor final : public Executor {
   std::string describe() const override;
   const FamilyInfo& info() const override { return info_; }
   Status warm() override;
-  // Every text of the batch through the text tower as one batch, then every image through the image tower (in
-  // chunks bounded by hooks.chunk_budget_ms, with hooks.between_chunks between them); text-only requests finish
-  // right after the text tower. Inputs are ClipInput; pixels are never consumed.
+  // Every text of the batch through the text tower, then every image through the image tower, each in chunks
+  // bounded by hooks.chunk_budget_ms with hooks.between_chunks between them (and between the towers); text-only
+  // requests finish right after the text tower. Inputs are ClipInput; pixels are never consumed.
   BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
 
   // pixels: n images of [3, image_size, image_size] f32 in host memory, concatenated. Returns n normalised
@@ -111,6 +111,7 @@ class ClipExecutor final : public Executor {
   ClipOptions clip_;
   FamilyInfo info_;
   double image_ms_ = 0;  // measured time per image (moving average): sizes chunks to chunk_budget_ms
+  double text_ms_ = 0;   // measured time per text (moving average): the same for the text tower
   DType dtype_ = DType::kF32;
   // Exactly one of these is set, by the device.
   std::unique_ptr<models::ClipModel> model_;

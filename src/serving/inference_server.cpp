@@ -33,7 +33,8 @@ class InferenceServerImpl final : public InferenceServer {
   explicit InferenceServerImpl(ServerConfig config)
       : config_(std::move(config)),
         metrics_(registry_),
-        pool_(static_cast<size_t>(config_.preprocess_threads), static_cast<size_t>(config_.preprocess_queue)) {}
+        pool_(static_cast<size_t>(config_.preprocess_threads), static_cast<size_t>(config_.preprocess_queue),
+              /*reserved=*/-1, config_.policy == SchedulingPolicy::kQos ? config_.background_nice : 0) {}
 
   Status open_repository() {
     RuntimeContext context;

@@ -472,6 +472,9 @@ Status validate_server_config(const ServerConfig& c, const std::string& label) {
   if (c.preprocess_threads < 0 || c.preprocess_threads > 1024) {
     return out_of_range_value(label, "preprocess_threads", std::to_string(c.preprocess_threads), "must be in 0..1024");
   }
+  if (c.background_nice < 0 || c.background_nice > 19) {
+    return out_of_range_value(label, "background_nice", std::to_string(c.background_nice), "must be in 0..19");
+  }
   if (c.preprocess_queue < 1) {
     return out_of_range_value(label, "preprocess_queue", std::to_string(c.preprocess_queue), "must be >= 1");
   }
@@ -543,6 +546,11 @@ StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text, const s
       {"preprocess_queue",
        [&](const YAML::Node& n, const std::string& key) -> Status {
          ASSIGN_OR_RETURN(c.preprocess_queue, read_int32(n, label, key));
+         return ok_status();
+       }},
+      {"background_nice",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.background_nice, read_int32(n, label, key));
          return ok_status();
        }},
       {"max_image_pixels",

@@ -25,9 +25,9 @@
 //   default_timeout_ms: 0       # 0 = none; otherwise a deadline for requests that set none
 //   memory_quota_mb: 0          # 0 = unlimited; loading refuses a model whose weights + arena exceed it
 //   threads: 0                  # CPU threads of the engine (0 = all)
-//   preempt_chunk_ms: 20        # qos: a batch runs in chunks of about this much engine time (CLIP's image tower
-//                               # by measured time per image), and better-class requests that arrived meanwhile
-//                               # run between chunks (0 = never)
+//   preempt_chunk_ms: 5         # qos: a batch runs in chunks of about this much engine time (CLIP's towers by
+//                               # measured time per image / text), and requests of a better priority that arrived
+//                               # meanwhile run between chunks (0 = never); docs/perf/priority.md measured 5 vs 20
 //   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
 //   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
 //                               # (the HTTP body limit, --max-body-mb, applies first)
@@ -68,7 +68,7 @@ struct ModelConfig {
   double default_timeout_ms = 0;
   int64_t memory_quota_mb = 0;
   int threads = 0;
-  double preempt_chunk_ms = 20;
+  double preempt_chunk_ms = 5;
   double audio_seconds_max = 7200;
   int64_t audio_bytes_max = 256LL << 20;
   std::string cross_kv = "same";

@@ -265,12 +265,11 @@ void ModelRuntime::engine_loop(engine::Executor* executor, Replica* replica) {
 void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
                              bool preemptible) {
   const Clock::time_point picked = Clock::now();
-  // The best class in this batch: queued requests of a strictly better class may run between chunks.
+  // The best own priority in this batch (one under qos): queued requests of a strictly better own priority may
+  // run between chunks. Not the aged class: aging decides when queued work starts (request_queue.h), and a
+  // flood's batch that aged to class 1 must stay preemptible by a genuinely urgent request.
   int best_class = std::numeric_limits<int>::max();
-  for (const PendingRequestPtr& r : batch) {
-    best_class = std::min(best_class, effective_priority_class(r->priority, ms_between(r->enqueued, picked),
-                                                               context_.aging_ms_per_level));
-  }
+  for (const PendingRequestPtr& r : batch) best_class = std::min(best_class, r->priority);
   engine::BatchHooks hooks;
   if (preemptible && context_.policy == SchedulingPolicy::kQos && config_.preempt_chunk_ms > 0 && best_class > 1) {
     hooks.chunk_budget_ms = config_.preempt_chunk_ms;

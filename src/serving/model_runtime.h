@@ -11,9 +11,10 @@
 // max_queue_delay_ms), runs it through its executor and completes each request as the executor finishes it.
 // Every admitted request ends in finish(), which fills the phase times, records metrics and calls `done` once.
 //
-// Priority isolation (issue 13 item 7): under qos a batch runs in chunks of about preempt_chunk_ms of engine
-// time, and between chunks the engine thread serves queued requests of a strictly better class first, so an
-// urgent request waits about one chunk rather than a whole low-priority batch.
+// Priority isolation (issue 13 item 7): under qos a batch holds one priority and runs in chunks of about
+// preempt_chunk_ms of engine time, and between chunks the engine thread serves queued requests of a strictly
+// better own priority first (aging orders the queue but never makes a flood urgent), so an urgent request waits
+// about one chunk rather than a whole low-priority batch.
 //
 // Loading refuses a dtype other than auto/f32 on the CPU and a model whose weights + arena for all instances
 // exceed memory_quota_mb (kResourceExhausted); it warms every instance. stop() refuses new requests, fails

@@ -134,10 +134,11 @@ void RequestQueue::sweep_locked(Clock::time_point now, std::vector<Dropped>& dro
 }
 
 std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, const BatchLimits& limits,
-                                                         int class_below) {
+                                                         int priority_below) {
   struct Ranked {
     size_t index;
-    int cls;
+    int priority;  // the request's own
+    int cls;       // effective (aged)
     bool overdue;
     double score;
     uint64_t sequence;
@@ -149,8 +150,8 @@ std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, 
     const PendingRequest& r = *entries_[i];
     const double waited = ms_between(r.enqueued, now);
     const int cls = effective_priority_class(r.priority, waited, aging);
-    if (cls >= class_below) continue;
-    ranked.push_back({i, cls, overdue(r.priority, waited, aging), r.score, r.sequence});
+    if (r.priority >= priority_below) continue;
+    ranked.push_back({i, r.priority, cls, overdue(r.priority, waited, aging), r.score, r.sequence});
   }
   if (ranked.empty()) return {};
   if (options_.policy == SchedulingPolicy::kFifo) {
@@ -167,7 +168,13 @@ std::vector<PendingRequestPtr> RequestQueue::take_locked(Clock::time_point now, 
   std::vector<PendingRequestPtr> batch;
   std::vector<bool> taken(entries_.size(), false);
   std::array<int64_t, kTowerCount> items{};
+  // Under qos a batch holds the requests of one own priority (the first ranked one's), taken in rank order; the
+  // others are skipped, not ending the batch. Lower-priority work, aged or not, never rides in an urgent
+  // request's batch, where it would make that batch longer and run unpreemptible (model_runtime.cpp preempts a
+  // batch whose priority is > 1), and an urgent request skipped here starts at the next chunk boundary.
+  const bool one_priority = options_.policy == SchedulingPolicy::kQos;
   for (const Ranked& r : ranked) {
+    if (one_priority && r.priority != ranked.front().priority) continue;
     const PendingRequest& request = *entries_[r.index];
     bool fits = true;
     for (int t = 0; t < kTowerCount; ++t) fits = fits && items[t] + request.items[t] <= limits.items_max;
@@ -192,7 +199,7 @@ void RequestQueue::deliver(std::vector<Dropped>& dropped) {
   dropped.clear();
 }
 
-std::vector<PendingRequestPtr> RequestQueue::pop_urgent(int class_below, const BatchLimits& limits) {
+std::vector<PendingRequestPtr> RequestQueue::pop_urgent(int priority_below, const BatchLimits& limits) {
   if (options_.policy != SchedulingPolicy::kQos) return {};
   std::vector<Dropped> dropped;
   std::vector<PendingRequestPtr> urgent;
@@ -201,7 +208,7 @@ std::vector<PendingRequestPtr> RequestQueue::pop_urgent(int class_below, const B
     if (closed_) return {};
     const Clock::time_point now = Clock::now();
     sweep_locked(now, dropped);
-    urgent = take_locked(now, limits, class_below);
+    urgent = take_locked(now, limits, priority_below);
   }
   deliver(dropped);
   return urgent;

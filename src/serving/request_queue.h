@@ -6,7 +6,11 @@
 // into its slot. Engine threads block in pop_batch(), which waits for work, then up to `delay_max` after the
 // oldest queued request for the batch to fill (unless a tower's budget is already reached), and then takes
 // requests in scheduling order while they fit the per-tower item budget (strict order: the first one that
-// does not fit ends the batch; the first one is always taken, the executor chunks oversized requests).
+// does not fit ends the batch; the first one is always taken, the executor chunks oversized requests). Under
+// qos a batch holds requests of one own priority only (the first ranked entry's; entries of other priorities are
+// skipped): a priority-1 text is never batched with priority-3 images or texts, aged or not, which would
+// lengthen its own batch and run that low work unpreemptible. Aging orders the queue (when work starts);
+// preemption goes by the own priority (what may interrupt a running batch): see pop_urgent.
 //
 // Order, policy fifo: arrival. Policy qos, by key:
 //   1. effective class = max(1, priority - floor(waited / aging_ms_per_level))   (1 first; aging off at 0)
@@ -87,10 +91,13 @@ class RequestQueue {
   // Blocks until a batch is ready (see the file comment) and returns it in scheduling order. Returns an
   // empty vector only once the queue is closed.
   std::vector<PendingRequestPtr> pop_batch(const BatchLimits& limits);
-  // Never blocks: takes, in scheduling order and within `limits`' item budget, the queued entries whose
-  // effective class is better (smaller) than `class_below`; empty under fifo (no classes) or when none.
-  // The engine thread calls it between chunks of a running batch (preemption at chunk boundaries).
-  std::vector<PendingRequestPtr> pop_urgent(int class_below, const BatchLimits& limits);
+  // Never blocks: takes, in scheduling order and within `limits`' item budget, queued entries whose own priority
+  // is better (smaller) than `priority_below`, of one priority (as every qos batch); empty under fifo or when
+  // none. The engine thread calls it between chunks of a running batch (preemption at chunk boundaries). The own
+  // priority, not the aged class: a flood's requests that aged to class 1 while queued must not count as urgent
+  // (their nested batch would run whole, unpreemptible), and a batch of aged work stays preemptible; it still
+  // advances one chunk per urgent batch, so aging's starvation bound holds for work that started.
+  std::vector<PendingRequestPtr> pop_urgent(int priority_below, const BatchLimits& limits);
 
   // Refuses further pushes with `reason`, hands every queued request to on_drop with `reason`, and wakes
   // pop_batch callers (which return empty). Idempotent.
@@ -105,7 +112,7 @@ class RequestQueue {
   };
   void sweep_locked(Clock::time_point now, std::vector<Dropped>& dropped);
   std::vector<PendingRequestPtr> take_locked(Clock::time_point now, const BatchLimits& limits,
-                                             int class_below = std::numeric_limits<int>::max());
+                                             int priority_below = std::numeric_limits<int>::max());
   void publish_depth_locked();
   void deliver(std::vector<Dropped>& dropped);
 

@@ -24,6 +24,9 @@ struct ServerConfig {
   double aging_ms_per_level = 500;  // a waiting request gains one priority level per this long
   int preprocess_threads = 0;       // 0 = hardware concurrency
   int preprocess_queue = 1024;      // bounded: beyond it requests get 429
+  // qos: how much lower (nice) the threads doing low-priority work run: the preprocessing workers outside the
+  // class-1 reserve and the HTTP workers serving requests whose x-mmserve-priority header is > 1. 0 = off.
+  int background_nice = 10;
   int64_t max_image_pixels = 64LL * 1024 * 1024;
   QosWeights qos;
   std::string device_override;  // `serve --device`: replaces every model's `device` ("" = each its own)
@@ -37,6 +40,7 @@ struct ServerConfig {
 //   aging_ms_per_level: 500            # 0 = no aging
 //   preprocess_threads: 0
 //   preprocess_queue: 1024
+//   background_nice: 10                # qos: 0..19, lower OS priority of low-priority work's threads (0 = off)
 //   max_image_pixels: 67108864
 //   qos: {image: 0.4, audio: 0.35, text: 0.25, image_tokens_max: 4096, audio_seconds_max: 60, text_chars_max: 512}
 StatusOr<ServerConfig> parse_server_config(const std::string& yaml_text, const std::string& label);

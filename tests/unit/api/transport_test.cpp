@@ -1,8 +1,12 @@
 // The connection handling under the HTTP server: slow clients cannot take the workers, incomplete headers and
 // idle keep-alive connections time out, pipelined and keep-alive requests work, oversize and chunked bodies
 // are refused before they are read, client disconnects reach RequestSpec.cancelled, garbage never kills the
-// server, shutdown lets in-flight requests finish, and every parked connection keeps its own deadline.
+// server, shutdown lets in-flight requests finish, every parked connection keeps its own deadline, and requests
+// labelled below priority 1 run on the lower-priority worker set.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <nlohmann/json.hpp>
@@ -49,6 +53,45 @@ TEST(Transport, SlowClientsDoNotBlockOtherRequests) {
   stop = true;
   trickle.join();
   for (int fd : slow) ::close(fd);
+}
+
+TEST(Transport, RequestHeadPriorityIsReadFromTheRawHeaders) {
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nHost: t\r\nX-MMServe-Priority: 3\r\n\r\n"), 3);
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nx-mmserve-priority:2\r\nHost: t\r\n\r\n"), 2);
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nx-mmserve-priority: \t1 \r\n\r\n"), 1);
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nHost: t\r\n\r\n"), 0) << "absent";
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nx-mmserve-priority: high\r\n\r\n"), 0) << "malformed";
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nx-mmserve-priority: -2\r\n\r\n"), 0);
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nx-mmserve-priority-extra: 3\r\n\r\n"), 0);
+  // Only the head counts: a body (or a pipelined request) after the blank line is not read.
+  EXPECT_EQ(request_head_priority("POST /x HTTP/1.1\r\nHost: t\r\n\r\nx-mmserve-priority: 3\r\n"), 0);
+  EXPECT_EQ(request_head_priority("x-mmserve-priority: 3\r\n\r\n"), 0) << "the request line is no header";
+}
+
+// background_nice: requests labelled below priority 1 are served by the lower-priority worker set (their
+// handler runs at the raised nice value), class 1 and unlabelled requests by the normal set; both on one
+// keep-alive connection, whose requests switch sets as their labels change.
+TEST(Transport, LowPriorityRequestsRunOnTheLowerPriorityWorkers) {
+  auto nice_of_this_thread = [] { return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))); };
+  const int base = nice_of_this_thread();
+  HttpServerOptions options;
+  options.transport.threads = 2;
+  options.transport.background_nice = 4;
+  TestServer s(options);
+  std::atomic<int> seen{-100};
+  s.fake.on_infer = [&](const serving::RequestSpec&) { seen = nice_of_this_thread(); };
+  httplib::Client c = s.client();
+  const std::string body = R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[1],"data":["x"]}]})";
+  const std::pair<const char*, int> cases[] = {{"3", std::min(19, base + 4)}, {"1", base}, {"", base},
+                                               {"2", std::min(19, base + 4)}, {"1", base}};
+  for (const auto& [priority, nice] : cases) {
+    httplib::Headers headers;
+    if (*priority != '\0') headers.emplace("x-mmserve-priority", priority);
+    auto r = c.Post("/v2/models/clip/infer", headers, body, "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    EXPECT_EQ(seen.load(), nice) << "x-mmserve-priority '" << priority << "'";
+  }
 }
 
 TEST(Transport, IncompleteHeadersTimeOut) {

@@ -6,6 +6,10 @@
 // bounded submit() the chance to return early).
 #include "core/thread_pool.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 #include <pthread.h>
 
@@ -204,6 +208,22 @@ TEST(ParallelForTest, NestedInsidePoolTasksDoesNotDeadlock) {
   }
   for (auto& f : outer) f.get();
   EXPECT_EQ(sum.load(), 4 * 499500);
+}
+
+// Linux keeps a nice value per thread: lowering one thread's priority leaves its creator's alone.
+TEST(ThreadPriorityTest, LowersOnlyTheCallingThread) {
+  auto nice_of_this_thread = [] { return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid))); };
+  const int before = nice_of_this_thread();
+  int reported = -100, seen = -100;
+  bool lowered = false;
+  std::thread([&] {
+    lowered = lower_current_thread_priority(3, &reported);
+    seen = nice_of_this_thread();
+  }).join();
+  ASSERT_TRUE(lowered) << "lowering a priority needs no privilege";
+  EXPECT_EQ(reported, std::min(19, before + 3));
+  EXPECT_EQ(seen, reported);
+  EXPECT_EQ(nice_of_this_thread(), before) << "the calling thread's creator kept its priority";
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // ClipExecutor::run (engine/clip_batch.cpp): text-only requests are finished after the text tower, before the
-// image tower runs; the image tower runs in chunks sized by the hooks' time budget with the preemption hook
-// between them; every output (early or not) equals HF's golden embeddings for its inputs; requests of several
+// image tower runs; both towers run in chunks sized by the hooks' time budget with the preemption hook between
+// them and between the towers; every output (early or not) equals HF's golden embeddings for its inputs; requests of several
 // images are read in place (chunk boundaries inside a request change nothing); bad pieces are errors.
 #include <gtest/gtest.h>
 
@@ -35,6 +35,16 @@ const std::vector<float>& embedding(const StatusOr<std::shared_ptr<const ModelOu
   const auto* clip = output_as<ClipOutput>(*out);
   EXPECT_NE(clip, nullptr);
   return clip->embeddings.at(0);
+}
+
+// A request of the golden's image `i` (the tiny fixture's [3, 32, 32] pixel values).
+std::unique_ptr<ClipInput> one_image_request(const std::vector<float>& pixels, int i) {
+  constexpr int64_t kPerImage = 3 * 32 * 32;
+  auto r = std::make_unique<ClipInput>();
+  r->input_is_image = {true};
+  r->images = 1;
+  r->pixels.assign(pixels.begin() + i * kPerImage, pixels.begin() + (i + 1) * kPerImage);
+  return r;
 }
 
 TEST(ClipBatch, TextOnlyRequestsFinishBeforeTheImageTower) {
@@ -86,15 +96,9 @@ TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   testing::Golden golden(dir + "/golden.safetensors");
   const std::vector<float> pixels = golden.f32("pixel_values");  // 8 images
   const std::vector<float> image_ref = golden.f32("image_embeds");
-  const int64_t per_image = 3 * 32 * 32, dim = 10;
+  const int64_t dim = 10;
   std::vector<std::unique_ptr<ClipInput>> batch;
-  for (int i = 0; i < 7; ++i) {
-    auto r = std::make_unique<ClipInput>();
-    r->input_is_image = {true};
-    r->images = 1;
-    r->pixels.assign(pixels.begin() + i * per_image, pixels.begin() + (i + 1) * per_image);
-    batch.push_back(std::move(r));
-  }
+  for (int i = 0; i < 7; ++i) batch.push_back(one_image_request(pixels, i));
   int hooks = 0;
   BatchHooks chunked;
   chunked.chunk_budget_ms = 1e-6;  // below one image's time: chunks of one
@@ -111,6 +115,50 @@ TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   chunked.chunk_budget_ms = 1e9;
   run = run_batch(**executor, batch, chunked);
   EXPECT_EQ(hooks, 1) << "7 images under a huge budget: one chunk of 4, then 3";
+}
+
+// The text tower is chunked by the same rule (a flood's batch of 64 texts on a CPU core would otherwise hold an
+// urgent text for its whole run), with a preemption point between the towers: 5 texts and 3 images in chunks of
+// one call the hook 4 + 1 + 2 times, and every row still equals HF's.
+TEST(ClipBatch, TextChunksAndTheTowerBoundaryArePreemptionPoints) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  auto executor = ClipExecutor::create(dir, {});
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  ASSERT_TRUE((*executor)->warm().ok());  // measures the times per text and per image that size the chunks
+  testing::Golden golden(dir + "/golden.safetensors");
+  const std::vector<float> pixels = golden.f32("pixel_values");
+  const std::vector<float> text_ref = golden.f32("text_embeds"), image_ref = golden.f32("image_embeds");
+  const int64_t dim = 10;
+  const std::vector<std::vector<int32_t>> golden_ids = {{49406, 320, 1125, 539, 320, 2368, 49407}, {49406, 49407}};
+  std::vector<std::unique_ptr<ClipInput>> batch;
+  for (int i = 0; i < 5; ++i) {
+    auto r = std::make_unique<ClipInput>();
+    r->input_is_image = {false};
+    r->text_ids = {golden_ids[static_cast<size_t>(i % 2)]};
+    batch.push_back(std::move(r));
+  }
+  for (int i = 0; i < 3; ++i) batch.push_back(one_image_request(pixels, i));
+  int hooks = 0;
+  BatchHooks chunked;
+  chunked.chunk_budget_ms = 1e-6;  // chunks of one text / one image
+  chunked.between_chunks = [&] { ++hooks; };
+  BatchRun run = run_batch(**executor, batch, chunked);
+  EXPECT_EQ(hooks, 4 + 1 + 2) << "between the 5 text chunks, between the towers, between the 3 image chunks";
+  EXPECT_EQ(run.order, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(run.outputs[i].ok()) << run.outputs[i].status().to_string();
+    EXPECT_LE(testing::relative_error(embedding(run.outputs[i]).data(), text_ref.data() + (i % 2) * dim, dim), 1e-4)
+        << "text " << i;
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(run.outputs[5 + i].ok());
+    EXPECT_LE(testing::relative_error(embedding(run.outputs[5 + i]).data(), image_ref.data() + i * dim, dim), 1e-4)
+        << "image " << i;
+  }
+  // Without a preemption point (a class-1 batch) both towers run whole.
+  hooks = 0;
+  run = run_batch(**executor, batch, {});
+  EXPECT_EQ(hooks, 0);
 }
 
 // Requests of 3, 2 and 3 images (and a text between them): the executor reads every request's pixels where they

@@ -306,6 +306,7 @@ policy: fifo
 aging_ms_per_level: 250
 preprocess_threads: 3
 preprocess_queue: 9
+background_nice: 5
 max_image_pixels: 1000000
 qos: {image: 0.5, audio: 0.3, text: 0.2, image_tokens_max: 1024, audio_seconds_max: 30, text_chars_max: 256}
 )",
@@ -317,6 +318,7 @@ qos: {image: 0.5, audio: 0.3, text: 0.2, image_tokens_max: 1024, audio_seconds_m
   EXPECT_DOUBLE_EQ(c->aging_ms_per_level, 250);
   EXPECT_EQ(c->preprocess_threads, 3);
   EXPECT_EQ(c->preprocess_queue, 9);
+  EXPECT_EQ(c->background_nice, 5);
   EXPECT_EQ(c->max_image_pixels, 1000000);
   EXPECT_DOUBLE_EQ(c->qos.image, 0.5);
   EXPECT_DOUBLE_EQ(c->qos.audio, 0.3);
@@ -332,6 +334,7 @@ TEST(ServerConfig, DefaultsAndErrors) {
   EXPECT_EQ(d->policy, SchedulingPolicy::kQos);
   EXPECT_DOUBLE_EQ(d->aging_ms_per_level, 500);
   EXPECT_EQ(d->preprocess_queue, 1024);
+  EXPECT_EQ(d->background_nice, 10);
   EXPECT_DOUBLE_EQ(d->qos.image, 0.4);
 
   const std::pair<const char*, const char*> bad[] = {
@@ -342,6 +345,8 @@ TEST(ServerConfig, DefaultsAndErrors) {
       {"qos: {audio: -0.1}\n", "qos.audio"},
       {"aging_ms_per_level: -1\n", "aging_ms_per_level"},
       {"preprocess_queue: 0\n", "preprocess_queue"},
+      {"background_nice: 20\n", "background_nice"},
+      {"background_nice: -1\n", "background_nice"},
       {"max_image_pixels: 0\n", "max_image_pixels"},
       {"models_to_load: a\n", "models_to_load"},
       {"model_repo: /x\n", "model_repo"},

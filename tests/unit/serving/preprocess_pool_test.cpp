@@ -1,14 +1,18 @@
-// PreprocessPool: best class first, a share of the workers kept for class 1 under a low-priority flood, bounded
-// queue, every task run before the destructor returns. Real threads; orderings are made deterministic with
+// PreprocessPool: best class first, a share of the workers kept for class 1 under a low-priority flood, the
+// other workers at a lower OS priority, bounded queue, every task run before the destructor returns. Real threads; orderings are made deterministic with
 // gates (promises) rather than sleeps.
 #include "serving/preprocess_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 namespace mmserve::serving {
@@ -36,6 +40,51 @@ TEST(PreprocessPool, AClassOneTaskRunsWhileLowClassesHoldTheirShare) {
   ASSERT_TRUE(pool.try_submit(1, [&] { high_ran.set_value(); }));
   EXPECT_EQ(high_ran.get_future().wait_for(10s), std::future_status::ready) << "class 1 waited behind the flood";
   EXPECT_EQ(low_started.load(), 3) << "the reserved worker must not take low-class work";
+  gate.set_value();
+}
+
+int nice_of_this_thread() {
+  return ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+}
+
+// Waits (bounded) until `done` holds; false at the deadline.
+template <typename Pred>
+bool eventually(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+// The two worker sets: low-class work runs on the non-reserved workers, at their lowered OS priority; class 1
+// runs on an idle reserved worker (full priority), and on the other set only when every reserved worker is
+// busy (class 1 never waits for a reserved worker).
+TEST(PreprocessPool, LowClassesRunAtTheLowerPriorityClassOneOnTheReservedSet) {
+  const int base = nice_of_this_thread();
+  PreprocessPool pool(3, 100, /*reserved=*/1, /*low_nice=*/4);
+  ASSERT_TRUE(eventually([&] { return pool.reserved_idle() == 1; }));
+  std::promise<int> low_nice, high_nice;
+  ASSERT_TRUE(pool.try_submit(3, [&] { low_nice.set_value(nice_of_this_thread()); }));
+  ASSERT_TRUE(pool.try_submit(1, [&] { high_nice.set_value(nice_of_this_thread()); }));
+  EXPECT_EQ(low_nice.get_future().get(), std::min(19, base + 4));
+  EXPECT_EQ(high_nice.get_future().get(), base) << "class 1 ran on a low-priority worker";
+
+  ASSERT_TRUE(eventually([&] { return pool.reserved_idle() == 1; }));  // back from the class-1 task
+  std::promise<void> gate;
+  std::shared_future<void> open = gate.get_future().share();
+  std::atomic<bool> blocker_started{false};
+  ASSERT_TRUE(pool.try_submit(1, [&, open] {
+    blocker_started = true;
+    open.wait();
+  }));
+  ASSERT_TRUE(eventually([&] { return blocker_started.load() && pool.reserved_idle() == 0; }));
+  std::promise<int> overflow;
+  ASSERT_TRUE(pool.try_submit(1, [&] { overflow.set_value(nice_of_this_thread()); }));
+  std::future<int> ran = overflow.get_future();
+  ASSERT_EQ(ran.wait_for(10s), std::future_status::ready) << "class 1 waited for the busy reserved worker";
+  EXPECT_EQ(ran.get(), std::min(19, base + 4));
   gate.set_value();
 }
 

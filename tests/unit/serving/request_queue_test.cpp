@@ -347,8 +347,8 @@ TEST(BucketFor, RoundsUpToTheNextConfiguredBucket) {
 namespace mmserve::serving {
 namespace {
 
-// Preemption points: pop_urgent takes only entries of a strictly better effective class, in scheduling
-// order, never blocks, and does nothing under fifo.
+// Preemption points: pop_urgent takes only entries of a strictly better own priority, in scheduling order,
+// never blocks, and does nothing under fifo.
 TEST(RequestQueuePreemption, PopUrgentTakesOnlyBetterClasses) {
   Drops drops;
   RequestQueue queue(drops.options(SchedulingPolicy::kQos));
@@ -370,6 +370,61 @@ TEST(RequestQueuePreemption, PopUrgentTakesOnlyBetterClasses) {
   std::vector<PendingRequestPtr> next = queue.pop_urgent(3, limits);
   ASSERT_EQ(next.size(), 1u);
   EXPECT_EQ(next[0]->priority, 2);
+  EXPECT_EQ(queue.size(), 1u);
+}
+
+// Under qos a batch holds one priority: an urgent text is not padded with low-priority texts (which would
+// lengthen its own tower run) nor joined by low-priority images (which would then run unpreemptible, the batch's
+// best class being 1). Under fifo classes mean nothing and batches mix.
+TEST(RequestQueue, QosBatchesHoldOnePriorityFifoBatchesMix) {
+  BatchLimits limits;
+  limits.items_max = 64;
+  Drops drops;
+  RequestQueue qos(drops.options(SchedulingPolicy::kQos));
+  ASSERT_TRUE(qos.push(entry(3, 0.0, {0, 1})).ok());  // low image
+  ASSERT_TRUE(qos.push(entry(3, 0.0, {1, 0})).ok());  // low text
+  ASSERT_TRUE(qos.push(entry(1, 0.0, {1, 0})).ok());  // urgent text
+  ASSERT_TRUE(qos.push(entry(3, 0.0, {0, 1})).ok());
+  std::vector<PendingRequestPtr> batch = qos.pop_batch(limits);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0]->priority, 1);
+  EXPECT_EQ(qos.pop_batch(limits).size(), 3u) << "the low class batches together";
+  // The same between chunks: pop_urgent takes the best waiting class only.
+  ASSERT_TRUE(qos.push(entry(2, 0.0, {1, 0})).ok());
+  ASSERT_TRUE(qos.push(entry(1, 0.0, {1, 0})).ok());
+  std::vector<PendingRequestPtr> urgent = qos.pop_urgent(3, limits);
+  ASSERT_EQ(urgent.size(), 1u);
+  EXPECT_EQ(urgent[0]->priority, 1);
+
+  RequestQueue fifo(drops.options(SchedulingPolicy::kFifo));
+  ASSERT_TRUE(fifo.push(entry(3, 0.0, {0, 1})).ok());
+  ASSERT_TRUE(fifo.push(entry(1, 0.0, {1, 0})).ok());
+  EXPECT_EQ(fifo.pop_batch(limits).size(), 2u);
+}
+
+// Aging orders the queue but does not make a flood urgent: priority-3 entries that aged to class 1 (overdue,
+// ranked first) are not taken between chunks, a fresh priority-1 entry is; and their own batch leaves the
+// priority-1 entry out (it runs at that batch's first chunk boundary instead).
+TEST(RequestQueuePreemption, AgedLowPriorityWorkIsNeverUrgent) {
+  constexpr double kAgingMs = 20;
+  Drops drops;
+  RequestQueue queue(drops.options(SchedulingPolicy::kQos, 100, kAgingMs));
+  ASSERT_TRUE(queue.push(entry(3, 0.0, {0, 1})).ok());
+  ASSERT_TRUE(queue.push(entry(3, 0.0, {0, 1})).ok());
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(3 * kAgingMs + 10));  // overdue, class 1
+  ASSERT_TRUE(queue.push(entry(1, 0.0, {1, 0})).ok());
+  BatchLimits limits;
+  limits.items_max = 64;
+  std::vector<PendingRequestPtr> aged = queue.pop_batch(limits);
+  ASSERT_EQ(aged.size(), 2u) << "the overdue entries start first, without the priority-1 one";
+  EXPECT_EQ(aged[0]->priority, 3);
+  EXPECT_EQ(aged[1]->priority, 3);
+  ASSERT_TRUE(queue.push(entry(3, 0.0, {0, 1})).ok());
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(3 * kAgingMs + 10));
+  std::vector<PendingRequestPtr> urgent = queue.pop_urgent(3, limits);
+  ASSERT_EQ(urgent.size(), 1u) << "only the own priority counts between chunks";
+  EXPECT_EQ(urgent[0]->priority, 1);
+  EXPECT_TRUE(queue.pop_urgent(3, limits).empty()) << "the aged priority-3 entry is not urgent";
   EXPECT_EQ(queue.size(), 1u);
 }
 
