@@ -29,6 +29,10 @@ namespace mmserve::image {
 namespace {
 
 constexpr int64_t kMaxSide = 1 << 16;
+// Outputs per pass above which postprocess_sam_masks' passes split their rows over OpenMP threads: a click's
+// three masks at 1024 px are ~5 M taps, ~5 ms on one core, most of a served click (docs/perf/sam_gpu.md). Every
+// output is computed by the same operations whichever thread runs it, so the result is bit-identical.
+constexpr int64_t kParallelMin = 1 << 16;
 
 Status read_positive(const JsonObject& object, const std::string& key, const std::string& label, int& out) {
   ASSIGN_OR_RETURN(int64_t value, object.get_int(key));
@@ -101,6 +105,7 @@ LinearTaps linear_taps(int in, int out, int count) {
 void width_pass(const float* src, int rows, int in_w, const LinearTaps& taps, std::vector<float>& dst) {
   const int out_w = static_cast<int>(taps.i0.size());
   dst.resize(static_cast<size_t>(rows) * out_w);
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * out_w >= kParallelMin)
   for (int y = 0; y < rows; ++y) {
     const float* s = src + static_cast<size_t>(y) * in_w;
     float* d = dst.data() + static_cast<size_t>(y) * out_w;
@@ -112,6 +117,7 @@ void width_pass(const float* src, int rows, int in_w, const LinearTaps& taps, st
 void height_pass(const std::vector<float>& src, int width, const LinearTaps& taps, std::vector<float>& dst) {
   const int out_h = static_cast<int>(taps.i0.size());
   dst.resize(static_cast<size_t>(out_h) * width);
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(out_h) * width >= kParallelMin)
   for (int y = 0; y < out_h; ++y) {
     const float* a = src.data() + static_cast<size_t>(taps.i0[y]) * width;
     const float* b = src.data() + static_cast<size_t>(taps.i1[y]) * width;
@@ -260,6 +266,7 @@ std::vector<uint8_t> postprocess_sam_masks(const float* low_res, int k, int h, i
     height_pass(rows1, rw, y1, cropped);                                    // rh x rw
     width_pass(cropped.data(), rh, rw, x2, rows2);                          // rh x ow
     uint8_t* dst = out.data() + static_cast<size_t>(m) * oh * ow;
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(oh) * ow >= kParallelMin)
     for (int y = 0; y < oh; ++y) {
       const float* a = rows2.data() + static_cast<size_t>(y2.i0[y]) * ow;
       const float* b = rows2.data() + static_cast<size_t>(y2.i1[y]) * ow;
