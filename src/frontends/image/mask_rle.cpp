@@ -4,6 +4,8 @@
 // Tests: tests/unit/frontends/image/mask_rle_test.cpp.
 #include "frontends/image/mask_rle.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
 
 namespace mmserve::image {
@@ -18,22 +20,39 @@ std::vector<uint32_t> coco_rle_runs(const uint8_t* mask, int height, int width) 
   MMSERVE_CHECK(height >= 0 && width >= 0, "coco_rle_runs needs a non-negative size");
   MMSERVE_CHECK(int64_t{height} * width <= std::numeric_limits<uint32_t>::max(), "mask too large for COCO RLE");
   MMSERVE_CHECK(mask != nullptr || int64_t{height} * width == 0, "coco_rle_runs needs a mask");
-  std::vector<uint32_t> runs;
-  uint8_t previous = 0;
-  uint32_t count = 0;
-  for (int x = 0; x < width; ++x) {
-    const uint8_t* column = mask + x;
-    for (int y = 0; y < height; ++y) {
-      const uint8_t v = column[static_cast<size_t>(y) * width] != 0 ? 1 : 0;
-      if (v != previous) {
-        runs.push_back(count);
-        count = 0;
-        previous = v;
+  // COCO's order is column-major. Walking a row-major mask down its columns touches a new cache line per pixel
+  // (~1 ms for a click's three 640 x 427 masks), so the mask is first transposed in tiles into a column-major
+  // copy of 0/1 bytes, then the runs are found by a linear scan that skips 8 equal bytes at a time.
+  const size_t n = static_cast<size_t>(height) * width;
+  std::vector<uint8_t> columns(n);
+  constexpr int kTile = 32;
+  for (int y0 = 0; y0 < height; y0 += kTile) {
+    const int y1 = std::min(height, y0 + kTile);
+    for (int x0 = 0; x0 < width; x0 += kTile) {
+      const int x1 = std::min(width, x0 + kTile);
+      for (int y = y0; y < y1; ++y) {
+        const uint8_t* row = mask + static_cast<size_t>(y) * width;
+        for (int x = x0; x < x1; ++x) columns[static_cast<size_t>(x) * height + y] = row[x] != 0 ? 1 : 0;
       }
-      ++count;
     }
   }
-  runs.push_back(count);
+  std::vector<uint32_t> runs;
+  const uint8_t* c = columns.data();
+  size_t i = 0, run_start = 0;
+  uint8_t value = 0;  // runs alternate 0, 1, 0, ... starting with zeros (a leading run of 0 zeros when c[0] is 1)
+  for (;;) {
+    const uint64_t same = value != 0 ? 0x0101010101010101ull : 0;
+    for (uint64_t word; i + 8 <= n; i += 8) {
+      std::memcpy(&word, c + i, 8);
+      if (word != same) break;
+    }
+    while (i < n && c[i] == value) ++i;
+    if (i == n) break;
+    runs.push_back(static_cast<uint32_t>(i - run_start));
+    run_start = i;
+    value ^= 1;
+  }
+  runs.push_back(static_cast<uint32_t>(n - run_start));
   return runs;
 }
 

@@ -144,6 +144,13 @@ TEST(CocoRle, RoundTripsOddShapes) {
       EXPECT_EQ(*back, mask) << h << "x" << w << " pattern " << pattern;
     }
   }
+  // Any non-zero byte is foreground (a PNG-style 255 mask encodes as its 0/1 twin), across 32-pixel tiles.
+  std::vector<uint8_t> ones(45 * 70), bytes(ones.size());
+  for (size_t i = 0; i < ones.size(); ++i) {
+    ones[i] = (rng() % 7) < 3;
+    bytes[i] = ones[i] ? static_cast<uint8_t>(1 + rng() % 255) : 0;
+  }
+  EXPECT_EQ(coco_rle_runs(bytes.data(), 45, 70), coco_rle_runs(ones.data(), 45, 70));
   const uint8_t one = 1, zero = 0;
   EXPECT_EQ(coco_rle_counts(&zero, 1, 1), "1");
   EXPECT_EQ(coco_rle_counts(&one, 1, 1), "01");
