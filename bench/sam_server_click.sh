@@ -16,7 +16,7 @@ img = base64.b64encode(open("tests/fixtures/images/rocket.jpg", "rb").read()).de
 s = requests.Session()
 r = s.post("http://localhost:8611/v1/segment", json={"model": "sam-vit-b", "image": "data:image/jpeg;base64," + img, "points": [[400, 180]]})
 first = r.json(); json.dump(first, open("/tmp/sam_first.json", "w")); print("first", r.status_code, first.get("embedding_cached"), r.headers.get("Server-Timing"))
-lat, compute = [], []
+lat, compute, sizes = [], [], []
 def timing(header, name):  # Server-Timing: "queue;dur=0.08, compute;dur=7.9, ..."
     for part in (header or "").split(","):
         fields = part.strip().split(";")
@@ -28,10 +28,12 @@ for i in range(60):
     r = s.post("http://localhost:8611/v1/segment", json={"model": "sam-vit-b", "image_id": first["image_id"], "points": [[300 + i, 200]], "multimask_output": True})
     lat.append((time.perf_counter() - t) * 1000)
     compute.append(timing(r.headers.get("Server-Timing"), "compute"))
+    sizes.append(len(r.content))
     assert r.status_code == 200 and r.json()["embedding_cached"], r.text[:300]
 lat, compute = lat[10:], [c for c in compute[10:] if c is not None]
 print(json.dumps({"clicks": len(lat), "p50_ms": statistics.median(lat), "p90_ms": sorted(lat)[int(0.9 * len(lat))],
                   "compute_p50_ms": statistics.median(compute) if compute else None,
+                  "response_bytes_p50": statistics.median(sizes),
                   "server_timing_last": r.headers.get("Server-Timing")}))
 PY
 # The same clicks from curl (one keep-alive connection, 60 requests, the first 10 dropped): the client's own cost

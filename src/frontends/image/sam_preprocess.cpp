@@ -21,37 +21,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <thread>
 
 #include "core/json_config.h"
-#include "core/thread_pool.h"
 #include "frontends/image/preprocess.h"
 
 namespace mmserve::image {
 namespace {
 
 constexpr int64_t kMaxSide = 1 << 16;
-// Outputs per pass above which postprocess_sam_masks' passes split their rows over a thread pool: a click's three
-// masks at 1024 px are ~5 M taps, ~5 ms on one core, most of a served click (docs/perf/sam_gpu.md). Every output is
-// computed by the same operations whichever thread runs it, so the result is bit-identical. A pool of blocking
-// workers rather than OpenMP: OpenMP's workers spin after each region (GOMP's default wait policy), and on a
-// server those spinning threads delayed the HTTP threads by 1-4 ms per request (measured on the 2-core box).
+// Outputs per pass above which postprocess_sam_masks' passes split their rows over OpenMP threads: a click's
+// three masks at 1024 px are ~5 M taps, ~5 ms on one core, most of a served click (docs/perf/sam_gpu.md). Every
+// output is computed by the same operations whichever thread runs it, so the result is bit-identical. Measured on
+// the H200 host (16 cores), a served click's compute: 7.9 ms serial, 1.9 ms with OpenMP, 5.6 ms with
+// core/ThreadPool::parallel_for (condition-variable wake-ups per pass). On the 2-core box OpenMP's spinning
+// workers (GOMP's default wait policy) delayed the HTTP threads by 1-4 ms; not seen on the host.
 constexpr int64_t kParallelMin = 1 << 16;
-
-ThreadPool& postprocess_pool() {
-  static ThreadPool pool(std::clamp<size_t>(std::thread::hardware_concurrency(), 2, 8) - 1, 0, "mm-sampost");
-  return pool;
-}
-
-// body(y) for y in [0, rows): on the calling thread when `outputs` is small, else over postprocess_pool().
-void for_rows(int rows, int64_t outputs, const std::function<void(size_t)>& body) {
-  if (outputs < kParallelMin) {
-    for (int y = 0; y < rows; ++y) body(static_cast<size_t>(y));
-    return;
-  }
-  postprocess_pool().parallel_for(static_cast<size_t>(rows), body);
-}
 
 Status read_positive(const JsonObject& object, const std::string& key, const std::string& label, int& out) {
   ASSIGN_OR_RETURN(int64_t value, object.get_int(key));
@@ -124,24 +108,26 @@ LinearTaps linear_taps(int in, int out, int count) {
 void width_pass(const float* src, int rows, int in_w, const LinearTaps& taps, std::vector<float>& dst) {
   const int out_w = static_cast<int>(taps.i0.size());
   dst.resize(static_cast<size_t>(rows) * out_w);
-  for_rows(rows, static_cast<int64_t>(rows) * out_w, [&](size_t y) {
-    const float* s = src + y * in_w;
-    float* d = dst.data() + y * out_w;
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * out_w >= kParallelMin)
+  for (int y = 0; y < rows; ++y) {
+    const float* s = src + static_cast<size_t>(y) * in_w;
+    float* d = dst.data() + static_cast<size_t>(y) * out_w;
     for (int x = 0; x < out_w; ++x) d[x] = s[taps.i0[x]] * taps.w0[x] + s[taps.i1[x]] * taps.w1[x];
-  });
+  }
 }
 
 // Height pass: picks and blends rows of `src` (width `width`) into taps.size() rows.
 void height_pass(const std::vector<float>& src, int width, const LinearTaps& taps, std::vector<float>& dst) {
   const int out_h = static_cast<int>(taps.i0.size());
   dst.resize(static_cast<size_t>(out_h) * width);
-  for_rows(out_h, static_cast<int64_t>(out_h) * width, [&](size_t y) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(out_h) * width >= kParallelMin)
+  for (int y = 0; y < out_h; ++y) {
     const float* a = src.data() + static_cast<size_t>(taps.i0[y]) * width;
     const float* b = src.data() + static_cast<size_t>(taps.i1[y]) * width;
     const float w0 = taps.w0[y], w1 = taps.w1[y];
-    float* d = dst.data() + y * width;
+    float* d = dst.data() + static_cast<size_t>(y) * width;
     for (int x = 0; x < width; ++x) d[x] = a[x] * w0 + b[x] * w1;
-  });
+  }
 }
 
 }  // namespace
@@ -283,13 +269,14 @@ std::vector<uint8_t> postprocess_sam_masks(const float* low_res, int k, int h, i
     height_pass(rows1, rw, y1, cropped);                                    // rh x rw
     width_pass(cropped.data(), rh, rw, x2, rows2);                          // rh x ow
     uint8_t* dst = out.data() + static_cast<size_t>(m) * oh * ow;
-    for_rows(oh, static_cast<int64_t>(oh) * ow, [&](size_t y) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(oh) * ow >= kParallelMin)
+    for (int y = 0; y < oh; ++y) {
       const float* a = rows2.data() + static_cast<size_t>(y2.i0[y]) * ow;
       const float* b = rows2.data() + static_cast<size_t>(y2.i1[y]) * ow;
       const float w0 = y2.w0[y], w1 = y2.w1[y];
-      uint8_t* d = dst + y * ow;
+      uint8_t* d = dst + static_cast<size_t>(y) * ow;
       for (int x = 0; x < ow; ++x) d[x] = (a[x] * w0 + b[x] * w1) > threshold ? 1 : 0;
-    });
+    }
   }
   return out;
 }
