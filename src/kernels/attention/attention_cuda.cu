@@ -30,6 +30,7 @@
 #include <string>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_align.h"
 #include "kernels/attention/attention_cuda.h"
 #include "kernels/attention/mma_ptx.cuh"
 
@@ -440,10 +441,6 @@ __global__ void __launch_bounds__(kF32Warps * 32) attention_f32_kernel(const F32
 }
 
 // ---- host side -------------------------------------------------------------------------------------------
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 
 template <typename Kernel>
 Status set_smem_limit(Kernel kernel, int64_t bytes) {

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "core/status.h"
+#include "kernels/common/cuda_align.h"
 #include "kernels/attention/attention_kv.h"
 #include "kernels/common/cuda_convert.cuh"
 
@@ -62,10 +63,6 @@ __device__ __forceinline__ float warp_sum(float x) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
   return x;
-}
-
-inline bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // The tensor-core path (attention_kv_mma.cu): f16/bf16 q/out, head_dim <= 128, any storage.

@@ -1,5 +1,6 @@
 // f32 GEMM for few rows (see gemm_small_m_cuda.h).
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_align.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small_m_cuda.h"
 
@@ -68,8 +69,6 @@ __global__ void __launch_bounds__(32 * kWarps) gemm_small_m_kernel(Params p) {
     }
   }
 }
-
-bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_align.h"
 #include "kernels/common/cuda_convert.cuh"
 #include "kernels/kv_cache/kv_cache_cuda.h"
 
@@ -17,10 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kGridMax = 65535 * 16;  // blocks of a grid-stride loop: plenty to fill the GPU
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 
 unsigned grid_for(int64_t items) {
   return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kGridMax));

@@ -18,6 +18,7 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_align.h"
 #include "kernels/attention/attention_kv_mma_common.cuh"
 #include "kernels/common/cuda_convert.cuh"
 #include "kernels/rel_pos_attention/rel_pos_attention_cuda.h"
@@ -424,10 +425,6 @@ __global__ void __launch_bounds__(kMmaThreads, 2) rel_pos_attention_mma_kernel(c
 }
 
 // ---- launches
-
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
 
 Params params_of(const RelPosAttentionArgs& a) {
   Params p{};
