@@ -10,7 +10,9 @@
 // micro-batch through both stages before the next, the baseline for the overlap).
 // --tp-devices: tensor parallel over these GPUs (NCCL; one entry is a group of one, the NCCL path on one GPU).
 // On cuda, images are timed from pixels already on the GPU (`--input device`, as HF's benchmark gives
-// torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels. Each call
+// torch tensors on the GPU); `--input host` adds the host-to-device copy of the f32 pixels; `--input levels` gives
+// 8-bit levels in one host buffer per image (what the server's batches hold for decoded images) and the
+// executor's level path (a quarter of the bytes copied, expanded on the GPU). Each call
 // includes the copy of the embeddings back to the host and the stream synchronisation.
 #include <algorithm>
 #include <cctype>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -173,8 +176,22 @@ int main(int argc, char** argv) {
         device_pixels = static_cast<const float*>(p);
       }
 #endif
+      // --input levels: one buffer per image, as a server batch holds one per request.
+      std::vector<std::vector<uint8_t>> levels;
+      std::vector<std::span<const uint8_t>> level_pieces;
+      std::vector<float> table(3 * 256);
+      if (input == "levels") {
+        for (int64_t b = 0; b < batch; ++b) {
+          std::vector<uint8_t>& image = levels.emplace_back(static_cast<size_t>(3 * size * size));
+          for (uint8_t& l : image) l = static_cast<uint8_t>(rng());
+        }
+        for (const std::vector<uint8_t>& image : levels) level_pieces.emplace_back(image);
+        for (size_t i = 0; i < table.size(); ++i) table[i] = (static_cast<float>(i % 256) / 255.0f - 0.45f) / 0.27f;
+      }
       ms = time_ms(iters, [&] {
-        auto r = device_pixels ? exec.embed_images_on_device(device_pixels, batch) : exec.embed_images(pixels, batch);
+        auto r = device_pixels          ? exec.embed_images_on_device(device_pixels, batch)
+                 : input == "levels" ? exec.embed_image_levels(level_pieces, table, 0, batch)
+                                     : exec.embed_images(pixels, batch);
         if (!r.ok()) {
           std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
           std::exit(1);

@@ -32,7 +32,28 @@ void append_json_ints(std::string& out, const std::vector<int64_t>& values) {
 }
 
 void append_json_string(std::string& out, const std::string& value) {
-  out += dump_json(nlohmann::json(value));
+  // Printable ASCII (most of what responses carry: ids, model names, COCO RLE counts of ~50 kB per mask) is
+  // copied in spans with only '"' and '\\' escaped, which is what nlohmann writes for it; anything else (control
+  // characters, any byte >= 0x80, which may be invalid UTF-8 to replace) goes through nlohmann's dump.
+  for (const char ch : value) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x80) {
+      out += dump_json(nlohmann::json(value));
+      return;
+    }
+  }
+  out.reserve(out.size() + value.size() + 2);
+  out.push_back('"');
+  size_t start = 0;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '"' && value[i] != '\\') continue;
+    out.append(value, start, i - start);
+    out.push_back('\\');
+    out.push_back(value[i]);
+    start = i + 1;
+  }
+  out.append(value, start, std::string::npos);
+  out.push_back('"');
 }
 
 }  // namespace mmserve::api

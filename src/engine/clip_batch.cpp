@@ -17,6 +17,7 @@
 #include <span>
 
 #include "engine/clip_executor.h"
+#include "kernels/pixel_levels/pixel_levels.h"
 
 namespace mmserve::engine {
 namespace {
@@ -71,8 +72,12 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
     hooks.finish(i, std::move(out), ms);
   };
   std::vector<std::vector<int32_t>> ids;
-  // Each request's pixels stay where its preparation put them: the image tower reads them piece by piece.
+  // Each request's pixels stay where its preparation put them: the image tower reads them piece by piece, as
+  // 8-bit levels when every request has them under one table (decoded images), else as floats.
   std::vector<std::span<const float>> pixels;
+  std::vector<std::span<const uint8_t>> levels;
+  const std::vector<float>* level_table = nullptr;
+  bool all_levels = true;
   int64_t images = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     inputs[i] = dynamic_cast<const ClipInput*>(batch[i].input);
@@ -81,8 +86,31 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
       continue;
     }
     ids.insert(ids.end(), inputs[i]->text_ids.begin(), inputs[i]->text_ids.end());
-    if (!inputs[i]->pixels.empty()) pixels.emplace_back(inputs[i]->pixels);
+    if (!inputs[i]->pixels.empty()) all_levels = false;
+    if (!inputs[i]->levels.empty()) {
+      if (level_table == nullptr) level_table = inputs[i]->level_table.get();
+      const std::vector<float>* table = inputs[i]->level_table.get();
+      if (table == nullptr || (table != level_table && *table != *level_table)) all_levels = false;
+    }
     images += inputs[i]->images;
+  }
+  // A batch mixing the two forms (pixel_values tensors beside decoded images, rare) expands the levels here.
+  std::vector<std::vector<float>> expanded;
+  expanded.reserve(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (inputs[i] == nullptr) continue;
+    const ClipInput& r = *inputs[i];
+    if (all_levels) {
+      if (!r.levels.empty()) levels.emplace_back(r.levels);
+      continue;
+    }
+    if (!r.pixels.empty()) pixels.emplace_back(r.pixels);
+    if (r.levels.empty() || r.level_table == nullptr) continue;
+    const int64_t plane = image_size() * image_size(), per_image = 3 * plane;
+    std::vector<float>& values = expanded.emplace_back(r.levels.size());
+    kernels::expand_pixel_levels(r.levels.data(), static_cast<int64_t>(r.levels.size()) / per_image, 3, plane,
+                                 r.level_table->data(), values.data());
+    pixels.emplace_back(values);
   }
   const int64_t texts = static_cast<int64_t>(ids.size()), dim = embedding_dim();
   stats.slot_items[kClipTextSlot] = texts;
@@ -145,6 +173,7 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
   }
   if (images > 0 && text_embeds.ok()) {
     image_embeds = run_tower(images, dim, hooks, image_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+      if (all_levels) return embed_image_levels(levels, *level_table, begin, count);
       return embed_images(pixels, begin, count);
     });
   }

@@ -7,6 +7,7 @@
 
 #include "engine/families.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/pixel_levels/pixel_levels.h"
 
 namespace mmserve::engine {
 
@@ -17,11 +18,12 @@ std::string mib(int64_t bytes) {
 
 // The images [first, first + n) of the concatenation of `pieces` (each already checked to be whole images of
 // `per_image` floats, together at least first + n images), as sub-spans.
-std::vector<std::span<const float>> slice_images(std::span<const std::span<const float>> pieces, int64_t per_image,
-                                                 int64_t first, int64_t n) {
-  std::vector<std::span<const float>> out;
+template <typename T>
+std::vector<std::span<const T>> slice_images(std::span<const std::span<const T>> pieces, int64_t per_image,
+                                             int64_t first, int64_t n) {
+  std::vector<std::span<const T>> out;
   size_t skip = static_cast<size_t>(first * per_image), want = static_cast<size_t>(n * per_image);
-  for (const std::span<const float>& piece : pieces) {
+  for (const std::span<const T>& piece : pieces) {
     if (want == 0) break;
     if (skip >= piece.size()) {
       skip -= piece.size();
@@ -189,17 +191,18 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(const float* pixels, int
   return embed_images(std::span<const std::span<const float>>(&one, 1), 0, n);
 }
 
-StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::span<const float>> pieces, int64_t first,
-                                                        int64_t n) {
-  const int64_t size = image_size(), channels = config_.vision.num_channels;
-  const int64_t per_image = channels * size * size, dim = embedding_dim();
+// The images in `pieces` (each a whole number of `per_image` values), or kInvalidArgument; also checks the range.
+template <typename T>
+StatusOr<int64_t> ClipExecutor::count_images(std::span<const std::span<const T>> pieces, int64_t first,
+                                             int64_t n) const {
+  const int64_t size = image_size(), channels = config_.vision.num_channels, per_image = channels * size * size;
   if (first < 0 || n < 0) return invalid_argument("negative image range");
   int64_t images = 0;
-  for (const std::span<const float>& piece : pieces) {
+  for (const std::span<const T>& piece : pieces) {
     if (piece.size() % static_cast<size_t>(per_image) != 0) {
       return invalid_argument("expected whole images of [" + std::to_string(channels) + ", " + std::to_string(size) +
-                              ", " + std::to_string(size) + "] pixel values, got " + std::to_string(piece.size()) +
-                              " floats");
+                              ", " + std::to_string(size) + "] pixel " + (sizeof(T) == 1 ? "levels" : "values") +
+                              ", got " + std::to_string(piece.size()));
     }
     images += static_cast<int64_t>(piece.size()) / per_image;
   }
@@ -207,6 +210,14 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::spa
     return invalid_argument("images [" + std::to_string(first) + ", " + std::to_string(first + n) + ") of " +
                             std::to_string(images));
   }
+  return images;
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::span<const float>> pieces, int64_t first,
+                                                        int64_t n) {
+  const int64_t size = image_size(), channels = config_.vision.num_channels;
+  const int64_t per_image = channels * size * size, dim = embedding_dim();
+  RETURN_IF_ERROR(count_images(pieces, first, n).status());
   std::vector<float> embeds(static_cast<size_t>(n * dim));
   for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
     const int64_t count = std::min(options_.batch_size_max, n - begin);
@@ -225,6 +236,40 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::spa
       joined = cpu_pixels_.data();
     }
     Tensor in(const_cast<float*>(joined), DType::kF32, {count, channels, size, size});
+    Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
+    RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
+  }
+  return embeds;
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_image_levels(std::span<const std::span<const uint8_t>> pieces,
+                                                              std::span<const float> table, int64_t first, int64_t n) {
+  const int64_t size = image_size(), channels = config_.vision.num_channels;
+  const int64_t per_image = channels * size * size, dim = embedding_dim();
+  if (static_cast<int64_t>(table.size()) != channels * 256) {
+    return invalid_argument("a level table of " + std::to_string(table.size()) + " values (expected " +
+                            std::to_string(channels * 256) + ")");
+  }
+  RETURN_IF_ERROR(count_images(pieces, first, n).status());
+  std::vector<float> embeds(static_cast<size_t>(n * dim));
+  for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
+    const int64_t count = std::min(options_.batch_size_max, n - begin);
+    const std::vector<std::span<const uint8_t>> parts = slice_images(pieces, per_image, first + begin, count);
+#if MMSERVE_HAS_CUDA
+    if (cuda_model_) {
+      RETURN_IF_ERROR(cuda_model_->encode_image_levels(parts, table, embeds.data() + begin * dim));
+      continue;
+    }
+#endif
+    // The CPU model reads floats: the chunk's levels expanded into one buffer (reused across batches).
+    cpu_pixels_.resize(static_cast<size_t>(count * per_image));
+    float* to = cpu_pixels_.data();
+    for (const std::span<const uint8_t>& part : parts) {
+      kernels::expand_pixel_levels(part.data(), static_cast<int64_t>(part.size()) / per_image, channels, size * size,
+                                   table.data(), to);
+      to += part.size();
+    }
+    Tensor in(cpu_pixels_.data(), DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
   }

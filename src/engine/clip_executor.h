@@ -43,7 +43,12 @@ struct ClipOptions {
 struct ClipInput : ModelInput {
   std::vector<bool> input_is_image;            // per input, in input order
   std::vector<std::vector<int32_t>> text_ids;  // one per text input, in order
-  std::vector<float> pixels;                   // one [3, S, S] block per image input, in order
+  // The images, one [3, S, S] block per image input, in order, in one of two forms: 8-bit levels with the table
+  // that maps them to pixel values (decoded images: a quarter of the bytes to move, expanded where the model runs,
+  // kernels/pixel_levels), or float pixel values (a request with pixel_values tensors: all its images are floats).
+  std::vector<uint8_t> levels;
+  std::shared_ptr<const std::vector<float>> level_table;  // [3 * 256], shared by the model's requests
+  std::vector<float> pixels;
   int64_t images = 0;
   int64_t tokens = 0;  // sum of text_ids' lengths (OpenAI usage)
 };
@@ -93,6 +98,9 @@ class ClipExecutor final : public Executor {
   // a batch passes one piece per request). kInvalidArgument when a piece is not whole images or the range is
   // past the end.
   StatusOr<std::vector<float>> embed_images(std::span<const std::span<const float>> pieces, int64_t first, int64_t n);
+  // The same from 8-bit levels ([3, S, S] bytes per image) and their table [3 * 256] (ClipInput's levels form).
+  StatusOr<std::vector<float>> embed_image_levels(std::span<const std::span<const uint8_t>> pieces,
+                                                  std::span<const float> table, int64_t first, int64_t n);
   // cuda only: the pixels already on this executor's GPU (benchmarks; the server passes host pixels).
   StatusOr<std::vector<float>> embed_images_on_device(const float* device_pixels, int64_t n);
   // One token-id sequence per text (BOS ... EOS). Returns normalised embeddings, one row per text.
@@ -105,6 +113,8 @@ class ClipExecutor final : public Executor {
   using Clock = std::chrono::steady_clock;
   ClipExecutor() = default;
   void fill_info();
+  template <typename T>
+  StatusOr<int64_t> count_images(std::span<const std::span<const T>> pieces, int64_t first, int64_t n) const;
   models::ClipConfig config_;
   float logit_scale_ = 0.0f;
   ExecutorOptions options_;

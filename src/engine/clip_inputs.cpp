@@ -6,12 +6,24 @@
 #include <span>
 
 #include "frontends/image/image.h"
+#include "kernels/pixel_levels/pixel_levels.h"
 
 namespace mmserve::engine {
+namespace {
+
+std::shared_ptr<const std::vector<float>> level_table_of(const image::ClipPreprocessConfig& config) {
+  const image::PixelValueTable table = image::pixel_value_table(config);
+  return std::make_shared<const std::vector<float>>(table.begin(), table.end());
+}
+
+}  // namespace
 
 ClipInputs::ClipInputs(std::unique_ptr<text::ClipTokenizer> tokenizer, image::ClipPreprocessConfig image_config,
                        ClipInputOptions options)
-    : tokenizer_(std::move(tokenizer)), image_config_(image_config), options_(std::move(options)) {
+    : tokenizer_(std::move(tokenizer)),
+      image_config_(image_config),
+      level_table_(level_table_of(image_config)),
+      options_(std::move(options)) {
   MMSERVE_CHECK(tokenizer_ != nullptr, "ClipInputs needs a tokenizer");
 }
 
@@ -60,6 +72,14 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
     for (float v : input.pixel_values) {
       if (!std::isfinite(v)) return invalid_argument(what + " (pixel_values): contains a NaN or infinity");
     }
+    if (!request.levels.empty()) {  // this request's earlier images become floats too: one kind per request
+      const size_t offset = request.pixels.size();
+      request.pixels.resize(offset + request.levels.size());
+      kernels::expand_pixel_levels(request.levels.data(), static_cast<int64_t>(request.levels.size() / per_image), 3,
+                                   s * s, level_table_->data(), request.pixels.data() + offset);
+      std::vector<uint8_t>().swap(request.levels);
+      request.level_table.reset();
+    }
     request.pixels.insert(request.pixels.end(), input.pixel_values.begin(), input.pixel_values.end());
     std::vector<float>().swap(input.pixel_values);
     return ok_status();
@@ -83,9 +103,16 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
                             std::to_string(cropped.height) + " but the model takes " + std::to_string(s) + "x" +
                             std::to_string(s));
   }
-  const size_t offset = request.pixels.size();
-  request.pixels.resize(offset + static_cast<size_t>(per_image));
-  image::to_pixel_values(cropped, image_config_, request.pixels.data() + offset);
+  if (!request.pixels.empty()) {  // the request already carries pixel_values: floats for all its images
+    const size_t offset = request.pixels.size();
+    request.pixels.resize(offset + static_cast<size_t>(per_image));
+    image::to_pixel_values(cropped, image_config_, request.pixels.data() + offset);
+    return ok_status();
+  }
+  const size_t offset = request.levels.size();
+  request.levels.resize(offset + static_cast<size_t>(per_image));
+  image::to_pixel_levels(cropped, request.levels.data() + offset);
+  request.level_table = level_table_;
   return ok_status();
 }
 

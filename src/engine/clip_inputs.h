@@ -54,6 +54,8 @@ class ClipInputs final : public InputPreparer {
 
   std::unique_ptr<text::ClipTokenizer> tokenizer_;
   image::ClipPreprocessConfig image_config_;
+  // pixel_value_table(image_config_): what every prepared request's levels map through (shared, never copied).
+  std::shared_ptr<const std::vector<float>> level_table_;
   ClipInputOptions options_;
 };
 

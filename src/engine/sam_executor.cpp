@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "engine/families.h"
+#include "kernels/mask_resize/mask_resize.h"
 #if MMSERVE_HAS_CUDA
 #include "core/cuda/device_memory.h"
 #endif
@@ -251,10 +252,30 @@ std::shared_ptr<SamOutput> SamExecutor::output_of(const SamInput& input, models:
   out->height = input.geometry.original_height;
   out->width = input.geometry.original_width;
   out->iou_scores = std::move(masks.iou_scores);
-  out->masks =
-      image::postprocess_sam_masks(masks.low_res_logits.data(), static_cast<int>(masks.count),
-                                   static_cast<int>(masks.height), static_cast<int>(masks.width), input.geometry);
+  if (!masks.masks.empty()) {  // post-processed on the GPU
+    out->masks = std::move(masks.masks);
+    return out;
+  }
+  const models::SamMaskGeometry g = mask_geometry(input);
+  const kernels::MaskResizeShape shape{static_cast<int>(masks.count), static_cast<int>(masks.height),
+                                       static_cast<int>(masks.width), g.pad_height, g.pad_width, g.crop_height,
+                                       g.crop_width, g.out_height, g.out_width};
+  out->masks.resize(static_cast<size_t>(masks.count) * g.out_height * g.out_width);
+  kernels::mask_resize_threshold(masks.low_res_logits.data(), shape, g.threshold, out->masks.data());
   return out;
+}
+
+models::SamMaskGeometry SamExecutor::mask_geometry(const SamInput& input) {
+  // SamProcessor.post_process_masks: upscale to pad_size, crop to the resized image, resize to the original.
+  const image::SamImageInput& geom = input.geometry;
+  models::SamMaskGeometry g;
+  g.pad_height = geom.pad_height;
+  g.pad_width = geom.pad_width;
+  g.crop_height = geom.reshaped_height;
+  g.crop_width = geom.reshaped_width;
+  g.out_height = geom.original_height;
+  g.out_width = geom.original_width;
+  return g;
 }
 
 StatusOr<std::shared_ptr<SamOutput>> SamExecutor::decode(const SamInput& input, const std::vector<float>& embedding) {
@@ -373,7 +394,9 @@ BatchStats SamExecutor::run_cuda(const std::vector<BatchItem>& batch, const Batc
   Status fault;  // the first kInternal (a CUDA error): the runtime takes the device out of rotation
   auto decode_from = [&](size_t i, const float* rows, bool cached) {
     const SamInput& input = *inputs[i];
-    StatusOr<models::SamMasks> masks = cuda_model_->decode_on_device(rows, prompt_of(input), input.multimask_output);
+    const models::SamMaskGeometry geometry = mask_geometry(input);
+    StatusOr<models::SamMasks> masks =
+        cuda_model_->decode_on_device(rows, prompt_of(input), input.multimask_output, &geometry);
     if (!masks.ok()) {
       if (masks.status().code() == StatusCode::kInternal && fault.ok()) fault = masks.status();
       finish(i, masks.status());

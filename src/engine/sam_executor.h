@@ -94,7 +94,9 @@ class SamExecutor final : public Executor {
   StatusOr<std::shared_ptr<SamOutput>> decode(const SamInput& input, const std::vector<float>& embedding);
   // The prompt of `input` (pointing into it) and the post-processing of masks into the output, for both devices.
   static models::SamPrompt prompt_of(const SamInput& input);
+  // The response's masks: the GPU's post-processed ones, else the CPU twin of kernels/mask_resize over the logits.
   static std::shared_ptr<SamOutput> output_of(const SamInput& input, models::SamMasks masks);
+  static models::SamMaskGeometry mask_geometry(const SamInput& input);
   BatchStats run_cuda(const std::vector<BatchItem>& batch, const BatchHooks& hooks);
 
   ExecutorOptions options_;

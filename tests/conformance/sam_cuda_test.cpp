@@ -320,7 +320,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, SamCudaConformance,
                                            Case{"sam-tiny-glob-f16", DType::kBF16}),
                          case_name);
 
-// ---- SamExecutor on cuda:0: HF's IoU scores through the device embedding cache.
+// ---- SamExecutor on cuda:0: HF's IoU scores and post-processed masks through the device embedding cache.
 
 engine::InputItem tensor(const std::string& name, std::vector<int64_t> shape, std::vector<float> values) {
   engine::InputItem t;
@@ -405,6 +405,15 @@ TEST(SamExecutorCuda, ServesHfScoresWithTheEmbeddingsOnTheGpu) {
     ASSERT_NE(out, nullptr);
     expect_iou("executor " + name + " iou_scores", DType::kF32, out->iou_scores,
                golden.f32("case/" + name + "/iou_scores"), 1e-4);
+    // The masks, post-processed on the GPU (kernels/mask_resize), against HF's post_process_masks (np.packbits,
+    // big-endian bit order): >= 99.9% equal pixels (the rule of issue 13; the f32 logits differ from HF's by
+    // rounding, so a pixel on the threshold may flip).
+    const std::vector<uint8_t> packed = golden.u8("case/" + name + "/masks_packbits");
+    ASSERT_EQ(packed.size(), (out->masks.size() + 7) / 8);
+    ASSERT_EQ(out->masks.size(), static_cast<size_t>(out->count * out->height * out->width));
+    size_t same = 0;
+    for (size_t i = 0; i < out->masks.size(); ++i) same += out->masks[i] == ((packed[i / 8] >> (7 - i % 8)) & 1);
+    EXPECT_GE(same * 1000, out->masks.size() * 999) << same << " of " << out->masks.size();
     ++runs;
   }
   EXPECT_GT(runs, 0);

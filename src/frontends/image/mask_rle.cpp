@@ -5,6 +5,7 @@
 #include "frontends/image/mask_rle.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <limits>
 
@@ -22,7 +23,11 @@ std::vector<uint32_t> coco_rle_runs(const uint8_t* mask, int height, int width) 
   MMSERVE_CHECK(mask != nullptr || int64_t{height} * width == 0, "coco_rle_runs needs a mask");
   // COCO's order is column-major. Walking a row-major mask down its columns touches a new cache line per pixel
   // (~1 ms for a click's three 640 x 427 masks), so the mask is first transposed in tiles into a column-major
-  // copy of 0/1 bytes, then the runs are found by a linear scan that skips 8 equal bytes at a time.
+  // copy of 0/1 bytes. The runs are then read off the transitions, 8 bytes at a time: XOR-ing a word with itself
+  // shifted by one byte (the previous word's last byte shifted in) leaves bit 0 set in exactly the bytes that
+  // differ from their predecessor, and each set bit ends a run. Smooth masks cost one XOR per 8 pixels; noisy
+  // ones (random weights: a transition every ~2 pixels) one count-trailing-zeros per run instead of a
+  // mispredicted branch per pixel.
   const size_t n = static_cast<size_t>(height) * width;
   std::vector<uint8_t> columns(n);
   constexpr int kTile = 32;
@@ -36,21 +41,28 @@ std::vector<uint32_t> coco_rle_runs(const uint8_t* mask, int height, int width) 
       }
     }
   }
+  static_assert(std::endian::native == std::endian::little, "the word scan reads bytes in little-endian order");
   std::vector<uint32_t> runs;
   const uint8_t* c = columns.data();
   size_t i = 0, run_start = 0;
-  uint8_t value = 0;  // runs alternate 0, 1, 0, ... starting with zeros (a leading run of 0 zeros when c[0] is 1)
-  for (;;) {
-    const uint64_t same = value != 0 ? 0x0101010101010101ull : 0;
-    for (uint64_t word; i + 8 <= n; i += 8) {
-      std::memcpy(&word, c + i, 8);
-      if (word != same) break;
+  uint64_t previous = 0;  // the byte before c[i]; runs alternate 0, 1, 0, ... starting with zeros
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, c + i, 8);
+    uint64_t changed = word ^ ((word << 8) | previous);
+    previous = word >> 56;
+    while (changed != 0) {
+      const size_t at = i + static_cast<size_t>(std::countr_zero(changed) >> 3);
+      runs.push_back(static_cast<uint32_t>(at - run_start));  // a leading run of 0 zeros when c[0] is 1
+      run_start = at;
+      changed &= changed - 1;
     }
-    while (i < n && c[i] == value) ++i;
-    if (i == n) break;
+  }
+  for (; i < n; ++i) {
+    if (c[i] == previous) continue;
     runs.push_back(static_cast<uint32_t>(i - run_start));
     run_start = i;
-    value ^= 1;
+    previous = c[i];
   }
   runs.push_back(static_cast<uint32_t>(n - run_start));
   return runs;

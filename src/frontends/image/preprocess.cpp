@@ -108,9 +108,9 @@ RgbImage resize_and_crop(const RgbImage& src, const ClipPreprocessConfig& config
   return paste_into_zeros(window, config.crop_width, config.crop_height, x, y);
 }
 
-void to_pixel_values(const RgbImage& cropped, const ClipPreprocessConfig& config, float* out) {
+PixelValueTable pixel_value_table(const ClipPreprocessConfig& config) {
   // The value of every level, per channel, computed once exactly as numpy would per pixel.
-  float table[3][256];
+  PixelValueTable table;
   for (int c = 0; c < 3; ++c) {
     const float mean = config.image_mean[c];
     const float std = config.image_std[c];
@@ -118,15 +118,30 @@ void to_pixel_values(const RgbImage& cropped, const ClipPreprocessConfig& config
       float v = config.do_rescale ? static_cast<float>(static_cast<double>(level) * config.rescale_factor)
                                   : static_cast<float>(level);
       if (config.do_normalize) v = (v - mean) / std;
-      table[c][level] = v;
+      table[static_cast<size_t>(c * 256 + level)] = v;
     }
   }
+  return table;
+}
+
+void to_pixel_levels(const RgbImage& cropped, uint8_t* out) {
   const size_t plane = static_cast<size_t>(cropped.width) * cropped.height;
   const uint8_t* p = cropped.pixels.data();
   for (size_t i = 0; i < plane; ++i, p += 3) {
-    out[i] = table[0][p[0]];
-    out[plane + i] = table[1][p[1]];
-    out[2 * plane + i] = table[2][p[2]];
+    out[i] = p[0];
+    out[plane + i] = p[1];
+    out[2 * plane + i] = p[2];
+  }
+}
+
+void to_pixel_values(const RgbImage& cropped, const ClipPreprocessConfig& config, float* out) {
+  const PixelValueTable table = pixel_value_table(config);
+  const size_t plane = static_cast<size_t>(cropped.width) * cropped.height;
+  const uint8_t* p = cropped.pixels.data();
+  for (size_t i = 0; i < plane; ++i, p += 3) {
+    out[i] = table[p[0]];
+    out[plane + i] = table[256 + p[1]];
+    out[2 * plane + i] = table[512 + p[2]];
   }
 }
 

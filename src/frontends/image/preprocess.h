@@ -53,4 +53,12 @@ RgbImage resize_and_crop(const RgbImage& src, const ClipPreprocessConfig& config
 // do_center_crop; the resized size otherwise).
 void to_pixel_values(const RgbImage& cropped, const ClipPreprocessConfig& config, float* out);
 
+// The same pipeline in two halves, for callers that move 8-bit levels (4x fewer bytes) and expand them where the
+// model runs (kernels/pixel_levels, on the CPU or the GPU): every float to_pixel_values writes is
+// table[channel * 256 + level] of the crop's level, so to_pixel_levels + this table give the same values bit for bit.
+using PixelValueTable = std::array<float, 3 * 256>;
+PixelValueTable pixel_value_table(const ClipPreprocessConfig& config);
+// The crop's levels, CHW: 3 * cropped.height * cropped.width bytes.
+void to_pixel_levels(const RgbImage& cropped, uint8_t* out);
+
 }  // namespace mmserve::image

@@ -8,13 +8,7 @@
 //    to_pixel_values is reused), then PilBackend.pad: np.pad with 0 at the bottom and right.
 //  - normalize_sam_point / normalize_sam_box: SamProcessor._normalize_coordinates (float64; boxes arrive as
 //    np.array(box).astype(np.float32)).
-//  - postprocess_sam_masks: post_process_masks = F.interpolate(bilinear, align_corners=False) to pad_size, crop
-//    [:reshaped_h, :reshaped_w], F.interpolate to the original size, > threshold. torch's CPU kernel computes,
-//    in float32, scale = in / out, src = max(scale * (dst + 0.5) - 0.5, 0), i0 = min(floor(src), in - 1),
-//    lambda = clamp(src - i0, 0, 1), i1 = i0 + (i0 < in - 1), and out = (a*w0 + b*w1)*h0 + (c*w0 + d*w1)*h1
-//    (height outer, width inner). Doing the width pass for every needed input row first and then the height pass
-//    performs exactly those operations, in that order; the library is built with -ffp-contract=off. torch's own
-//    build may fuse some of them into FMAs, so a pixel whose logit sits within an ulp of the threshold can differ.
+//  - mask post-processing (post_process_masks) is kernels/mask_resize (a CPU twin and a CUDA kernel, bit-equal).
 // Tests: tests/unit/frontends/image/sam_preprocess_test.cpp.
 #include "frontends/image/sam_preprocess.h"
 
@@ -29,13 +23,6 @@ namespace mmserve::image {
 namespace {
 
 constexpr int64_t kMaxSide = 1 << 16;
-// Outputs per pass above which postprocess_sam_masks' passes split their rows over OpenMP threads: a click's
-// three masks at 1024 px are ~5 M taps, ~5 ms on one core, most of a served click (docs/perf/sam_gpu.md). Every
-// output is computed by the same operations whichever thread runs it, so the result is bit-identical. Measured on
-// the H200 host (16 cores), a served click's compute: 7.9 ms serial, 1.9 ms with OpenMP, 5.6 ms with
-// core/ThreadPool::parallel_for (condition-variable wake-ups per pass). On the 2-core box OpenMP's spinning
-// workers (GOMP's default wait policy) delayed the HTTP threads by 1-4 ms; not seen on the host.
-constexpr int64_t kParallelMin = 1 << 16;
 
 Status read_positive(const JsonObject& object, const std::string& key, const std::string& label, int& out) {
   ASSIGN_OR_RETURN(int64_t value, object.get_int(key));
@@ -71,64 +58,6 @@ Status read_pad_size(const JsonObject& root, SamPreprocessConfig& config) {
   return read_positive(pad, "width", label + ".width", config.pad_width);
 }
 
-
-// torch's linear taps for output indices [0, count) of an in -> out resize (align_corners=False).
-struct LinearTaps {
-  std::vector<int> i0, i1;
-  std::vector<float> w0, w1;
-};
-
-LinearTaps linear_taps(int in, int out, int count) {
-  LinearTaps taps;
-  taps.i0.resize(count);
-  taps.i1.resize(count);
-  taps.w0.resize(count);
-  taps.w1.resize(count);
-  const float scale = static_cast<float>(in) / static_cast<float>(out);
-  for (int dst = 0; dst < count; ++dst) {
-    if (in == out) {  // torch copies (compute_source_index_and_lambda's special case)
-      taps.i0[dst] = taps.i1[dst] = dst;
-      taps.w0[dst] = 1.0f;
-      taps.w1[dst] = 0.0f;
-      continue;
-    }
-    float src = scale * (static_cast<float>(dst) + 0.5f) - 0.5f;
-    if (src < 0.0f) src = 0.0f;
-    const int i = std::min(static_cast<int>(std::floor(src)), in - 1);
-    const float lambda = std::min(std::max(src - static_cast<float>(i), 0.0f), 1.0f);
-    taps.i0[dst] = i;
-    taps.i1[dst] = i + (i < in - 1 ? 1 : 0);
-    taps.w0[dst] = 1.0f - lambda;
-    taps.w1[dst] = lambda;
-  }
-  return taps;
-}
-
-// Width pass: rows x in_w -> rows x taps.size(), row-major.
-void width_pass(const float* src, int rows, int in_w, const LinearTaps& taps, std::vector<float>& dst) {
-  const int out_w = static_cast<int>(taps.i0.size());
-  dst.resize(static_cast<size_t>(rows) * out_w);
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(rows) * out_w >= kParallelMin)
-  for (int y = 0; y < rows; ++y) {
-    const float* s = src + static_cast<size_t>(y) * in_w;
-    float* d = dst.data() + static_cast<size_t>(y) * out_w;
-    for (int x = 0; x < out_w; ++x) d[x] = s[taps.i0[x]] * taps.w0[x] + s[taps.i1[x]] * taps.w1[x];
-  }
-}
-
-// Height pass: picks and blends rows of `src` (width `width`) into taps.size() rows.
-void height_pass(const std::vector<float>& src, int width, const LinearTaps& taps, std::vector<float>& dst) {
-  const int out_h = static_cast<int>(taps.i0.size());
-  dst.resize(static_cast<size_t>(out_h) * width);
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(out_h) * width >= kParallelMin)
-  for (int y = 0; y < out_h; ++y) {
-    const float* a = src.data() + static_cast<size_t>(taps.i0[y]) * width;
-    const float* b = src.data() + static_cast<size_t>(taps.i1[y]) * width;
-    const float w0 = taps.w0[y], w1 = taps.w1[y];
-    float* d = dst.data() + static_cast<size_t>(y) * width;
-    for (int x = 0; x < width; ++x) d[x] = a[x] * w0 + b[x] * w1;
-  }
-}
 
 }  // namespace
 
@@ -245,40 +174,6 @@ std::array<double, 4> normalize_sam_box(const std::array<double, 4>& box, const 
   const std::array<double, 2> a = normalize_sam_point(as_f32(box[0]), as_f32(box[1]), geom);
   const std::array<double, 2> b = normalize_sam_point(as_f32(box[2]), as_f32(box[3]), geom);
   return {a[0], a[1], b[0], b[1]};
-}
-
-std::vector<uint8_t> postprocess_sam_masks(const float* low_res, int k, int h, int w, const SamImageInput& geom,
-                                           float threshold) {
-  MMSERVE_CHECK(low_res != nullptr && k > 0 && h > 0 && w > 0, "postprocess_sam_masks needs k x h x w logits");
-  MMSERVE_CHECK(geom.reshaped_width > 0 && geom.reshaped_height > 0 && geom.reshaped_width <= geom.pad_width &&
-                    geom.reshaped_height <= geom.pad_height && geom.original_width > 0 && geom.original_height > 0,
-                "postprocess_sam_masks needs the geometry preprocess_sam returned");
-  const int rw = geom.reshaped_width, rh = geom.reshaped_height;
-  const int ow = geom.original_width, oh = geom.original_height;
-  // First interpolation h x w -> pad size, evaluated only on the [0, rh) x [0, rw) window the crop keeps.
-  const LinearTaps x1 = linear_taps(w, geom.pad_width, rw);
-  const LinearTaps y1 = linear_taps(h, geom.pad_height, rh);
-  // Second interpolation rh x rw -> oh x ow.
-  const LinearTaps x2 = linear_taps(rw, ow, ow);
-  const LinearTaps y2 = linear_taps(rh, oh, oh);
-
-  std::vector<uint8_t> out(static_cast<size_t>(k) * oh * ow);
-  std::vector<float> rows1, cropped, rows2;  // reused across masks
-  for (int m = 0; m < k; ++m) {
-    width_pass(low_res + static_cast<size_t>(m) * h * w, h, w, x1, rows1);  // h x rw
-    height_pass(rows1, rw, y1, cropped);                                    // rh x rw
-    width_pass(cropped.data(), rh, rw, x2, rows2);                          // rh x ow
-    uint8_t* dst = out.data() + static_cast<size_t>(m) * oh * ow;
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(oh) * ow >= kParallelMin)
-    for (int y = 0; y < oh; ++y) {
-      const float* a = rows2.data() + static_cast<size_t>(y2.i0[y]) * ow;
-      const float* b = rows2.data() + static_cast<size_t>(y2.i1[y]) * ow;
-      const float w0 = y2.w0[y], w1 = y2.w1[y];
-      uint8_t* d = dst + static_cast<size_t>(y) * ow;
-      for (int x = 0; x < ow; ++x) d[x] = (a[x] * w0 + b[x] * w1) > threshold ? 1 : 0;
-    }
-  }
-  return out;
 }
 
 }  // namespace mmserve::image

@@ -1,14 +1,13 @@
-// SAM (HF `SamModel`) image preprocessing, prompt coordinates and mask post-processing, as transformers 5's
-// SamImageProcessorPil and SamProcessor compute them.
+// SAM (HF `SamModel`) image preprocessing and prompt coordinates, as transformers 5's SamImageProcessorPil and
+// SamProcessor compute them.
 //
 // Preprocessing: the longest side is resized to `longest_edge` with PIL's filter (resize_pil, bit-exact with
 // PIL), the other to int(side * longest_edge / longest + 0.5) (HF's _get_preprocess_shape: rounded, unlike
 // CLIP's truncation); rescale (float64 product cast to float32) and normalise (float32) exactly as the CLIP
 // pipeline does; then zero padding at the bottom and right up to pad_size, AFTER normalising (so the padding is
 // 0.0, not the normalised black). Prompt points and boxes are given in original pixel coordinates and scaled to
-// the resized frame in float64 (boxes first pass through float32, as HF's processor casts them). Post-processing
-// follows post_process_masks: bilinear (torch's F.interpolate, align_corners=False) from the low-res logits to
-// the padded size, crop to the resized size, bilinear to the original size, then `> threshold`.
+// the resized frame in float64 (boxes first pass through float32, as HF's processor casts them). Mask
+// post-processing is kernels/mask_resize (below).
 // Tests: tests/unit/frontends/image/sam_preprocess_test.cpp (against tests/fixtures/sam/*/golden.*, made by
 // tools/reference/make_sam_fixtures.py).
 #pragma once
@@ -68,12 +67,7 @@ std::array<double, 2> normalize_sam_point(double x, double y, const SamImageInpu
 // The same for a box {x0, y0, x1, y1}: HF first casts box coordinates to float32, then scales both corners.
 std::array<double, 4> normalize_sam_box(const std::array<double, 4>& box, const SamImageInput& geom);
 
-// post_process_masks for one prompt: `low_res` holds k masks of h x w logits (the decoder's pred_masks for one
-// point batch entry). Returns k x original_height x original_width bytes, 1 where the upscaled logit is
-// > threshold, else 0. The two bilinear passes follow torch's CPU kernel (source index scale * (dst + 0.5) - 0.5
-// in float32, clamped at 0; the second tap at min(i + 1, size - 1)); only the rows and columns the crop keeps
-// are computed.
-std::vector<uint8_t> postprocess_sam_masks(const float* low_res, int k, int h, int w, const SamImageInput& geom,
-                                           float threshold = 0.0f);
+// post_process_masks (masks upscaled, cropped to reshaped_*, resized to original_*, binarised) is
+// kernels/mask_resize.h's op, shaped by this geometry (engine/sam_executor.cpp).
 
 }  // namespace mmserve::image

@@ -71,5 +71,7 @@ void bench_l2_normalize_cuda(CudaBench& bench);
 void bench_attention_kv_cuda(CudaBench& bench);
 void bench_kv_cache_cuda(CudaBench& bench);
 void bench_im2col_1d_cuda(CudaBench& bench);
+void bench_mask_resize_cuda(CudaBench& bench);
+void bench_pixel_levels_cuda(CudaBench& bench);
 
 }  // namespace mmserve::kernels

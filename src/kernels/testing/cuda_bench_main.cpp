@@ -68,6 +68,8 @@ int main(int argc, char** argv) {
   bench_attention_kv_cuda(bench);
   bench_kv_cache_cuda(bench);
   bench_im2col_1d_cuda(bench);
+  bench_mask_resize_cuda(bench);
+  bench_pixel_levels_cuda(bench);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const double kBf16Ceiling = 770e12, kHbm = 4.8e12;

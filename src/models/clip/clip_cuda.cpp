@@ -413,6 +413,12 @@ Status ClipCudaModel::plan_activations(Rank& rank) {
     RETURN_IF_ERROR(rank.pixel_staging.init(kPixelStagingSlots * rank.staging_slot_bytes));
     for (CudaEvent& copied : rank.staging_copied) RETURN_IF_ERROR(copied.init());
     memory_.pinned_bytes += rank.pixel_staging.size();
+    const size_t level_bytes = DeviceArena::aligned(batch_bytes / sizeof(float));
+    const size_t table_bytes = DeviceArena::aligned(sizeof(float) * vc.num_channels * 256);
+    RETURN_IF_ERROR(rank.level_arena.init(level_bytes + table_bytes));
+    ASSIGN_OR_RETURN(rank.levels, rank.level_arena.allocate_array<uint8_t>(static_cast<int64_t>(level_bytes)));
+    ASSIGN_OR_RETURN(rank.level_table, rank.level_arena.allocate_array<float>(vc.num_channels * 256));
+    memory_.activation_bytes += level_bytes + table_bytes;
   }
   return ok_status();
 }

@@ -138,6 +138,12 @@ class ClipCudaModel {
   // The same over the concatenation of `pieces` (host memory, each a whole number of images; a batch's requests
   // need not be contiguous): n = the images of all pieces. kInvalidArgument for a piece that is not whole images.
   Status encode_images(std::span<const std::span<const float>> pieces, float* embeds, bool normalize = true);
+  // The same from 8-bit levels, [3, image_size, image_size] bytes per image (frontends/image/preprocess.h:
+  // to_pixel_levels), and the table [3, 256] mapping them to pixel values (pixel_value_table): a quarter of the
+  // bytes through the engine thread's host copy and PCIe, expanded on the GPU by kernels/pixel_levels (the values
+  // are the float path's bit for bit). Tensor / pipeline parallel models expand on the host and take the float path.
+  Status encode_image_levels(std::span<const std::span<const uint8_t>> pieces, std::span<const float> table,
+                             float* embeds, bool normalize = true);
   // The same with the pixels already on this GPU (benchmarks: the input copy is not timed, as HF's).
   Status encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize = true);
   // Token ids (BOS ... EOS) per text, n <= max_batch(), each at most max_position_embeddings long.
@@ -182,7 +188,9 @@ class ClipCudaModel {
   // Single-rank models (clip_cuda_host_copy.cpp): copies host `pieces` into rank 0's pixel buffer, enqueued on its
   // stream, through the pinned ring (`staged`; the host returns once the last piece is in a slot) or pageable.
   Status copy_host_pixels(std::span<const std::span<const float>> pieces, bool staged);
-  Status stage_pixels(std::span<const std::span<const float>> pieces);
+  // The same for any bytes to any device buffer of rank 0 (the float pixels and the 8-bit levels both go this way).
+  Status copy_host_bytes(std::span<const std::span<const char>> pieces, char* device, bool staged);
+  Status stage_bytes(std::span<const std::span<const char>> pieces, char* device);
   // HostCopy::kAuto: times both ways over one batch of image-sized pieces (best of three) and sets the choice.
   Status choose_host_copy();
   // Both encode_images entry points: validates n, copies the pixels into the activation buffer, runs.

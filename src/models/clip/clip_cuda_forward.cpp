@@ -16,6 +16,8 @@
 #include "kernels/l2_normalize/l2_normalize_cuda.h"
 #include "kernels/layer_norm/layer_norm_cuda.h"
 #include "kernels/patch_embed/patch_embed_cuda.h"
+#include "kernels/pixel_levels/pixel_levels.h"
+#include "kernels/pixel_levels/pixel_levels_cuda.h"
 #include "models/clip/clip_cuda.h"
 #include "models/clip/clip_cuda_internal.h"
 
@@ -269,6 +271,57 @@ Status ClipCudaModel::encode_images(std::span<const std::span<const float>> piec
     return copy_and_encode_images(joined.data(), cudaMemcpyHostToDevice, n, embeds, normalize);
   }
   RETURN_IF_ERROR(copy_host_pixels(pieces, staged_host_copy_));
+  RETURN_IF_ERROR(run(rank, Tower::kVision, bucket_for(n), n, normalize));
+  std::memcpy(embeds, rank.pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
+}
+
+Status ClipCudaModel::encode_image_levels(std::span<const std::span<const uint8_t>> pieces,
+                                         std::span<const float> table, float* embeds, bool normalize) {
+  const ClipVisionConfig& v = config_.vision;
+  const int64_t channels = v.num_channels, plane = v.image_size * v.image_size;
+  const size_t image_bytes = static_cast<size_t>(channels * plane);
+  if (static_cast<int64_t>(table.size()) != channels * 256) {
+    return invalid_argument("a level table of " + std::to_string(table.size()) + " values (the model takes " +
+                            std::to_string(channels) + " x 256)");
+  }
+  size_t bytes = 0;
+  for (const std::span<const uint8_t>& piece : pieces) {
+    if (piece.size() % image_bytes != 0) {
+      return invalid_argument("a piece of " + std::to_string(piece.size()) + " levels is not whole images of [" +
+                              std::to_string(channels) + ", " + std::to_string(v.image_size) + ", " +
+                              std::to_string(v.image_size) + "]");
+    }
+    bytes += piece.size();
+  }
+  const int64_t n = static_cast<int64_t>(bytes / image_bytes);
+  Rank& rank = *ranks_[0];
+  if (n == 0 || n > max_batch() || rank.levels == nullptr) {
+    // Tensor / pipeline parallel (each rank copies floats itself), or a count the float path refuses: expand here.
+    std::vector<float> values(bytes);
+    float* to = values.data();
+    for (const std::span<const uint8_t>& piece : pieces) {
+      const int64_t images = static_cast<int64_t>(piece.size() / image_bytes);
+      kernels::expand_pixel_levels(piece.data(), images, channels, plane, table.data(), to);
+      to += piece.size();
+    }
+    const std::span<const float> joined(values);
+    return encode_images(std::span<const std::span<const float>>(&joined, 1), embeds, normalize);
+  }
+  cudaStream_t s = rank.stream.get();
+  if (!std::equal(table.begin(), table.end(), rank.level_table_uploaded.begin(), rank.level_table_uploaded.end())) {
+    rank.level_table_uploaded.assign(table.begin(), table.end());
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rank.level_table, rank.level_table_uploaded.data(), table.size_bytes(),
+                                         cudaMemcpyHostToDevice, s));
+  }
+  std::vector<std::span<const char>> byte_pieces;
+  byte_pieces.reserve(pieces.size());
+  for (const std::span<const uint8_t>& piece : pieces) {
+    byte_pieces.emplace_back(reinterpret_cast<const char*>(piece.data()), piece.size());
+  }
+  RETURN_IF_ERROR(copy_host_bytes(byte_pieces, reinterpret_cast<char*>(rank.levels), staged_host_copy_));
+  RETURN_IF_ERROR(kernels::expand_pixel_levels_cuda(rank.levels, n, channels, plane, rank.level_table,
+                                                    rank.act->pixels, s));
   RETURN_IF_ERROR(run(rank, Tower::kVision, bucket_for(n), n, normalize));
   std::memcpy(embeds, rank.pinned_out.data(), n * config_.projection_dim * sizeof(float));
   return ok_status();

@@ -10,6 +10,7 @@
 // clip_throughput --input host vs device), so HostCopy::kAuto measures both on the machine at hand and keeps the
 // faster; both give the same bytes.
 // Tests: tests/unit/engine/clip_batch_cuda_test.cpp (each way forced, slots ending inside images, bit for bit).
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -63,24 +64,31 @@ void fence_streaming() {
 }  // namespace
 
 Status ClipCudaModel::copy_host_pixels(std::span<const std::span<const float>> pieces, bool staged) {
-  if (staged) return stage_pixels(pieces);
-  Rank& rank = *ranks_[0];
-  auto* device = reinterpret_cast<char*>(rank.act->pixels);
-  size_t copied = 0;
+  std::vector<std::span<const char>> bytes;
+  bytes.reserve(pieces.size());
   for (const std::span<const float>& piece : pieces) {
+    bytes.emplace_back(reinterpret_cast<const char*>(piece.data()), piece.size_bytes());
+  }
+  return copy_host_bytes(bytes, reinterpret_cast<char*>(ranks_[0]->act->pixels), staged);
+}
+
+Status ClipCudaModel::copy_host_bytes(std::span<const std::span<const char>> pieces, char* device, bool staged) {
+  if (staged) return stage_bytes(pieces, device);
+  Rank& rank = *ranks_[0];
+  size_t copied = 0;
+  for (const std::span<const char>& piece : pieces) {
     if (piece.empty()) continue;
     CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(device + copied, piece.data(), piece.size_bytes(), cudaMemcpyHostToDevice, rank.stream.get()));
-    copied += piece.size_bytes();
+        cudaMemcpyAsync(device + copied, piece.data(), piece.size(), cudaMemcpyHostToDevice, rank.stream.get()));
+    copied += piece.size();
   }
   return ok_status();
 }
 
-Status ClipCudaModel::stage_pixels(std::span<const std::span<const float>> pieces) {
+Status ClipCudaModel::stage_bytes(std::span<const std::span<const char>> pieces, char* device) {
   Rank& rank = *ranks_[0];
   cudaStream_t s = rank.stream.get();
   const size_t slot_bytes = rank.staging_slot_bytes;
-  auto* device = reinterpret_cast<char*>(rank.act->pixels);
   size_t slot = 0, fill = 0, copied = 0;  // the slot being filled, its bytes, the bytes already sent
   auto slot_data = [&] { return rank.pixel_staging.data_as<char>() + slot * slot_bytes; };
   auto send = [&]() -> Status {  // the filled slot to the GPU; then the next slot, once its last copy is done
@@ -95,9 +103,9 @@ Status ClipCudaModel::stage_pixels(std::span<const std::span<const float>> piece
   };
   // A failed call may have left copies running from the first slot.
   CUDA_RETURN_IF_ERROR(cudaEventSynchronize(rank.staging_copied[slot].get()));
-  for (const std::span<const float>& piece : pieces) {
-    const char* from = reinterpret_cast<const char*>(piece.data());
-    for (size_t left = piece.size_bytes(); left > 0;) {
+  for (const std::span<const char>& piece : pieces) {
+    const char* from = piece.data();
+    for (size_t left = piece.size(); left > 0;) {
       const size_t take = std::min(left, slot_bytes - fill);
       copy_streaming(slot_data() + fill, from, take);
       fill += take;

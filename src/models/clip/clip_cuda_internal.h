@@ -69,6 +69,12 @@ struct ClipCudaModel::Rank {
   PinnedBuffer pixel_staging;
   std::array<CudaEvent, kPixelStagingSlots> staging_copied;
   size_t staging_slot_bytes = 0;
+  // ... and where 8-bit levels land before kernels/pixel_levels expands them into act->pixels (encode_image_levels):
+  // max_batch images of levels, the level table on the device and the host copy it was uploaded from.
+  DeviceArena level_arena;
+  uint8_t* levels = nullptr;
+  float* level_table = nullptr;
+  std::vector<float> level_table_uploaded;
   std::map<std::pair<int, int64_t>, cudaGraphExec_t> graphs;  // (tower, bucket) -> graph
   size_t graph_bytes = 0;
   // Pipeline parallel: the blocks [begin, end) of each tower this stage holds, whether it embeds the inputs

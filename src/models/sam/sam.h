@@ -102,8 +102,21 @@ struct SamPrompt {
 
 struct SamMasks {
   int64_t count = 0, height = 0, width = 0;
-  std::vector<float> low_res_logits;  // [count, height, width]
+  std::vector<float> low_res_logits;  // [count, height, width] (empty when the GPU post-processed them)
   std::vector<float> iou_scores;      // [count]
+  // The post-processed masks when the decode was asked for them (SamCudaModel with a SamMaskGeometry):
+  // [count, mask_height, mask_width] bytes, 1 above the threshold.
+  std::vector<uint8_t> masks;
+  int64_t mask_height = 0, mask_width = 0;
+};
+
+// Where HF's post_process_masks takes the low-res masks (kernels/mask_resize.h): the processor's pad size, the
+// resized image inside it, the original image, the binarisation threshold.
+struct SamMaskGeometry {
+  int pad_height = 0, pad_width = 0;
+  int crop_height = 0, crop_width = 0;
+  int out_height = 0, out_width = 0;
+  float threshold = 0.0f;
 };
 
 // The bound weights (sam_model.cpp); defined in sam_internal.h.

@@ -10,6 +10,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/attention/attention_kv_cuda.h"
+#include "kernels/mask_resize/mask_resize_cuda.h"
 #include "models/sam/sam_cuda_internal.h"
 #include "models/sam/sam_cuda_kernels.h"
 
@@ -434,7 +435,8 @@ StatusOr<int64_t> SamCudaModel::stage_prompt(const SamPrompt& prompt, int64_t* r
   return bucket;
 }
 
-StatusOr<SamMasks> SamCudaModel::run_decoder(const SamPrompt& prompt, bool multimask_output) {
+StatusOr<SamMasks> SamCudaModel::run_decoder(const SamPrompt& prompt, bool multimask_output,
+                                             const SamMaskGeometry* post) {
   RETURN_IF_ERROR(sam_check_prompt(config_, prompt));
   Device& d = *dev_;
   cudaStream_t s = d.stream.get();
@@ -485,14 +487,44 @@ StatusOr<SamMasks> SamCudaModel::run_decoder(const SamPrompt& prompt, bool multi
   // HF: masks[:, :, 1:] and iou_pred[:, :, 1:] when multimask_output, else [0:1] of both.
   const int64_t first = multimask_output ? 1 : 0, count = multimask_output ? mt - 1 : 1, side = 4 * grid;
   float* out = d.pinned_out.data_as<float>();
+  SamMasks masks;
+  masks.count = count;
+  masks.height = masks.width = side;
+  if (post != nullptr) {
+    const kernels::MaskResizeShape shape{static_cast<int>(count), static_cast<int>(side), static_cast<int>(side),
+                                         post->pad_height, post->pad_width, post->crop_height, post->crop_width,
+                                         post->out_height, post->out_width};
+    if (!kernels::mask_resize_shape_valid(shape)) {
+      return invalid_argument("mask post-processing: the image geometry does not fit (crop " +
+                              std::to_string(post->crop_height) + "x" + std::to_string(post->crop_width) + " in pad " +
+                              std::to_string(post->pad_height) + "x" + std::to_string(post->pad_width) + ", out " +
+                              std::to_string(post->out_height) + "x" + std::to_string(post->out_width) + ")");
+    }
+    const size_t bytes = static_cast<size_t>(count) * post->out_height * post->out_width;
+    if (d.post_masks.capacity() < bytes) {  // grows with the largest image seen (cudaMalloc off the usual path)
+      RETURN_IF_ERROR(d.stream.synchronize());
+      RETURN_IF_ERROR(d.post_masks.init(DeviceArena::aligned(bytes)));
+      RETURN_IF_ERROR(d.post_pinned.init(DeviceArena::aligned(bytes)));
+    }
+    d.post_masks.reset();
+    ASSIGN_OR_RETURN(uint8_t* device_masks, d.post_masks.allocate_array<uint8_t>(static_cast<int64_t>(bytes)));
+    RETURN_IF_ERROR(kernels::mask_resize_threshold_cuda(d.a.masks + first * side * side, shape, post->threshold,
+                                                        device_masks, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.post_pinned.data(), device_masks, bytes, cudaMemcpyDeviceToHost, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, d.a.iou + first, sizeof(float) * count, cudaMemcpyDeviceToHost, s));
+    RETURN_IF_ERROR(d.stream.synchronize());
+    const uint8_t* host = d.post_pinned.data_as<uint8_t>();
+    masks.masks.assign(host, host + bytes);
+    masks.mask_height = post->out_height;
+    masks.mask_width = post->out_width;
+    masks.iou_scores.assign(out, out + count);
+    return masks;
+  }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, d.a.masks + first * side * side, sizeof(float) * count * side * side,
                                        cudaMemcpyDeviceToHost, s));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out + count * side * side, d.a.iou + first, sizeof(float) * count,
                                        cudaMemcpyDeviceToHost, s));
   RETURN_IF_ERROR(d.stream.synchronize());
-  SamMasks masks;
-  masks.count = count;
-  masks.height = masks.width = side;
   masks.low_res_logits.assign(out, out + count * side * side);
   masks.iou_scores.assign(out + count * side * side, out + count * side * side + count);
   return masks;
@@ -513,14 +545,14 @@ StatusOr<SamMasks> SamCudaModel::decode(const float* embedding, const SamPrompt&
 }
 
 StatusOr<SamMasks> SamCudaModel::decode_on_device(const float* device_rows, const SamPrompt& prompt,
-                                                  bool multimask_output) {
+                                                  bool multimask_output, const SamMaskGeometry* post) {
   MMSERVE_CHECK(device_rows != nullptr, "decode_on_device: null embedding");
   RETURN_IF_ERROR(sam_check_prompt(config_, prompt));
   if (device_rows != dev_->a.image) {
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev_->a.image, device_rows, sizeof(float) * embedding_floats(),
                                          cudaMemcpyDeviceToDevice, dev_->stream.get()));
   }
-  return run_decoder(prompt, multimask_output);
+  return run_decoder(prompt, multimask_output, post);
 }
 
 }  // namespace mmserve::models

@@ -84,8 +84,11 @@ class SamCudaModel {
   // One prompt against one embedding (SamModel::decode's contract and errors). `embedding`: HF's layout
   // [output_channels, grid, grid] on the host.
   StatusOr<SamMasks> decode(const float* embedding, const SamPrompt& prompt, bool multimask_output);
-  // The same against channels-last rows on this GPU (encode_images_on_device's output, or a copy of it).
-  StatusOr<SamMasks> decode_on_device(const float* device_rows, const SamPrompt& prompt, bool multimask_output);
+  // The same against channels-last rows on this GPU (encode_images_on_device's output, or a copy of it). With
+  // `post`, the masks are also post-processed on the GPU (kernels/mask_resize_cuda.h, bit-equal to the CPU twin)
+  // and come back as SamMasks::masks instead of the low-res logits.
+  StatusOr<SamMasks> decode_on_device(const float* device_rows, const SamPrompt& prompt, bool multimask_output,
+                                      const SamMaskGeometry* post = nullptr);
 
   // The stream every call runs on (callers copying embeddings order their copies on it).
   cudaStream_t stream() const;
@@ -107,7 +110,7 @@ class SamCudaModel {
   // Prompt -> the decoder's inputs in the pinned staging (tokens padded to their bucket); returns the bucket.
   StatusOr<int64_t> stage_prompt(const SamPrompt& prompt, int64_t* real_tokens);
   // The decoder over the embedding already in the image buffer and the staged prompt.
-  StatusOr<SamMasks> run_decoder(const SamPrompt& prompt, bool multimask_output);
+  StatusOr<SamMasks> run_decoder(const SamPrompt& prompt, bool multimask_output, const SamMaskGeometry* post = nullptr);
 
   SamConfig config_;
   SamCudaOptions options_;

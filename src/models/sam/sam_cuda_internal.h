@@ -103,6 +103,10 @@ struct SamCudaModel::Device {
   Activations a;
   std::unique_ptr<kernels::CublasLtGemm> gemm;
   PinnedBuffer pinned_in, pinned_out;
+  // Post-processed masks (decode_on_device with a geometry): sized by the largest original image seen so far,
+  // grown (never per call) when a larger one comes.
+  DeviceArena post_masks;
+  PinnedBuffer post_pinned;
   std::map<int64_t, cudaGraphExec_t> encoder_graphs;                      // bucket -> graph
   std::map<std::pair<int64_t, bool>, cudaGraphExec_t> decoder_graphs;     // (token bucket, dense mask) -> graph
   // The prompt encoder's host-side tables (sparse tokens are built on the host): owned f32 copies and their views.

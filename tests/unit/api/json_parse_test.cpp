@@ -2,9 +2,11 @@
 // numbers stay apart) for every well-formed document it takes, nlohmann's own error message for every malformed
 // one, and the documents it leaves to nlohmann (escapes, non-ASCII, overflow, BOM, depth) still parsed right.
 #include "api/json_parse.h"
+#include "api/json_writer.h"
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -86,6 +88,25 @@ TEST(JsonParse, WellFormedDocumentsTheFastPathLeavesToNlohmann) {
     EXPECT_FALSE(parse_json_fast(text).has_value()) << text.substr(0, 40);
     expect_same_as_nlohmann(text);
     EXPECT_TRUE(parse_json(text).ok()) << text.substr(0, 40);
+  }
+}
+
+// append_json_string's ASCII span copy writes what nlohmann's dump writes, for every single byte (each control
+// character, '"', '\\', DEL, every byte >= 0x80 alone: invalid UTF-8), valid multi-byte UTF-8 and random strings.
+TEST(JsonWriter, AppendJsonStringEqualsNlohmannsDump) {
+  std::vector<std::string> cases = {"", "plain", "a\"b", "back\\slash", "\"\\\"", "tab\there", "caf\xc3\xa9",
+                                    "\xe2\x82\xac\xf0\x9f\x98\x80", "cut \xe2\x82"};
+  for (int b = 0; b < 256; ++b) cases.push_back(std::string(1, static_cast<char>(b)) + "x");
+  std::mt19937 rng(3);
+  for (int i = 0; i < 200; ++i) {
+    std::string s(rng() % 40, ' ');
+    for (char& c : s) c = static_cast<char>(i % 2 == 0 ? 32 + rng() % 95 : rng() % 256);
+    cases.push_back(s);
+  }
+  for (const std::string& value : cases) {
+    std::string out = "prefix";
+    append_json_string(out, value);
+    EXPECT_EQ(out, "prefix" + dump_json(json(value))) << value;
   }
 }
 

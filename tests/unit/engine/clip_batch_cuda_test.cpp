@@ -13,6 +13,7 @@
 
 #include "../../conformance/golden.h"
 #include "engine/clip_executor.h"
+#include "kernels/pixel_levels/pixel_levels.h"
 #include "kernels/testing/cuda_test_util.h"
 #include "models/clip/clip_cuda.h"
 
@@ -79,6 +80,42 @@ TEST_P(ClipStagingCuda, PiecesThroughTheRingEqualDevicePixelsBitForBit) {
     std::vector<float> contiguous(n * dim);
     ASSERT_TRUE(model->encode_images(pixels.data(), n, contiguous.data()).ok());
     EXPECT_EQ(contiguous, reference);
+  }
+  cudaFree(device);
+}
+
+// 8-bit levels (what decoded images become, engine/clip_inputs.cpp) through the ring or pageable, expanded on the
+// GPU by kernels/pixel_levels: bit for bit the embeddings of their float values (expanded by the CPU twin) copied
+// to the GPU first; a second call reuses the uploaded table; a wrong table size and broken pieces are errors.
+TEST_P(ClipStagingCuda, LevelsThroughTheRingEqualTheirFloatValues) {
+  MMSERVE_REQUIRE_GPU();
+  const int64_t n = 8, plane = 32 * 32, per_image = 3 * plane;
+  std::vector<uint8_t> levels(static_cast<size_t>(n * per_image));
+  for (size_t i = 0; i < levels.size(); ++i) levels[i] = static_cast<uint8_t>((i * 37 + i / 7) % 256);
+  std::vector<float> table(3 * 256);
+  for (size_t i = 0; i < table.size(); ++i) table[i] = (static_cast<float>(i % 256) / 255.0f - 0.45f) / 0.27f;
+  std::vector<float> values(levels.size());
+  kernels::expand_pixel_levels(levels.data(), n, 3, plane, table.data(), values.data());
+  float* device = nullptr;
+  ASSERT_CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&device), values.size() * sizeof(float)));
+  ASSERT_CUDA_OK(cudaMemcpy(device, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice));
+  const std::span<const uint8_t> all(levels);
+  const std::vector<std::span<const uint8_t>> pieces = {
+      all.subspan(0, 3 * per_image), all.subspan(3 * per_image, per_image), all.subspan(4 * per_image, 4 * per_image)};
+  for (models::HostCopy copy : {models::HostCopy::kStaged, models::HostCopy::kPageable}) {
+    auto model = load_model(GetParam(), 1000, copy);
+    ASSERT_TRUE(model);
+    const int64_t dim = model->config().projection_dim;
+    std::vector<float> reference(n * dim), got(n * dim), twice(n * dim);
+    ASSERT_TRUE(model->encode_images_on_device(device, n, reference.data()).ok());
+    ASSERT_TRUE(model->encode_image_levels(pieces, table, got.data()).ok());
+    EXPECT_EQ(got, reference) << model->host_copy_description();
+    ASSERT_TRUE(model->encode_image_levels(pieces, table, twice.data()).ok());
+    EXPECT_EQ(twice, reference) << "second call";
+    EXPECT_EQ(model->encode_image_levels(pieces, std::span<const float>(table).first(255), got.data()).code(),
+              StatusCode::kInvalidArgument);
+    const std::vector<std::span<const uint8_t>> broken = {all.subspan(0, per_image + 3)};
+    EXPECT_EQ(model->encode_image_levels(broken, table, got.data()).code(), StatusCode::kInvalidArgument);
   }
   cudaFree(device);
 }

@@ -4,10 +4,15 @@
 // images are read in place (chunk boundaries inside a request change nothing); bad pieces are errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <span>
 
 #include "../../conformance/golden.h"
 #include "engine/clip_executor.h"
+#include "engine/clip_inputs.h"
+#include "frontends/image/image.h"
+#include "frontends/image/preprocess.h"
 
 namespace mmserve::engine {
 namespace {
@@ -235,6 +240,97 @@ TEST(ClipBatch, AnotherFamilysInputIsAnErrorNotACrash) {
   (*executor)->run(batch, hooks);
   ASSERT_TRUE(got.has_value());
   EXPECT_FALSE(got->ok());
+}
+
+// Decoded images travel as 8-bit levels (engine/clip_inputs.cpp) and are expanded by the executor: the
+// embeddings equal those of the same images as float pixels from the frontend's to_pixel_values (the path the
+// conformance tests hold to HF), bit for bit, in a batch of levels only and in a batch mixing both forms (one
+// request carries pixel_values beside a decoded image: all its images become floats).
+TEST(ClipBatch, ImageLevelsEqualFloatPixels) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  auto executor = ClipExecutor::create(dir, {});
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  auto inputs = ClipInputs::create(dir, **executor, {});
+  ASSERT_TRUE(inputs.ok()) << inputs.status().to_string();
+  auto config = image::load_clip_preprocess_config(dir);
+  ASSERT_TRUE(config.ok()) << config.status().to_string();
+  const std::vector<std::string> files = {"chelsea.png", "rocket.jpg", "camera.png", "logo.png"};
+  auto bytes_of = [](const std::string& name) {
+    std::ifstream f(testing::fixture("images/" + name), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  auto image_item = [&](const std::string& name) {
+    InputItem item;
+    item.kind = InputKind::kImageBytes;
+    item.image_bytes = bytes_of(name);
+    return item;
+  };
+  auto float_pixels = [&](const std::string& name) {  // the frontend's float path
+    const std::string b = bytes_of(name);
+    auto rgb = image::decode_rgb(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(b.data()), b.size()));
+    EXPECT_TRUE(rgb.ok());
+    const image::RgbImage cropped = image::resize_and_crop(*rgb, *config);
+    std::vector<float> values(static_cast<size_t>(3 * cropped.width * cropped.height));
+    image::to_pixel_values(cropped, *config, values.data());
+    return values;
+  };
+  // Reference: every image as float pixels, one request each.
+  std::vector<std::unique_ptr<ClipInput>> floats;
+  for (const std::string& name : files) {
+    auto r = std::make_unique<ClipInput>();
+    r->input_is_image = {true};
+    r->images = 1;
+    r->pixels = float_pixels(name);
+    floats.push_back(std::move(r));
+  }
+  const BatchRun want = run_batch(**executor, floats, {});
+  // Levels: the same images prepared as the server prepares them.
+  std::vector<std::unique_ptr<ClipInput>> levels;
+  for (const std::string& name : files) {
+    std::vector<InputItem> items;
+    items.push_back(image_item(name));
+    auto prepared = (*inputs)->prepare(items, nullptr);
+    ASSERT_TRUE(prepared.ok()) << prepared.status().to_string();
+    auto* clip = dynamic_cast<ClipInput*>(prepared->input.get());
+    ASSERT_NE(clip, nullptr);
+    EXPECT_TRUE(clip->pixels.empty());
+    EXPECT_EQ(clip->levels.size(), 3u * 32 * 32);
+    prepared->input.release();
+    levels.emplace_back(clip);
+  }
+  const BatchRun got = run_batch(**executor, levels, {});
+  for (size_t i = 0; i < files.size(); ++i) {
+    ASSERT_TRUE(want.outputs[i].ok() && got.outputs[i].ok()) << files[i];
+    EXPECT_EQ(embedding(got.outputs[i]), embedding(want.outputs[i])) << files[i];
+  }
+  // Mixed: request 1 holds a decoded image and then pixel_values (the float form of camera.png).
+  std::vector<InputItem> items;
+  items.push_back(image_item(files[1]));
+  InputItem tensor;
+  tensor.kind = InputKind::kPixelValues;
+  tensor.pixel_values = float_pixels(files[2]);
+  items.push_back(std::move(tensor));
+  auto two = (*inputs)->prepare(items, nullptr);
+  ASSERT_TRUE(two.ok()) << two.status().to_string();
+  auto* two_clip = dynamic_cast<ClipInput*>(two->input.get());
+  ASSERT_NE(two_clip, nullptr);
+  EXPECT_TRUE(two_clip->levels.empty());
+  EXPECT_EQ(two_clip->pixels.size(), 2u * 3 * 32 * 32);
+  two->input.release();
+  std::vector<std::unique_ptr<ClipInput>> mixed;
+  mixed.push_back(std::move(levels[0]));
+  mixed.emplace_back(two_clip);
+  mixed.push_back(std::move(levels[3]));
+  const BatchRun mix = run_batch(**executor, mixed, {});
+  ASSERT_TRUE(mix.outputs[0].ok() && mix.outputs[1].ok() && mix.outputs[2].ok());
+  const auto* pair = output_as<ClipOutput>(*mix.outputs[1]);
+  ASSERT_NE(pair, nullptr);
+  ASSERT_EQ(pair->embeddings.size(), 2u);
+  // The image tower sees the same four images in the same order as the reference batch: equal bit for bit.
+  EXPECT_EQ(embedding(mix.outputs[0]), embedding(want.outputs[0]));
+  EXPECT_EQ(pair->embeddings[0], embedding(want.outputs[1]));
+  EXPECT_EQ(pair->embeddings[1], embedding(want.outputs[2]));
+  EXPECT_EQ(embedding(mix.outputs[2]), embedding(want.outputs[3]));
 }
 
 }  // namespace

@@ -177,6 +177,32 @@ TEST(PixelValues, ClipNormalisationExtremesAndLayout) {
   EXPECT_EQ(out[1], 255.0f);
 }
 
+// The two halves (levels, then the table) give to_pixel_values' floats bit for bit, for every level and channel,
+// with and without rescale / normalise, over an odd-sized image.
+TEST(PixelValues, LevelsThroughTheTableEqualToPixelValues) {
+  RgbImage image{7, 5, {}};
+  for (int i = 0; i < 7 * 5 * 3; ++i) image.pixels.push_back(static_cast<uint8_t>((i * 53) % 256));
+  ClipPreprocessConfig plain;
+  plain.do_rescale = false;
+  for (const ClipPreprocessConfig& config : {ClipPreprocessConfig{}, plain}) {
+    std::vector<float> want(7 * 5 * 3);
+    to_pixel_values(image, config, want.data());
+    std::vector<uint8_t> levels(want.size());
+    to_pixel_levels(image, levels.data());
+    const PixelValueTable table = pixel_value_table(config);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const size_t channel = i / (7 * 5);
+      EXPECT_EQ(table[channel * 256 + levels[i]], want[i]) << i;
+    }
+    for (int level = 0; level < 256; ++level) {
+      RgbImage one{1, 1, {static_cast<uint8_t>(level), static_cast<uint8_t>(level), static_cast<uint8_t>(level)}};
+      float v[3];
+      to_pixel_values(one, config, v);
+      for (int c = 0; c < 3; ++c) EXPECT_EQ(table[static_cast<size_t>(c * 256 + level)], v[c]) << level;
+    }
+  }
+}
+
 class PreprocessConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {

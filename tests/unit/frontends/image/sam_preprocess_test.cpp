@@ -7,6 +7,7 @@
 // folder's preprocessor_config.json and compares: pixels within 1e-5 (PIL-exact resize: in practice equal),
 // coordinates exactly (float64), masks >= 99.9% equal pixels (the figure is printed).
 #include "frontends/image/sam_preprocess.h"
+#include "kernels/mask_resize/mask_resize.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -209,6 +210,17 @@ TEST(SamCoords, MatchHfProcessorExactly) {
     }
   }
   EXPECT_GE(checked, 20);
+}
+
+// post_process_masks for one prompt: kernels/mask_resize's CPU twin shaped by the image's geometry, as the SAM
+// executor calls it (engine/sam_executor.cpp).
+std::vector<uint8_t> postprocess_sam_masks(const float* low_res, int k, int h, int w, const SamImageInput& geom,
+                                           float threshold = 0.0f) {
+  const kernels::MaskResizeShape shape{k, h, w, geom.pad_height, geom.pad_width, geom.reshaped_height,
+                                       geom.reshaped_width, geom.original_height, geom.original_width};
+  std::vector<uint8_t> out(static_cast<size_t>(k) * geom.original_height * geom.original_width);
+  kernels::mask_resize_threshold(low_res, shape, threshold, out.data());
+  return out;
 }
 
 // HF's post_process_masks on HF's own pred_masks: the same binary masks at the original size.
