@@ -12,6 +12,7 @@
 #include "frontends/text/clip_tokenizer.h"
 #include "frontends/text/whisper_tokenizer.h"
 #include "models/clip/clip_demo.h"
+#include "models/llama/llama2c.h"
 #include "models/registry.h"
 #include "models/sam/sam_demo.h"
 
@@ -199,6 +200,13 @@ int run_demo_model(const std::string& output_dir, bool overwrite, const std::str
   Status status = models::write_demo_clip(output_dir, options);
   if (!status.ok()) return fail(status.message());
   std::fprintf(stderr, "wrote the demo CLIP (random weights, real tokenizer) to %s\n", output_dir.c_str());
+  return 0;
+}
+
+int run_convert_llama2c(const std::string& checkpoint, const std::string& tokenizer, const std::string& output_dir) {
+  Status status = models::convert_llama2c(checkpoint, tokenizer, output_dir);
+  if (!status.ok()) return fail(status.message());
+  std::fprintf(stderr, "wrote an HF Llama directory to %s\n", output_dir.c_str());
   return 0;
 }
 

@@ -33,6 +33,8 @@ int run_tokenize(const TokenizeArgs& args);
 
 int run_inspect(const std::string& model_dir);
 int run_demo_model(const std::string& output_dir, bool overwrite, const std::string& architecture);
+// `mmserve convert-llama2c`: models/llama/llama2c.h.
+int run_convert_llama2c(const std::string& checkpoint, const std::string& tokenizer, const std::string& output_dir);
 
 // `mmserve serve` (src/cli/serve_command.cpp): runs the HTTP server until SIGTERM/SIGINT, then drains.
 struct ServeArgs {

@@ -51,6 +51,17 @@ int main(int argc, char** argv) {
                    "small (the demo CLIP), vit-b32 (CLIP for benchmarks) or sam (the demo SAM)")
       ->check(CLI::IsMember({"small", "vit-b32", "sam"}));
 
+  std::string l2c_checkpoint, l2c_tokenizer, l2c_output;
+  CLI::App* l2c_cmd = app.add_subcommand(
+      "convert-llama2c", "Convert a llama2.c checkpoint and tokenizer (run.c's format) into an HF Llama directory");
+  l2c_cmd->add_option("--checkpoint", l2c_checkpoint, "llama2.c model file (e.g. stories260K.bin)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  l2c_cmd->add_option("--tokenizer", l2c_tokenizer, "llama2.c tokenizer file (e.g. tok512.bin)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  l2c_cmd->add_option("--output", l2c_output, "directory to write")->required();
+
   // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
   ServeArgs serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "Run the HTTP server (KServe v2 + OpenAI APIs, /metrics)");
@@ -163,6 +174,7 @@ int main(int argc, char** argv) {
   if (*tok_cmd) return run_tokenize(tokenize);
   if (*inspect_cmd) return run_inspect(inspect_dir);
   if (*demo_cmd) return run_demo_model(demo_dir, overwrite, demo_architecture);
+  if (*l2c_cmd) return run_convert_llama2c(l2c_checkpoint, l2c_tokenizer, l2c_output);
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
   if (*transcribe_cmd) return run_transcribe(transcribe);

@@ -15,6 +15,11 @@
 //     j < L_b with L_b = kv_lengths[b] (clamped to [0, kv_len]) or kv_len without kv_lengths, and, with
 //     `causal`, j <= L_b - q_len + i (bottom-right aligned: the q_len new tokens are the last of the L_b
 //     keys, so a decode step sees its whole past). A query row that sees no key gets zeros.
+//     With `window` > 0 (Mistral's sliding window), query i also sees only the window keys ending at its own
+//     position: j > L_b - q_len + i - window.
+//   Grouped-query attention: with kv_heads > 0 (and heads a multiple of it) K and V hold kv_heads heads, columns
+//   [g * head_dim, +head_dim), and query head h reads K/V head h / (heads / kv_heads) (compressed scales are per
+//   (batch row, K/V head) then); 0 means kv_heads = heads.
 //   Keys that are not visible are never read, so padding past L_b may hold anything (NaN included).
 // Types: q and out have `dtype` (f32, f16, bf16). With storage kSame, k and v have `dtype` too; with
 // kFp8E4M3 / kInt8 they are 1-byte elements (__nv_fp8_e4m3 / int8) and the real value is
@@ -52,6 +57,8 @@ struct AttentionKvArgs {
   float scale = 1.0f;
   const int32_t* kv_lengths = nullptr;  // [batch]: keys j >= kv_lengths[b] hidden (else kv_len); nullable
   bool causal = false;                  // bottom-right aligned: query i sees keys j <= L_b - q_len + i
+  int64_t window = 0;                   // > 0 (with causal): query i sees keys j > L_b - q_len + i - window
+  int64_t kv_heads = 0;                 // heads of K/V (grouped-query attention); 0: heads. CPU twin only so far
   // CUDA only: scratch for the split-KV partials of the decode path (q_len == 1), at least
   // attention_kv_cuda_workspace_bytes(args) bytes, 16-byte aligned; may be null when that is 0.
   void* workspace = nullptr;

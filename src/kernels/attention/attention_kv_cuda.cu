@@ -575,6 +575,9 @@ std::string shape_string(const AttentionKvArgs& a) {
 // Why the CUDA kernels do not take these (valid) arguments, or "" when they do.
 std::string unsupported_reason(const AttentionKvArgs& a) {
   if (a.head_dim > kHeadDimMax) return "head_dim > " + std::to_string(kHeadDimMax);
+  if ((a.kv_heads != 0 && a.kv_heads != a.heads) || a.window != 0) {
+    return "grouped-query attention and sliding windows are CPU-only so far";
+  }
   if (a.batch > 65535 || a.heads > 65535) return "batch and heads must be <= 65535 (grid dimensions)";
   if (a.q_len > (1 << 24) || a.kv_len > (1 << 24) || a.kv_batch_stride > (int64_t{1} << 40)) {
     return "q_len / kv_len out of range";

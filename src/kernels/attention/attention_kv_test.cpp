@@ -295,6 +295,73 @@ TEST(AttentionKvCpu, SharedKvEqualsCopiedKv) {
   }
 }
 
+// Grouped-query attention (K/V with fewer heads than q, query head h reading K/V head h / group) and Mistral's
+// sliding window (query i sees keys (p_i - window, p_i], p_i = L - q_len + i), against a naive double loop
+// straight from the contract; with kv_lengths, a prefill (q_len > 1) and a decode step (q_len 1).
+TEST(AttentionKvCpu, GroupedQueryHeadsAndSlidingWindow) {
+  const int64_t batch = 3, heads = 6, head_dim = 8, kv_len = 45;
+  const std::vector<int32_t> lengths = {45, 9, 30};
+  for (int64_t kv_heads : {6, 3, 2, 1}) {
+    for (int64_t window : {0, 1, 4, 100}) {
+      for (int64_t q_len : {1, 7}) {
+        SCOPED_TRACE("kv_heads=" + std::to_string(kv_heads) + " window=" + std::to_string(window) +
+                     " q_len=" + std::to_string(q_len));
+        const int64_t hq = heads * head_dim, hkv = kv_heads * head_dim;
+        const std::vector<float> q = random_floats(static_cast<size_t>(batch * q_len * hq), 11, -1.0f, 1.0f);
+        const std::vector<float> k = random_floats(static_cast<size_t>(batch * kv_len * hkv), 12, -1.0f, 1.0f);
+        const std::vector<float> v = random_floats(static_cast<size_t>(batch * kv_len * hkv), 13, -1.0f, 1.0f);
+        std::vector<float> out(static_cast<size_t>(batch * q_len * hq), 7.0f);
+        AttentionKvArgs a;
+        a.q = q.data(), a.q_ld = hq, a.k = k.data(), a.v = v.data(), a.kv_ld = hkv, a.kv_batch_stride = kv_len;
+        a.out = out.data(), a.out_ld = hq, a.dtype = DType::kF32, a.batch = batch, a.q_len = q_len;
+        a.kv_len = kv_len, a.heads = heads, a.head_dim = head_dim, a.scale = 0.3f, a.kv_lengths = lengths.data();
+        a.causal = true, a.window = window, a.kv_heads = kv_heads == heads ? 0 : kv_heads;
+        const Status status = attention_kv_cpu(a);
+        ASSERT_TRUE(status.ok()) << status.to_string();
+        const int64_t group = heads / kv_heads;
+        for (int64_t b = 0; b < batch; ++b) {
+          const int64_t L = lengths[b];
+          for (int64_t h = 0; h < heads; ++h) {
+            for (int64_t i = 0; i < q_len; ++i) {
+              const int64_t pos = L - q_len + i;
+              std::vector<double> w;
+              std::vector<int64_t> keys;
+              for (int64_t j = 0; j < L; ++j) {
+                if (j > pos || (window > 0 && j <= pos - window)) continue;
+                double dot = 0;
+                for (int64_t d = 0; d < head_dim; ++d) {
+                  dot += double{q[(b * q_len + i) * hq + h * head_dim + d]} *
+                         k[(b * kv_len + j) * hkv + (h / group) * head_dim + d];
+                }
+                w.push_back(dot * 0.3);
+                keys.push_back(j);
+              }
+              double mx = -1e300, sum = 0;
+              for (double x : w) mx = std::max(mx, x);
+              for (double& x : w) sum += (x = std::exp(x - mx));
+              for (int64_t d = 0; d < head_dim; ++d) {
+                double ref = 0;
+                for (size_t t = 0; t < keys.size(); ++t) {
+                  ref += w[t] / sum * v[(b * kv_len + keys[t]) * hkv + (h / group) * head_dim + d];
+                }
+                EXPECT_NEAR(out[(b * q_len + i) * hq + h * head_dim + d], ref, 2e-5) << b << " " << h << " " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  AttentionKvArgs bad;
+  float buf[64] = {};
+  bad.q = buf, bad.k = buf, bad.v = buf, bad.out = buf, bad.q_ld = bad.kv_ld = bad.out_ld = 8;
+  bad.kv_batch_stride = 1, bad.dtype = DType::kF32, bad.batch = 1, bad.q_len = 1, bad.kv_len = 1, bad.heads = 4;
+  bad.head_dim = 2, bad.kv_heads = 3;
+  EXPECT_EQ(attention_kv_cpu(bad).code(), StatusCode::kInvalidArgument);  // 4 heads over 3 K/V heads
+  bad.kv_heads = 0, bad.window = 2;
+  EXPECT_EQ(attention_kv_cpu(bad).code(), StatusCode::kInvalidArgument);  // a window without causal
+}
+
 TEST(AttentionKvCpu, RejectsBadArguments) {
   float buf[64] = {};
   AttentionKvArgs a;

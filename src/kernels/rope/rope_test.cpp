@@ -1,0 +1,70 @@
+// RoPE against HF's formulas written out in double: the default frequencies, linear and dynamic NTK scaling, the
+// llama3 bands (low frequencies divided by the factor, high ones kept, the middle blended; checked on a Llama 3.1
+// configuration: theta 500000, factor 8, bands 1 / 4, original context 8192), and the rotate_half rotation over
+// several heads with a row stride and arbitrary positions.
+#include "kernels/rope/rope.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/testing/kernel_test_util.h"
+
+namespace mmserve::kernels {
+namespace {
+
+double default_freq(int64_t i, int64_t dim, double base) { return 1.0 / std::pow(base, 2.0 * i / dim); }
+
+TEST(Rope, InverseFrequenciesOfEachScaling) {
+  const int64_t dim = 64;
+  RopeScaling plain;
+  const std::vector<float> d = rope_inv_freq(dim, 10000.0, plain, 2048);
+  ASSERT_EQ(d.size(), 32u);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_NEAR(d[i], default_freq(i, dim, 10000.0), 1e-6 * d[i]) << i;
+  RopeScaling linear{"linear", 4.0};
+  const std::vector<float> l = rope_inv_freq(dim, 10000.0, linear, 2048);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_NEAR(l[i], default_freq(i, dim, 10000.0) / 4, 1e-6 * l[i]) << i;
+  RopeScaling dynamic{"dynamic", 2.0};
+  EXPECT_EQ(rope_inv_freq(dim, 10000.0, dynamic, 2048, 2048), d);  // within the trained length: unchanged
+  const std::vector<float> dy = rope_inv_freq(dim, 10000.0, dynamic, 2048, 4096);
+  const double base = 10000.0 * std::pow(2.0 * 4096 / 2048 - 1.0, 64.0 / 62.0);
+  for (int64_t i = 0; i < 32; ++i) EXPECT_NEAR(dy[i], default_freq(i, dim, base), 1e-5 * dy[i]) << i;
+  RopeScaling llama3{"llama3", 8.0, 1.0, 4.0, 8192};
+  const std::vector<float> l3 = rope_inv_freq(128, 500000.0, llama3, 131072);
+  for (int64_t i = 0; i < 64; ++i) {
+    const double f = default_freq(i, 128, 500000.0), wavelen = 2 * M_PI / f;
+    double want = f;
+    if (wavelen > 8192.0) {
+      want = f / 8;
+    } else if (wavelen >= 8192.0 / 4) {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      want = (1 - smooth) * f / 8 + smooth * f;
+    }
+    EXPECT_NEAR(l3[i], want, 2e-6 * want) << i;
+  }
+  EXPECT_EQ(l3[0], rope_inv_freq(128, 500000.0, plain, 131072)[0]);  // the highest frequency is kept
+}
+
+TEST(Rope, RotatesHalvesOfEveryHead) {
+  const int64_t rows = 5, heads = 3, head_dim = 10, ld = heads * head_dim + 4;
+  std::vector<float> x = test_util::random_floats(static_cast<size_t>(rows * ld), 21, -2.0f, 2.0f);
+  const std::vector<float> before = x;
+  const std::vector<int32_t> positions = {0, 1, 7, 300, 4095};
+  const std::vector<float> inv = rope_inv_freq(head_dim, 10000.0, {}, 4096);
+  apply_rope(x.data(), rows, ld, heads, head_dim, positions.data(), inv.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t i = 0; i < head_dim / 2; ++i) {
+        const double f = double{float(positions[r]) * inv[i]};
+        const double x1 = before[r * ld + h * head_dim + i], x2 = before[r * ld + h * head_dim + i + 5];
+        EXPECT_NEAR(x[r * ld + h * head_dim + i], x1 * std::cos(f) - x2 * std::sin(f), 2e-6) << r << h << i;
+        EXPECT_NEAR(x[r * ld + h * head_dim + i + 5], x2 * std::cos(f) + x1 * std::sin(f), 2e-6) << r << h << i;
+      }
+    }
+    for (int64_t c = heads * head_dim; c < ld; ++c) EXPECT_EQ(x[r * ld + c], before[r * ld + c]) << "padding";
+  }
+}
+
+}  // namespace
+}  // namespace mmserve::kernels

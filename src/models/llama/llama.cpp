@@ -1,0 +1,367 @@
+// LlamaModel (see llama.h): config reading, the weight table, and the forward of modeling_llama.py / modeling_mistral.py
+// / modeling_qwen2.py / modeling_qwen3.py, written out once with the differences as flags.
+#include "models/llama/llama.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/json_config.h"
+#include "kernels/attention/attention_kv.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/rms_norm/rms_norm.h"
+#include "kernels/swiglu/swiglu.h"
+
+namespace mmserve::models {
+namespace {
+
+// model_type of each architecture, for configs that give only one of the two.
+constexpr std::pair<const char*, const char*> kArchitectures[] = {{"LlamaForCausalLM", "llama"},
+                                                                  {"MistralForCausalLM", "mistral"},
+                                                                  {"Qwen2ForCausalLM", "qwen2"},
+                                                                  {"Qwen3ForCausalLM", "qwen3"}};
+
+// The rope settings: transformers 5's `rope_parameters`, else 4.x's `rope_theta` + `rope_scaling` (which names its
+// type `type` in older files, `rope_type` in newer ones).
+Status parse_rope(const nlohmann::json& root, const JsonObject& o, const std::string& label, LlamaConfig& c) {
+  const nlohmann::json* scaling = nullptr;
+  std::string where;
+  if (root.contains("rope_parameters") && root["rope_parameters"].is_object()) {
+    scaling = &root["rope_parameters"];
+    where = label + ".rope_parameters";
+    ASSIGN_OR_RETURN(JsonObject p, JsonObject::wrap(*scaling, where));
+    ASSIGN_OR_RETURN(c.rope_theta, p.get_double_or("rope_theta", c.rope_theta));
+  } else {
+    ASSIGN_OR_RETURN(c.rope_theta, o.get_double_or("rope_theta", c.rope_theta));
+    if (root.contains("rope_scaling") && !root["rope_scaling"].is_null()) {
+      scaling = &root["rope_scaling"];
+      where = label + ".rope_scaling";
+    }
+  }
+  if (!(c.rope_theta > 0)) return invalid_argument(label + ": rope_theta must be positive");
+  if (scaling == nullptr) return ok_status();
+  ASSIGN_OR_RETURN(JsonObject s, JsonObject::wrap(*scaling, where));
+  ASSIGN_OR_RETURN(std::string type, s.get_string_or("rope_type", ""));
+  if (type.empty()) {
+    ASSIGN_OR_RETURN(type, s.get_string_or("type", "default"));
+  }
+  if (type != "default" && type != "linear" && type != "dynamic" && type != "llama3") {
+    return unimplemented(where + ": rope type '" + type + "' is not supported (default, linear, dynamic, llama3)");
+  }
+  c.rope_scaling.type = type;
+  ASSIGN_OR_RETURN(c.rope_scaling.factor, s.get_double_or("factor", 1.0));
+  ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor, s.get_double_or("low_freq_factor", 1.0));
+  ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor, s.get_double_or("high_freq_factor", 4.0));
+  ASSIGN_OR_RETURN(c.rope_scaling.original_max_position_embeddings,
+                   s.get_int_or("original_max_position_embeddings", c.max_position_embeddings));
+  if (type != "default" && !(c.rope_scaling.factor >= 1.0)) {
+    return invalid_argument(where + ".factor must be >= 1 for rope type '" + type + "'");
+  }
+  if (type == "llama3" && !(c.rope_scaling.high_freq_factor > c.rope_scaling.low_freq_factor)) {
+    return invalid_argument(where + ": high_freq_factor must be above low_freq_factor");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::string& label) {
+  ASSIGN_OR_RETURN(JsonObject o, JsonObject::wrap(json, label));
+  LlamaConfig c;
+  std::string arch, model_type;
+  if (json.contains("architectures") && json["architectures"].is_array() && !json["architectures"].empty() &&
+      json["architectures"][0].is_string()) {
+    arch = json["architectures"][0].get<std::string>();
+  }
+  ASSIGN_OR_RETURN(model_type, o.get_string_or("model_type", ""));
+  for (const auto& [a, t] : kArchitectures) {
+    if (arch.empty() && model_type == t) arch = a;
+  }
+  bool known = false;
+  for (const auto& [a, t] : kArchitectures) known = known || arch == a;
+  if (!known) {
+    return unimplemented(label + ": architecture '" + (arch.empty() ? model_type : arch) +
+                         "' is not a Llama-family decoder (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                         "Qwen3ForCausalLM)");
+  }
+  c.architecture = arch;
+  ASSIGN_OR_RETURN(c.vocab_size, o.get_int_or("vocab_size", c.vocab_size));
+  ASSIGN_OR_RETURN(c.hidden_size, o.get_int_or("hidden_size", c.hidden_size));
+  ASSIGN_OR_RETURN(c.intermediate_size, o.get_int_or("intermediate_size", c.intermediate_size));
+  ASSIGN_OR_RETURN(c.num_hidden_layers, o.get_int_or("num_hidden_layers", c.num_hidden_layers));
+  ASSIGN_OR_RETURN(c.num_attention_heads, o.get_int_or("num_attention_heads", c.num_attention_heads));
+  ASSIGN_OR_RETURN(c.num_key_value_heads, o.get_int_or("num_key_value_heads", c.num_attention_heads));
+  ASSIGN_OR_RETURN(c.max_position_embeddings, o.get_int_or("max_position_embeddings", c.max_position_embeddings));
+  ASSIGN_OR_RETURN(c.rms_norm_eps, o.get_double_or("rms_norm_eps", c.rms_norm_eps));
+  ASSIGN_OR_RETURN(c.tie_word_embeddings, o.get_bool_or("tie_word_embeddings", false));
+  for (auto [key, value] : {std::pair{"vocab_size", c.vocab_size}, {"hidden_size", c.hidden_size},
+                            {"intermediate_size", c.intermediate_size}, {"num_hidden_layers", c.num_hidden_layers},
+                            {"num_attention_heads", c.num_attention_heads},
+                            {"num_key_value_heads", c.num_key_value_heads},
+                            {"max_position_embeddings", c.max_position_embeddings}}) {
+    if (value <= 0 || value > (int64_t{1} << 31)) return invalid_argument(label + "." + key + " must be positive");
+  }
+  c.head_dim = c.hidden_size / c.num_attention_heads;
+  if (o.has("head_dim")) {
+    ASSIGN_OR_RETURN(c.head_dim, o.get_int("head_dim"));
+  }
+  if (c.head_dim <= 0 || c.head_dim % 2 != 0 || (!o.has("head_dim") && c.hidden_size % c.num_attention_heads != 0)) {
+    return invalid_argument(label + ": head_dim (" + std::to_string(c.head_dim) +
+                            ") must be even and divide the hidden size evenly among the heads");
+  }
+  if (c.num_attention_heads % c.num_key_value_heads != 0) {
+    return invalid_argument(label + ": num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                            ") must be a multiple of num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+                            ")");
+  }
+  ASSIGN_OR_RETURN(std::string act, o.get_string_or("hidden_act", "silu"));
+  if (act != "silu") return unimplemented(label + ".hidden_act: '" + act + "' is not supported (silu)");
+  RETURN_IF_ERROR(parse_rope(json, o, label, c));
+  ASSIGN_OR_RETURN(bool attention_bias, o.get_bool_or("attention_bias", false));
+  ASSIGN_OR_RETURN(c.mlp_bias, o.get_bool_or("mlp_bias", false));
+  if (arch == "LlamaForCausalLM") c.qkv_bias = c.o_bias = attention_bias;
+  if (arch == "Qwen2ForCausalLM") c.qkv_bias = true;  // Qwen2Attention: bias on q/k/v, none on o
+  if (arch == "Qwen3ForCausalLM") {
+    c.qkv_bias = c.o_bias = attention_bias;
+    c.qk_norm = true;
+  }
+  if (arch == "MistralForCausalLM" && o.has("sliding_window")) {
+    ASSIGN_OR_RETURN(c.sliding_window, o.get_int("sliding_window"));
+    if (c.sliding_window <= 0) return invalid_argument(label + ".sliding_window must be positive or null");
+  }
+  if (arch == "Qwen2ForCausalLM" || arch == "Qwen3ForCausalLM") {
+    ASSIGN_OR_RETURN(bool sliding, o.get_bool_or("use_sliding_window", false));
+    if (sliding) return unimplemented(label + ".use_sliding_window: per-layer sliding windows are not supported");
+  }
+  ASSIGN_OR_RETURN(c.bos_token_id, o.get_int_or("bos_token_id", c.bos_token_id));
+  if (json.contains("eos_token_id")) {
+    const nlohmann::json& eos = json["eos_token_id"];
+    c.eos_token_ids.clear();
+    if (eos.is_number_integer()) c.eos_token_ids.push_back(eos.get<int64_t>());
+    if (eos.is_array()) {
+      for (const nlohmann::json& e : eos) {
+        if (!e.is_number_integer()) return invalid_argument(label + ".eos_token_id must hold integers");
+        c.eos_token_ids.push_back(e.get<int64_t>());
+      }
+    }
+    if (!eos.is_null() && c.eos_token_ids.empty() && !eos.is_array()) {
+      return invalid_argument(label + ".eos_token_id must be an integer or a list of integers");
+    }
+  }
+  return c;
+}
+
+std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c) {
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
+  std::vector<WeightSpec> specs = {{"model.embed_tokens.weight", {c.vocab_size, h}}, {"model.norm.weight", {h}}};
+  // A tied checkpoint may still carry lm_head (HF writes it for some models): allowed, unused.
+  specs.push_back({"lm_head.weight", {c.vocab_size, h}, c.tie_word_embeddings});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    specs.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    if (c.qkv_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q}});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv}});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.o_bias) specs.push_back({p + "self_attn.o_proj.bias", {h}});
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    specs.push_back({p + "mlp.gate_proj.weight", {i, h}});
+    specs.push_back({p + "mlp.up_proj.weight", {i, h}});
+    specs.push_back({p + "mlp.down_proj.weight", {h, i}});
+    if (c.mlp_bias) {
+      specs.push_back({p + "mlp.gate_proj.bias", {i}});
+      specs.push_back({p + "mlp.up_proj.bias", {i}});
+      specs.push_back({p + "mlp.down_proj.bias", {h}});
+    }
+  }
+  return specs;
+}
+
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& model_dir) {
+  const std::string config_path = model_dir + "/config.json";
+  ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
+  std::unique_ptr<LlamaModel> model(new LlamaModel());
+  ASSIGN_OR_RETURN(model->config_, parse_llama_config(json, config_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
+  const std::vector<WeightSpec> specs = llama_weight_specs(model->config_);
+  WeightCheckOptions check;
+  check.ignored_suffixes = {"rotary_emb.inv_freq"};  // a buffer older checkpoints carry
+  RETURN_IF_ERROR(check_weights(*store, specs, check).with_context(model_dir));
+  ASSIGN_OR_RETURN(model->weights_, F32Weights::load(*store, specs));
+  model->bind_weights();
+  return model;
+}
+
+void LlamaModel::bind_weights() {
+  const LlamaConfig& c = config_;
+  auto get = [&](const std::string& name) { return weights_->has(name) ? weights_->get(name) : Tensor(); };
+  embed_ = get("model.embed_tokens.weight");
+  final_norm_ = get("model.norm.weight");
+  lm_head_ = c.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    Layer w;
+    w.input_norm = get(p + "input_layernorm.weight");
+    w.post_norm = get(p + "post_attention_layernorm.weight");
+    w.q = get(p + "self_attn.q_proj.weight");
+    w.k = get(p + "self_attn.k_proj.weight");
+    w.v = get(p + "self_attn.v_proj.weight");
+    w.o = get(p + "self_attn.o_proj.weight");
+    w.q_bias = get(p + "self_attn.q_proj.bias");
+    w.k_bias = get(p + "self_attn.k_proj.bias");
+    w.v_bias = get(p + "self_attn.v_proj.bias");
+    w.o_bias = get(p + "self_attn.o_proj.bias");
+    w.q_norm = get(p + "self_attn.q_norm.weight");
+    w.k_norm = get(p + "self_attn.k_norm.weight");
+    w.gate = get(p + "mlp.gate_proj.weight");
+    w.up = get(p + "mlp.up_proj.weight");
+    w.down = get(p + "mlp.down_proj.weight");
+    w.gate_bias = get(p + "mlp.gate_proj.bias");
+    w.up_bias = get(p + "mlp.up_proj.bias");
+    w.down_bias = get(p + "mlp.down_proj.bias");
+    layers_.push_back(w);
+  }
+  if (c.rope_scaling.type != "dynamic") {
+    inv_freq_ = kernels::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
+  }
+}
+
+int64_t LlamaModel::max_length() const {
+  // Dynamic NTK scaling exists to run past the trained length: up to factor times it.
+  const LlamaConfig& c = config_;
+  if (c.rope_scaling.type == "dynamic") {
+    return static_cast<int64_t>(static_cast<double>(c.rope_scaling.original_max_position_embeddings) *
+                                c.rope_scaling.factor);
+  }
+  return c.max_position_embeddings;
+}
+
+StatusOr<LlamaKvCache> LlamaModel::new_cache(int64_t capacity) const {
+  if (capacity <= 0 || capacity > max_length()) {
+    return invalid_argument("a KV cache of " + std::to_string(capacity) + " tokens (the model takes 1.." +
+                            std::to_string(max_length()) + ")");
+  }
+  LlamaKvCache cache;
+  cache.capacity = capacity;
+  cache.layers = config_.num_hidden_layers;
+  cache.kv_size = config_.kv_size();
+  const size_t n = static_cast<size_t>(cache.layers * capacity * cache.kv_size);
+  cache.k.assign(n, 0.0f);
+  cache.v.assign(n, 0.0f);
+  return cache;
+}
+
+Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
+                           float* all_logits) const {
+  const LlamaConfig& c = config_;
+  if (n <= 0) return invalid_argument("forward needs at least one token");
+  if (cache.layers != c.num_hidden_layers || cache.kv_size != c.kv_size()) {
+    return invalid_argument("the KV cache was made for another model");
+  }
+  if (cache.length + n > cache.capacity) {
+    return invalid_argument("the sequence would reach " + std::to_string(cache.length + n) +
+                            " tokens; its KV cache holds " + std::to_string(cache.capacity));
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
+                              std::to_string(c.vocab_size) + ")");
+    }
+  }
+  const int64_t h = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), past = cache.length, total = past + n;
+  std::vector<int32_t> positions(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(past + t);
+  // Dynamic NTK scaling depends on the longest position seen (HF recomputes its frequencies per forward).
+  const std::vector<float> dynamic_freq =
+      c.rope_scaling.type == "dynamic"
+          ? kernels::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling,
+                                   c.rope_scaling.original_max_position_embeddings, total)
+          : std::vector<float>();
+  const float* inv_freq = dynamic_freq.empty() ? inv_freq_.data() : dynamic_freq.data();
+
+  std::vector<float> x(static_cast<size_t>(n * h)), normed(x.size()), q(static_cast<size_t>(n * qs)),
+      attn(q.size()), gate(static_cast<size_t>(n * c.intermediate_size)), up(gate.size());
+  Tensor xt(x.data(), DType::kF32, {n, h}), normed_t(normed.data(), DType::kF32, {n, h});
+  Tensor qt(q.data(), DType::kF32, {n, qs}), attn_t(attn.data(), DType::kF32, {n, qs});
+  Tensor gate_t(gate.data(), DType::kF32, {n, c.intermediate_size}), up_t(up.data(), DType::kF32, {n, c.intermediate_size});
+  auto bias = [](const Tensor& b) { return b.data() != nullptr ? &b : nullptr; };
+  kernels::embedding(embed_, tokens, n, xt);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& w = layers_[static_cast<size_t>(l)];
+    kernels::rms_norm(x.data(), h, w.input_norm.data_as<float>(), n, h, eps, normed.data(), h);
+    // Keys and values go straight into the cache rows of this step's positions.
+    float* k_rows = cache.k_layer(l) + past * kvs;
+    float* v_rows = cache.v_layer(l) + past * kvs;
+    Tensor kt(k_rows, DType::kF32, {n, kvs}), vt(v_rows, DType::kF32, {n, kvs});
+    kernels::linear(normed_t, w.q, bias(w.q_bias), qt);
+    kernels::linear(normed_t, w.k, bias(w.k_bias), kt);
+    kernels::linear(normed_t, w.v, bias(w.v_bias), vt);
+    if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim values, before the rotation
+      kernels::rms_norm(q.data(), c.head_dim, w.q_norm.data_as<float>(), n * c.num_attention_heads, c.head_dim, eps,
+                        q.data(), c.head_dim);
+      kernels::rms_norm(k_rows, c.head_dim, w.k_norm.data_as<float>(), n * c.num_key_value_heads, c.head_dim, eps,
+                        k_rows, c.head_dim);
+    }
+    kernels::apply_rope(q.data(), n, qs, c.num_attention_heads, c.head_dim, positions.data(), inv_freq);
+    kernels::apply_rope(k_rows, n, kvs, c.num_key_value_heads, c.head_dim, positions.data(), inv_freq);
+    kernels::AttentionKvArgs a;
+    a.q = q.data(), a.q_ld = qs, a.k = cache.k_layer(l), a.v = cache.v_layer(l), a.kv_ld = kvs;
+    a.kv_batch_stride = cache.capacity, a.out = attn.data(), a.out_ld = qs, a.dtype = DType::kF32;
+    a.batch = 1, a.q_len = n, a.kv_len = total, a.heads = c.num_attention_heads, a.head_dim = c.head_dim;
+    a.kv_heads = c.num_key_value_heads, a.causal = true, a.window = c.sliding_window;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+    RETURN_IF_ERROR(kernels::attention_kv_cpu(a));
+    kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+    kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
+    kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);
+    kernels::linear(normed_t, w.up, bias(w.up_bias), up_t);
+    kernels::swiglu(gate.data(), up.data(), c.intermediate_size, n, c.intermediate_size, gate.data(),
+                    c.intermediate_size);
+    kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+  }
+  cache.length = total;
+  // Final norm, then logits for the rows asked for.
+  const int64_t first = all_logits != nullptr ? 0 : n - 1, rows = n - first;
+  kernels::rms_norm(x.data() + first * h, h, final_norm_.data_as<float>(), rows, h, eps, normed.data(), h);
+  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
+  Tensor in(normed.data(), DType::kF32, {rows, h}), out(logits.data(), DType::kF32, {rows, c.vocab_size});
+  kernels::linear(in, lm_head_, nullptr, out);
+  if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
+  if (last_logits != nullptr) {
+    std::memcpy(last_logits, logits.data() + (rows - 1) * c.vocab_size, c.vocab_size * sizeof(float));
+  }
+  return ok_status();
+}
+
+StatusOr<std::vector<int32_t>> LlamaModel::greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                                  bool ignore_eos) const {
+  if (prompt.empty()) return invalid_argument("greedy decoding needs a prompt (at least the BOS token)");
+  const int64_t capacity = std::min<int64_t>(max_length(), static_cast<int64_t>(prompt.size()) + max_new_tokens);
+  ASSIGN_OR_RETURN(LlamaKvCache cache, new_cache(capacity));
+  std::vector<float> logits(static_cast<size_t>(config_.vocab_size));
+  std::vector<int32_t> out;
+  RETURN_IF_ERROR(forward(prompt.data(), static_cast<int64_t>(prompt.size()), cache, logits.data()));
+  while (static_cast<int64_t>(out.size()) < max_new_tokens) {
+    const int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    const bool eos = std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), next) !=
+                     config_.eos_token_ids.end();
+    if ((eos && !ignore_eos) || cache.length >= cache.capacity) break;
+    RETURN_IF_ERROR(forward(&next, 1, cache, logits.data()));
+  }
+  return out;
+}
+
+}  // namespace mmserve::models

@@ -1,0 +1,108 @@
+// The Llama family of decoder-only transformers, one forward for the HF architectures that share it:
+// LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), MistralForCausalLM (sliding-window attention), Qwen2ForCausalLM (q/k/v
+// biases) and Qwen3ForCausalLM (per-head RMSNorm on q and k, an explicit head_dim). Each block is HF's
+// modeling_llama.py: x += o_proj(attention(rope(q), rope(k), v)) over RMSNorm(x); x += down(silu(gate) * up) over
+// RMSNorm(x); grouped-query attention when num_key_value_heads < num_attention_heads; logits from lm_head or, tied,
+// from embed_tokens.
+//
+// Config: transformers 4.x keys (`rope_theta`, `rope_scaling` with `type` or `rope_type`) and 5.x
+// (`rope_parameters` {rope_type, rope_theta, factor, ...}) are both read; rope types default, linear, dynamic and
+// llama3 are computed (kernels/rope.h), others (yarn, longrope, ...) are kUnimplemented naming the type.
+// Weights of any stored dtype (f32, f16, bf16; sharded) are checked against the table for the architecture
+// (all problems reported at once) and upcast to f32: the CPU path computes in f32.
+// Sequences keep a contiguous KV cache each (LlamaKvCache); forward() appends `n` tokens at the cache's length.
+// Tests: tests/conformance/llama_stories_test.cpp (llama2.c's stories260K converted by `mmserve convert-llama2c`:
+// greedy text equal to run.c's), tests/unit/models/llama_model_test.cpp (config keys, broken checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "core/tensor.h"
+#include "kernels/rope/rope.h"
+#include "models/common/weight_table.h"
+
+namespace mmserve::models {
+
+struct LlamaConfig {
+  std::string architecture = "LlamaForCausalLM";
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_hidden_layers = 32;
+  int64_t num_attention_heads = 32;
+  int64_t num_key_value_heads = 32;
+  int64_t head_dim = 128;  // hidden_size / num_attention_heads unless given (Qwen3)
+  int64_t max_position_embeddings = 2048;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  kernels::RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qkv_bias = false;      // Qwen2: q/k/v have biases; Llama: attention_bias (q/k/v and o)
+  bool o_bias = false;        // Llama's attention_bias
+  bool mlp_bias = false;      // Llama's mlp_bias
+  bool qk_norm = false;       // Qwen3
+  int64_t sliding_window = 0;  // Mistral (0: none)
+  int64_t bos_token_id = 1;
+  std::vector<int64_t> eos_token_ids = {2};
+
+  int64_t q_size() const { return num_attention_heads * head_dim; }
+  int64_t kv_size() const { return num_key_value_heads * head_dim; }
+};
+
+// config.json's object; `label` prefixes errors (kInvalidArgument for wrong types or values, kUnimplemented for
+// architectures, activations and rope types not supported).
+StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::string& label);
+
+// One sequence's keys and values: [layers, capacity, kv_size] each, f32; `length` tokens written.
+struct LlamaKvCache {
+  int64_t length = 0, capacity = 0, layers = 0, kv_size = 0;
+  std::vector<float> k, v;
+  float* k_layer(int64_t l) { return k.data() + l * capacity * kv_size; }
+  float* v_layer(int64_t l) { return v.data() + l * capacity * kv_size; }
+};
+
+class LlamaModel {
+ public:
+  static StatusOr<std::unique_ptr<LlamaModel>> load(const std::string& model_dir);
+  const LlamaConfig& config() const { return config_; }
+  size_t weight_bytes() const { return weights_->bytes(); }
+
+  // The longest sequence: max_position_embeddings (dynamic NTK RoPE: factor times the original length).
+  int64_t max_length() const;
+  // An empty cache for up to `capacity` tokens (at most max_length()).
+  StatusOr<LlamaKvCache> new_cache(int64_t capacity) const;
+  // Appends tokens[0, n) to the sequence in `cache` (positions cache.length ...). Writes the logits of the last
+  // token to `last_logits` [vocab] when non-null, and of every token to `all_logits` [n, vocab] when non-null.
+  // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).
+  Status forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
+                 float* all_logits = nullptr) const;
+  // Plain greedy decoding (argmax of the raw logits, ties to the lowest id) of up to max_new_tokens after the
+  // prompt, stopping after an eos id unless ignore_eos. Returns the generated ids only.
+  StatusOr<std::vector<int32_t>> greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
+                                        bool ignore_eos = false) const;
+
+ private:
+  struct Layer {
+    Tensor input_norm, post_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, gate, up, down,
+        gate_bias, up_bias, down_bias;
+  };
+  LlamaModel() = default;
+  void bind_weights();
+
+  LlamaConfig config_;
+  std::unique_ptr<F32Weights> weights_;
+  std::vector<Layer> layers_;
+  Tensor embed_, final_norm_, lm_head_;
+  std::vector<float> inv_freq_;  // every rope type but dynamic (which depends on the sequence's length)
+};
+
+// The weight table of a Llama-family checkpoint for `c` (HF names).
+std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c);
+
+}  // namespace mmserve::models
