@@ -3,7 +3,8 @@
 the way HF transformers 5's apply_chat_template does, and writes the results as goldens for the C++ interpreter.
 
     python3 tools/reference/chat_template_goldens.py                 # local jinja2, writes goldens.json
-    python3 tools/reference/chat_template_goldens.py --hf OUT.json   # the GPU host: real transformers
+    python3 tools/reference/chat_template_goldens.py --hf OUT.json   # the GPU host: real apply_chat_template
+    python3 tools/reference/chat_template_goldens.py --hf-render OUT.json  # there: render_jinja_template
     python3 tools/reference/chat_template_goldens.py --compare A.json B.json
 
 Local mode builds the Jinja environment exactly as transformers' `_cached_compile_jinja_template`
@@ -12,8 +13,8 @@ lstrip_blocks=True, extensions=[AssistantTracker, jinja2.ext.loopcontrols]), HF'
 (json.dumps with ensure_ascii=False and indent/separators/sort_keys passed through), `raise_exception` raising
 TemplateError, and `strftime_now`. It renders with messages, tools, documents, add_generation_prompt and the extra
 kwargs bos_token/eos_token (apply_chat_template passes the tokenizer's special tokens) plus each case's own kwargs.
-`--hf` renders with transformers.utils.chat_template_utils.render_jinja_template itself instead, so the golden is
-HF's own output; `--compare` diffs two golden files. The clock is pinned to 2026-12-02 12:00:00 in both modes
+`--hf` renders with transformers' own apply_chat_template (a tiny WordLevel tokenizer per template carrying its
+bos/eos tokens and chat_template), so the golden is HF's own output; `--compare` diffs two golden files. The clock is pinned to 2026-12-02 12:00:00 in both modes
 (strftime_now would otherwise make the goldens depend on the day); the C++ tests pin theirs the same way.
 
 Each golden is {template, case, add_generation_prompt, kwargs, output} or, where HF's render raises, {..., error,
@@ -189,9 +190,12 @@ def local_renderer():
 
 
 def hf_renderer():
-    """transformers' own render_jinja_template, with the clock it uses pinned."""
+    """transformers' own apply_chat_template on a tiny tokenizer per template, with the clock pinned."""
     import transformers
     import transformers.utils.chat_template_utils as ctu
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import PreTrainedTokenizerFast
 
     class PinnedDatetime(_dt.datetime):
         @classmethod
@@ -199,7 +203,39 @@ def hf_renderer():
             return PINNED_NOW
 
     ctu.datetime = PinnedDatetime
-    ctu._compile_jinja_template.cache_clear()
+    for fn in ("_compile_jinja_template", "_cached_compile_jinja_template"):
+        if hasattr(getattr(ctu, fn, None), "cache_clear"):
+            getattr(ctu, fn).cache_clear()
+    tokenizers = {}
+
+    def render(template, messages, add_generation_prompt, kwargs):
+        bos, eos = kwargs.pop("bos_token"), kwargs.pop("eos_token")
+        key = (template, bos, eos)
+        if key not in tokenizers:
+            vocab = {"[UNK]": 0, bos or "<bos>": 1, eos or "<eos>": 2}
+            tok = PreTrainedTokenizerFast(
+                tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[UNK]")), unk_token="[UNK]",
+                bos_token=bos or "<bos>", eos_token=eos or "<eos>")
+            tok.chat_template = template
+            tokenizers[key] = tok
+        tok = tokenizers[key]
+        # bos/eos reach the template from the tokenizer's special tokens, as for users; "" stands for none.
+        kwargs = dict(kwargs)
+        if not bos:
+            kwargs["bos_token"] = ""
+        if not eos:
+            kwargs["eos_token"] = ""
+        return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs)
+
+    return render, "transformers " + transformers.__version__ + " apply_chat_template"
+
+
+def hf_render_jinja_renderer():
+    """transformers.utils.chat_template_utils.render_jinja_template: the function apply_chat_template calls."""
+    import transformers
+    import transformers.utils.chat_template_utils as ctu
+
+    hf_renderer()  # pins the clock
 
     def render(template, messages, add_generation_prompt, kwargs):
         rendered, _ = ctu.render_jinja_template(
@@ -207,7 +243,7 @@ def hf_renderer():
         )
         return rendered[0]
 
-    return render, "transformers " + transformers.__version__
+    return render, "transformers " + transformers.__version__ + " render_jinja_template"
 
 
 def make_goldens(render):
@@ -239,6 +275,7 @@ def make_goldens(render):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hf", metavar="OUT", help="render with real transformers, write OUT")
+    ap.add_argument("--hf-render", metavar="OUT", help="render with transformers' render_jinja_template, write OUT")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
     ap.add_argument("--out", default=os.path.join(FIXTURES, "goldens.json"))
     args = ap.parse_args()
@@ -254,14 +291,19 @@ def main():
                 print("  B:", repr(y.get("output", y.get("error"))))
         print(f"{len(a)} vs {len(b)} goldens, {diffs} differ")
         return 1 if diffs or len(a) != len(b) else 0
-    render, version = hf_renderer() if args.hf else local_renderer()
+    if args.hf:
+        render, version = hf_renderer()
+    elif args.hf_render:
+        render, version = hf_render_jinja_renderer()
+    else:
+        render, version = local_renderer()
     goldens = make_goldens(render)
     doc = {
         "made_by": "tools/reference/chat_template_goldens.py with " + version,
         "pinned_now": PINNED_NOW.isoformat(),
         "goldens": goldens,
     }
-    out = args.hf or args.out
+    out = args.hf or args.hf_render or args.out
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
