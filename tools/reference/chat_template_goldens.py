@@ -6,6 +6,7 @@ the way HF transformers 5's apply_chat_template does, and writes the results as 
     python3 tools/reference/chat_template_goldens.py --hf OUT.json   # the GPU host: real apply_chat_template
     python3 tools/reference/chat_template_goldens.py --hf-render OUT.json  # there: render_jinja_template
     python3 tools/reference/chat_template_goldens.py --compare A.json B.json
+    python3 tools/reference/chat_template_goldens.py --odd-cases     # odd_cases.json (local jinja2), cases.json
 
 Local mode builds the Jinja environment exactly as transformers' `_cached_compile_jinja_template`
 (src/transformers/utils/chat_template_utils.py) does: ImmutableSandboxedEnvironment(trim_blocks=True,
@@ -133,6 +134,201 @@ EXTRA = [
     ("llama3_2", "system_user", {"custom_tools": [WEATHER_TOOL]}),
 ]
 
+# Small templates for single features, rendered by the local jinja2 configured as transformers 5 (--odd-cases).
+# Each is (template, variables); messages/tools/add_generation_prompt go where HF puts them, the rest are extra
+# keyword arguments. bos_token/eos_token are "<s>"/"</s>".
+MSGS = [{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]
+ODD_CASES = [
+    # whitespace control, trim_blocks, lstrip_blocks, comments, raw
+    ("a  {%- if true %} b {% endif -%}  c", {}),
+    ("line1\n  {% if true %}\n    x\n  {% endif %}\nline2", {}),
+    ("  {%+ if true %}kept{% endif %}", {}),
+    ("{% if true +%}\nkept newline{% endif %}", {}),
+    ("a {# comment #}\nb", {}),
+    ("a\n  {# comment #}\nb", {}),
+    ("x {{- ' y ' -}} z", {}),
+    ("{{ 'a' }}\n{{ 'b' }}\n", {}),
+    ("{% raw %}{{ not rendered }}{% endraw %}", {}),
+    ("a\r\nb\rc", {}),
+    ("{% for i in range(3) %}\n  {{ i }}\n{% endfor %}\n", {}),
+    ("{%- for m in messages -%}\n[{{ m.role }}]\n{%- endfor -%}\n", {"messages": MSGS}),
+    ("\t\t{% if true %}tab{% endif %}", {}),
+    ("text {% if true %}\nyes{% endif %}", {}),
+    # loops
+    ("{% for m in messages %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }};{% endfor %}", {"messages": MSGS}),
+    ("{% for m in messages if m.role != 'system' %}{{ loop.index }}:{{ m.content }}({{ loop.length }}){% endfor %}", {"messages": MSGS}),
+    ("{% for x in [] %}never{% else %}empty{% endfor %}", {}),
+    ("{% for x in [1, 2, 3, 4] %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("{% for k, v in {'a': 1, 'b': 2}.items() %}{{ k }}={{ v }},{% endfor %}", {}),
+    ("{% for k in {'b': 1, 'a': 2} %}{{ k }}{% endfor %}", {}),
+    ("{% for c in 'héllo' %}{{ c }}|{% endfor %}", {}),
+    ("{% for x in [1,2,3] %}{{ loop.cycle('a', 'b') }}{% endfor %}", {}),
+    ("{% for x in [1,2,3] %}{{ loop.previtem }}-{{ loop.nextitem }};{% endfor %}", {}),
+    ("{% for a in [1,2] %}{% for b in [3,4] %}{{ loop.index }}{{ a }}{{ b }} {% endfor %}{{ loop.index }}|{% endfor %}", {}),
+    ("{% for x in undefined_thing %}x{% else %}none{% endfor %}", {}),
+    ("{% for m in messages[::-1] %}{{ m.role }} {% endfor %}", {"messages": MSGS}),
+    ("{% for m in messages|reverse %}{{ m.role }} {% endfor %}", {"messages": MSGS}),
+    ("{% for x in 5 %}{% endfor %}", {}),
+    ("{% for a, b in [[1, 2], [3]] %}{{ a }}{% endfor %}", {}),
+    # scoping and set
+    ("{% for i in range(3) %}{% if i == 0 %}{% set x = 'a' %}{% endif %}[{{ x }}]{% endfor %}", {}),
+    ("{% set x = 1 %}{% for i in range(2) %}{{ x }}{% set x = x + 1 %}{{ x }}{% endfor %}{{ x }}", {}),
+    ("{% set ns = namespace(count=0, found=false) %}{% for m in messages %}{% set ns.count = ns.count + 1 %}{% if m.role == 'user' %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.count }} {{ ns.found }}", {"messages": MSGS}),
+    ("{% if true %}{% set y = 2 %}{% endif %}{{ y }}", {}),
+    ("{% set a, b = 1, 2 %}{{ a }}{{ b }}", {}),
+    ("{% set t = 1, 2 %}{{ t }}", {}),
+    ("{% set block %}  inner {{ 1 + 1 }}  {% endset %}[{{ block }}]", {}),
+    ("{% set block | trim | upper %}  inner  {% endset %}[{{ block }}]", {}),
+    ("{% set ns = namespace() %}{% set ns.a = [1] %}{{ ns.a }} {{ ns }}", {}),
+    ("{% set x = 5 %}{% set x.y = 1 %}", {}),
+    ("{% set ns = namespace({'a': 1}, b=2) %}{{ ns.a }}{{ ns.b }}", {}),
+    # macros
+    ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(name='C', punct='.') }}", {}),
+    ("{% set y = 5 %}{% macro m(a) %}{{ a }}{{ y }}{% endmacro %}{% set y = 6 %}{{ m(1) }}", {}),
+    ("{% macro m(a) %}[{{ a }}]{% endmacro %}{{ m() }}", {}),
+    ("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(1, 2) }}", {}),
+    ("{% macro m(a) %}{{ a }}{% endmacro %}{{ m(b=1) }}", {}),
+    ("{% macro r(n) %}{% if n > 0 %}{{ n }}{{ r(n - 1) }}{% endif %}{% endmacro %}{{ r(5) }}", {}),
+    ("{% macro m() %}{% set inner = 1 %}{% endmacro %}{{ m() }}{{ inner is defined }}", {}),
+    # if / elif / conditional expressions
+    ("{% if x %}a{% elif y %}b{% else %}c{% endif %}", {"y": 1}),
+    ("{{ 'yes' if x else 'no' }} {{ 'only' if true }}|{{ 'only' if false }}|", {}),
+    ("{{ 1 if false else 2 if false else 3 }}", {}),
+    # literals and printing
+    ("{{ [1, 'a', none, true, 1.0, {'k': (1,)}] }}", {}),
+    ("{{ 1e16 }} {{ 1e15 }} {{ 0.1 + 0.2 }} {{ 1/3 }} {{ 1.5e-7 }} {{ 0.0001 }} {{ 100.0 }} {{ -0.0 }} {{ 2.5e-5 }}", {}),
+    ("{{ true }} {{ false }} {{ none }} {{ True }} {{ None }}", {}),
+    ("{{ 'it''s' }} {{ \"it's\" }} {{ ['it\\'s', 'a\"b', 'both\\'\"'] }}", {}),
+    ("{{ 'tab\\there' }} {{ 'nl\\nhere' }} {{ ['\\n', '\\t', '\\x00', '\\u00e9', '\\u2028'] }}", {}),
+    ("{{ 'a' 'b' \"c\" }}", {}),
+    ("{{ 1_000 }} {{ 0x1f }} {{ 0o17 }} {{ 0b101 }} {{ 1.5e3 }}", {}),
+    ("{{ (1, 2) }} {{ (1,) }} {{ () }} {{ [] }} {{ {} }}", {}),
+    ("{{ {'a': 1, 'b': [1, 2]} }}", {}),
+    ("{{ messages }}", {"messages": [{"role": "user", "content": "x"}]}),
+    ("{{ undefined_var }}|{{ undefined_var.attr }}", {}),
+    ("{{ d.missing }}|{{ d['missing'] }}|{{ l[10] }}|", {"d": {"a": 1}, "l": [1]}),
+    ("{{ d.missing.deeper }}", {"d": {"a": 1}}),
+    ("{{ l[10].x }}", {"l": [1]}),
+    ("{{ n.x }}", {"n": None}),
+    ("{{ 'str'.nope }}", {}),
+    ("{{ d.a }} {{ d['a'] }} {{ d.get('a') }} {{ d.get('z', 'dflt') }} {{ d.get('z') }}", {"d": {"a": 1}}),
+    # (`{{ d.items }}` prints a bound method's repr with an address in Python: not comparable)
+    ("{{ d['items'] }}", {"d": {"items": 1}}),
+    ("{{ l.0 }}{{ l[-1] }}{{ l[1:] }}{{ l[:-1] }}{{ l[::2] }}{{ l[::-1] }}{{ l[5:] }}{{ l[-10:2] }}", {"l": [1, 2, 3, 4]}),
+    ("{{ 'héllo wörld'[1:4] }} {{ 'abc'[-1] }} {{ 'abc'[::-1] }} {{ 'abc'[10] }}|", {}),
+    ("{{ l[::0] }}", {"l": [1]}),
+    # operators
+    ("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} {{ 2 ** -1 }}", {}),
+    ("{{ 7.5 // 2 }} {{ 7.5 % 2 }} {{ -7.5 % 2 }} {{ 1 + 1.0 }} {{ true + 1 }} {{ 3 * 'ab' }} {{ 'ab' * 0 }} {{ [1] * 3 }}", {}),
+    ("{{ 'a' ~ 1 ~ none ~ true ~ [1] }}", {}),
+    ("{{ 'a' + 'b' ~ 'c' + 'd' }}", {}),
+    ("{{ 1 + 2 ~ 3 }}", {}),
+    ("{{ 'a' + 1 }}", {}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{{ [1] + (2,) }}", {}),
+    ("{{ x + 1 }}", {}),
+    ("{{ 1 / 0 }}", {}),
+    ("{{ 1 // 0 }}", {}),
+    ("{{ -x }}", {"x": 3}),
+    ("{{ -'a' }}", {}),
+    ("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 1 == 1.0 }} {{ true == 1 }} {{ [1] == (1,) }} {{ 'a' < 'b' }} {{ [1, 2] < [1, 3] }}", {}),
+    ("{{ 1 < 'a' }}", {}),
+    ("{{ x == y }} {{ x != 1 }}", {}),
+    ("{{ 'a' in 'cat' }} {{ 'z' not in 'cat' }} {{ 1 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 'k' in undefined_thing }}", {}),
+    ("{{ 1 in 'abc' }}", {}),
+    ("{{ 'a' in none }}", {}),
+    ("{{ not true }} {{ not 0 }} {{ not '' }} {{ not [] }} {{ not x }}", {}),
+    ("{{ 0 or 'b' }} {{ 'a' and 'b' }} {{ '' and 'b' }}| {{ none or [] }}", {}),
+    ("{{ not x is defined }} {{ x is not defined }} {{ 1 + 1 is number }}", {}),
+    ("{{ -1 | abs }} {{ -(1 | abs) }}", {}),
+    # tests
+    ("{{ x is defined }} {{ x is undefined }} {{ none is none }} {{ 'a' is string }} {{ 1 is string }} {{ {} is mapping }} {{ [] is mapping }}", {}),
+    ("{{ [] is iterable }} {{ 'a' is iterable }} {{ 1 is iterable }} {{ x is iterable }} {{ {} is sequence }} {{ 'a' is sequence }} {{ 1 is sequence }}", {}),
+    ("{{ 1 is number }} {{ 1.5 is number }} {{ true is number }} {{ 1 is integer }} {{ true is integer }} {{ 1.0 is integer }} {{ 1.0 is float }}", {}),
+    ("{{ true is boolean }} {{ 1 is boolean }} {{ true is true }} {{ 1 is true }} {{ false is false }} {{ 0 is false }}", {}),
+    ("{{ 3 is odd }} {{ 3 is even }} {{ 9 is divisibleby 3 }} {{ 9 is divisibleby(4) }} {{ 'a' is eq 'a' }} {{ 1 is equalto 2 }} {{ 1 is in [1] }} {{ 2 is gt 1 }} {{ 1 is ne 1 }}", {}),
+    ("{{ 'abc' is lower }} {{ 'ABC' is upper }} {{ 'aBc' is lower }} {{ none is sameas none }} {{ true is sameas true }}", {}),
+    ("{{ raise_exception is callable }} {{ 'a' is callable }}", {}),
+    ("{{ x is odd }}", {}),
+    # filters
+    ("[{{ '  a b  ' | trim }}] [{{ 'xxhixx' | trim('x') }}] [{{ x | trim }}]", {}),
+    ("{{ 'abc' | length }} {{ [1, 2] | length }} {{ {'a': 1} | length }} {{ x | length }} {{ 'héllo' | count }}", {}),
+    ("{{ 3 | length }}", {}),
+    ("{{ x | default('d') }} {{ none | default('d') }} {{ '' | default('d') }} {{ '' | default('d', true) }} {{ 0 | d('z', true) }} {{ x | default }}|", {}),
+    ("{{ [1, 2, 3] | join(', ') }} {{ ['a', 'b'] | join }} {{ messages | join('|', attribute='role') }}", {"messages": MSGS}),
+    ("{{ 'hello World' | upper }} {{ 'Hello' | lower }} {{ 'hELLO wORLD' | capitalize }} {{ 'hello-world foo(bar [x' | title }} {{ 'they\\'re bill\\'s' | title }}", {}),
+    ("{{ 'aXbXc' | replace('X', '-') }} {{ 'aXbXc' | replace('X', '-', 1) }} {{ 'ab' | replace('', '.') }}", {}),
+    ("{{ messages | selectattr('role', 'equalto', 'user') | list }} {{ messages | rejectattr('role', 'eq', 'user') | map(attribute='content') | list }}", {"messages": MSGS}),
+    ("{{ messages | selectattr('missing') | list }} {{ messages | map(attribute='missing', default='D') | list }} {{ messages | map(attribute='role') | first }}", {"messages": MSGS}),
+    ("{{ [1, 0, 2, none] | select | list }} {{ [1, 2, 3, 4] | select('odd') | list }} {{ [1, 2, 3] | reject('even') | list }} {{ ['a', 'B'] | map('upper') | list }}", {}),
+    ("{{ [3, 1, 2] | list }} {{ 'ab' | list }} {{ {'a': 1} | list }} {{ [1, 2] | first }} {{ [1, 2] | last }} {{ [] | first }}|", {}),
+    ("{{ {'a': 1, 'b': 2} | items | list }} {{ x | items | list }} {{ {'b': 1, 'A': 2, 'a': 3} | dictsort }} {{ {'b': 1, 'a': 2} | dictsort(by='value') }}", {}),
+    ("{{ 42 | string }} {{ [1] | string }} {{ '3' | int + 1 }} {{ '3.7' | int }} {{ 'x' | int }} {{ 'x' | int(7) }} {{ 3.9 | int }} {{ ' 12 ' | int }} {{ '0x1A' | int(0, 16) }} {{ '1_000' | int }}", {}),
+    ("{{ '3.5' | float }} {{ 'x' | float }} {{ 2 | float }} {{ ' 1e3 ' | float }} {{ 'inf' | float }}", {}),
+    ("{{ -3 | abs }} {{ -2.5 | abs }} {{ 2.5 | round }} {{ 3.5 | round }} {{ 3 | round }} {{ 2.567 | round(2) }} {{ 2.1 | round(0, 'ceil') }} {{ 2.9 | round(method='floor') }}", {}),
+    ("{{ 'x' | safe }} {{ [3, 1, 2] | sort }} {{ [3, 1, 2] | sort(reverse=true) }} {{ ['b', 'A', 'c'] | sort }} {{ ['b', 'A', 'c'] | sort(case_sensitive=true) }} {{ messages | sort(attribute='role') | map(attribute='role') | list }}", {"messages": MSGS}),
+    ("{{ ['a', 'A', 'b', 'a'] | unique | list }} {{ [1, 2, 1] | unique | list }} {{ [3, 1, 2] | max }} {{ [3, 1, 2] | min }} {{ [1, 2, 3] | sum }} {{ messages | map(attribute='content') | map('length') | sum }}", {"messages": MSGS}),
+    ("{{ 'a\\nb\\n\\nc' | indent }}|{{ 'a\\nb' | indent(2, true) }}|{{ 'a\\n\\nb' | indent(2, blank=true) }}|{{ 'a\\nb' | indent('> ') }}", {}),
+    ("{{ 'one two  three' | wordcount }} {{ '<a href=\"x\">&' | e }} {{ 'ab' | reverse }} {{ [1, 2] | reverse | list }}", {}),
+    ("{{ x | upper }}|{{ x | join }}|{{ x | list }}", {}),
+    ("{{ 'a' | nosuchfilter }}", {}),
+    ("{{ 'a' is nosuchtest }}", {}),
+    # tojson (HF's)
+    ("{{ {'b': 1, 'a': [1.0, 2.5, none, true, 'é\"\\\\/\\n\\t\\u0001']} | tojson }}", {}),
+    ("{{ {'b': 1, 'a': {'c': []}} | tojson(indent=2) }}", {}),
+    ("{{ {'b': 1, 'a': {}} | tojson(indent=2, sort_keys=true) }}", {}),
+    ("{{ [1, {'a': 2}] | tojson(separators=(',', ':')) }} {{ 'é😀' | tojson(ensure_ascii=true) }} {{ [1, [2]] | tojson(indent=0) }}", {}),
+    ("{{ tools | tojson }}", {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]}),
+    ("{{ 1e20 | tojson }} {{ 0.5 | tojson }} {{ 10 | tojson }} {{ (1, 2) | tojson }} {{ '<b>' | tojson }} {{ \"'\" | tojson }}", {}),
+    ("{{ x | tojson }}", {}),
+    ("{{ [1, {'a': {}}] | tojson(indent='\\t') }}", {}),
+    # string methods
+    ("{{ '  a  '.strip() }}|{{ 'xxaxx'.strip('x') }}|{{ '\\n\\na\\n'.lstrip('\\n') }}|{{ 'a\\n\\n'.rstrip() }}|{{ 'abcba'.rstrip('ab') }}", {}),
+    ("{{ 'Hello'.startswith('He') }} {{ 'Hello'.startswith(('x', 'H')) }} {{ 'Hello'.endswith('lo') }} {{ 'Hello'.endswith('x') }} {{ 'Hello'.startswith('l', 2) }}", {}),
+    ("{{ 'a,b,,c'.split(',') }} {{ ' a  b '.split() }} {{ 'a b c'.split(None, 1) }} {{ 'a,b,c'.rsplit(',', 1) }} {{ 'a b c'.rsplit(None, 1) }} {{ ''.split() }} {{ ''.split(',') }}", {}),
+    ("{{ '<think>x</think>\\n\\nanswer'.split('</think>')[-1].lstrip('\\n') }} {{ 'abc'.split('</think>')[0] }}", {}),
+    ("{{ 'hello world'.title() }} {{ \"they're\".title() }} {{ 'ab1cd'.title() }} {{ 'ABC'.lower() }} {{ 'abc'.upper() }} {{ 'aBC dEF'.capitalize() }}", {}),
+    ("{{ 'aaa'.replace('a', 'b') }} {{ 'aaa'.replace('a', 'b', 2) }} {{ 'abc'.find('c') }} {{ 'abc'.find('z') }} {{ 'abcabc'.rfind('b') }} {{ 'abcabc'.count('b') }} {{ 'a'.count('') }} {{ 'héllo'.find('l') }}", {}),
+    ("{{ '-'.join(['a', 'b']) }} {{ '{} and {}'.format(1, 'x') }} {{ '{0}{0}{name}'.format('a', name='n') }} {{ '{{}}'.format() }}", {}),
+    ("{{ '-'.join([1, 2]) }}", {}),
+    ("{{ 'a\\nb\\r\\nc'.splitlines() }} {{ '123'.isdigit() }} {{ 'abc'.isalpha() }} {{ 'a1'.isalnum() }} {{ '  '.isspace() }} {{ 'AB'.isupper() }} {{ 'ab'.islower() }} {{ ''.isdigit() }}", {}),
+    ("{{ 'a'.split('') }}", {}),
+    ("{{ messages.append(1) }}", {"messages": []}),
+    ("{{ messages.append }}|", {"messages": []}),
+    ("{{ d.update({}) }}", {"d": {}}),
+    ("{{ [1, 2, 2].count(2) }} {{ [1, 2].index(2) }} {{ {'a': 1}.keys() | list }} {{ {'a': 1}.values() | list }} {{ {'a': 1}.items() | list }}", {}),
+    # globals
+    ("{{ range(3) | list }} {{ range(1, 4) | list }} {{ range(5, 0, -2) | list }} {{ range(0) | list }}", {}),
+    ("{{ range(100001) | length }}", {}),
+    ("{{ dict(a=1, b='x') }} {{ namespace(a=1).a }}", {}),
+    ("{{ raise_exception('Custom failure: ' ~ 42) }}", {}),
+    ("before{{ raise_exception('stop here') }}after", {}),
+    ("{{ strftime_now('%Y-%m-%d %H:%M %d %b %Y %A') }}", {}),
+    ("{{ bos_token }}{{ eos_token }}{{ add_generation_prompt }}{{ tools }}{{ documents }}", {}),
+    ("{{ custom_kwarg }} {{ enable_thinking is defined and enable_thinking is false }}", {"custom_kwarg": [1, "x"], "enable_thinking": False}),
+    ("{{ unknown() }}", {}),
+    ("{{ 'abc'() }}", {}),
+    ("{% generation %}gen {{ 1 }}{% endgeneration %}", {}),
+    ("{% filter upper %}shout {{ 'x' }}{% endfilter %}", {}),
+    ("{{ messages[0]['content'] is defined }} {{ messages[0]['nokey'] is defined }} {{ messages[0].nokey }}|", {"messages": MSGS}),
+    ("{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% else %}{% set loop_messages = messages %}{% endif %}{{ loop_messages | length }}", {"messages": MSGS}),
+    # syntax errors (the message differs from jinja2's; the failure must agree)
+    ("{% if x %}unclosed", {}),
+    ("{% for x in y %}{% endif %}", {}),
+    ("{{ 1 + }}", {}),
+    ("{% endfor %}", {}),
+    ("{% nosuchtag %}", {}),
+    ("{{ 'unterminated }}", {}),
+    ("{# unclosed comment", {}),
+    ("{{ (1, 2 }}", {}),
+    ("{% break %}", {}),
+    ("{{ a.b.}}", {}),
+    ("{% set %}", {}),
+    ("{% macro m( %}{% endmacro %}", {}),
+    ("{{ x | }}", {}),
+    ("{{ }}", {}),
+]
+
 
 def load_templates():
     meta = json.load(open(os.path.join(FIXTURES, "templates.json"), encoding="utf-8"))
@@ -246,6 +442,27 @@ def hf_render_jinja_renderer():
     return render, "transformers " + transformers.__version__ + " render_jinja_template"
 
 
+def make_odd_cases():
+    import jinja2
+
+    render, version = local_renderer()
+    out = []
+    for template, variables in ODD_CASES:
+        kwargs = {"bos_token": "<s>", "eos_token": "</s>"}
+        kwargs.update({k: v for k, v in variables.items() if k not in ("messages", "add_generation_prompt")})
+        record = {"template": template, "vars": variables}
+        try:
+            record["output"] = render(template, variables.get("messages", []), variables.get("add_generation_prompt", False), kwargs)
+        except Exception as e:
+            kind = type(e).__name__
+            # Compile-time failures: jinja2's TemplateAssertionError (unknown filter/test) and Python's
+            # SyntaxError ({% break %} outside a loop) are TemplateSyntaxError for us.
+            record["error_type"] = "TemplateSyntaxError" if kind in ("TemplateAssertionError", "SyntaxError") else kind
+            record["error"] = str(e)
+        out.append(record)
+    return out, version
+
+
 def make_goldens(render):
     goldens = []
     jobs = []
@@ -276,6 +493,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--hf", metavar="OUT", help="render with real transformers, write OUT")
     ap.add_argument("--hf-render", metavar="OUT", help="render with transformers' render_jinja_template, write OUT")
+    ap.add_argument("--odd-cases", action="store_true", help="write odd_cases.json (local jinja2) and cases.json")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
     ap.add_argument("--out", default=os.path.join(FIXTURES, "goldens.json"))
     args = ap.parse_args()
@@ -291,6 +509,17 @@ def main():
                 print("  B:", repr(y.get("output", y.get("error"))))
         print(f"{len(a)} vs {len(b)} goldens, {diffs} differ")
         return 1 if diffs or len(a) != len(b) else 0
+    if args.odd_cases:
+        cases, version = make_odd_cases()
+        with open(os.path.join(FIXTURES, "odd_cases.json"), "w", encoding="utf-8") as f:
+            json.dump({"made_by": "tools/reference/chat_template_goldens.py --odd-cases with " + version,
+                       "pinned_now": PINNED_NOW.isoformat(), "cases": cases}, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        with open(os.path.join(FIXTURES, "cases.json"), "w", encoding="utf-8") as f:
+            json.dump(CASES, f, ensure_ascii=False, indent=1)
+            f.write("\n")
+        print(f"{version}: {len(cases)} odd cases ({sum('error' in c for c in cases)} errors), cases.json")
+        return 0
     if args.hf:
         render, version = hf_renderer()
     elif args.hf_render:
