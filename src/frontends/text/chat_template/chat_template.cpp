@@ -24,9 +24,28 @@ StatusOr<ChatTemplate> ChatTemplate::compile(std::string_view source) {
   return t;
 }
 
+namespace {
+
+// JSON nested deeper than `levels` (checked before converting, which recurses).
+bool too_deep(const nlohmann::ordered_json& j, uint32_t levels) {
+  if (!j.is_structured()) return false;
+  if (levels == 0) return true;
+  for (const auto& item : j) {
+    if (too_deep(item, levels - 1)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& messages, const RenderOptions& options) const {
   if (!messages.is_array()) return invalid_argument("messages must be a JSON array");
   if (!options.extra.is_object()) return invalid_argument("extra template arguments must be a JSON object");
+  const uint32_t levels = options.limits.value_depth_max;
+  if (too_deep(messages, levels) || too_deep(options.tools, levels) || too_deep(options.documents, levels) ||
+      too_deep(options.extra, levels)) {
+    return invalid_argument("messages, tools, documents or extra arguments nest deeper than " + std::to_string(levels) + " levels");
+  }
   // What HF's render passes: globals, then the special tokens, messages/tools/documents/add_generation_prompt,
   // and the caller's keyword arguments over the special tokens.
   Dict vars = make_globals();

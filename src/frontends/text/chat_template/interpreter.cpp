@@ -17,8 +17,9 @@ Status Interpreter::render(const Body& body, Dict variables, std::string& out) {
   return exec(body, out);
 }
 
-Status Interpreter::step() {
-  if (++steps_ > limits_.steps_max) {
+Status Interpreter::charge(int64_t units) {
+  steps_ += units;
+  if (steps_ > limits_.steps_max) {
     return resource_exhausted("RuntimeError: the template did more than " + std::to_string(limits_.steps_max) +
                               " steps (a runaway loop?)");
   }
@@ -59,7 +60,9 @@ Status Interpreter::exec_node(const Node& n, std::string& out) {
       return check_size(out.size());
     case NodeKind::kOutput: {
       ASSIGN_OR_RETURN(Value v, eval(*n.expr));
+      const size_t before = out.size();
       out += to_str(v);
+      RETURN_IF_ERROR(charge(static_cast<int64_t>((out.size() - before) / 32)));
       return check_size(out.size());
     }
     case NodeKind::kIf:
@@ -130,10 +133,8 @@ Status Interpreter::assign_targets(const std::vector<std::string>& targets, cons
 // passes it; `else` runs when nothing does.
 Status Interpreter::exec_for(const Node& n, std::string& out) {
   ASSIGN_OR_RETURN(Value iterable, eval(*n.expr));
-  if (iterable.is_undefined() && !iterable.as_string().empty() && iterable.as_string()[0] == 'S') {
-    return invalid_argument(iterable.as_string());  // an unsafe attribute (SecurityError) is not iterable
-  }
   ASSIGN_OR_RETURN(std::vector<Value> items, iterate(iterable));
+  RETURN_IF_ERROR(charge(static_cast<int64_t>(items.size())));
   if (n.condition) {
     std::vector<Value> kept;
     for (auto& item : items) {
@@ -184,12 +185,47 @@ Status Interpreter::exec_for(const Node& n, std::string& out) {
   return ok_status();
 }
 
+namespace {
+
+// `visited` counts the containers looked at (charged as work by the caller).
+bool holds_namespace(const Value& v, int depth, int64_t& visited) {
+  ++visited;
+  if (v.kind() == Kind::kNamespace) return true;
+  if (depth > 600) return true;
+  if (v.is_list()) {
+    for (const auto& item : v.as_list()) {
+      if (item.depth() > 0 && holds_namespace(item, depth + 1, visited)) return true;
+    }
+  } else if (v.is_dict()) {
+    for (const auto& [k, item] : v.as_dict().items) {
+      if (item.depth() > 0 && holds_namespace(item, depth + 1, visited)) return true;
+    }
+  }
+  return false;
+}
+
+// What touching a value costs: its items, or its bytes / 32.
+int64_t work_size(const Value& v) {
+  if (v.is_string()) return static_cast<int64_t>(v.as_string().size() / 32);
+  if (v.is_list()) return static_cast<int64_t>(v.as_list().size());
+  if (v.is_dict()) return static_cast<int64_t>(v.as_dict().items.size());
+  return 0;
+}
+
+}  // namespace
+
 Status Interpreter::exec_set(const Node& n) {
   ASSIGN_OR_RETURN(Value v, eval(*n.expr));
   if (n.attribute.empty()) return assign_targets(n.targets, v);
   const Value target = lookup(n.targets[0]);
   if (target.kind() != Kind::kNamespace) {
     return invalid_argument("TemplateRuntimeError: cannot assign attribute on non-namespace object");
+  }
+  int64_t visited = 0;
+  const bool nested = holds_namespace(v, 0, visited);
+  RETURN_IF_ERROR(charge(visited));
+  if (nested) {  // no namespace inside a namespace: it could hold itself (a cycle)
+    return unimplemented("TemplateRuntimeError: storing a namespace (or a container of one) in a namespace is not supported");
   }
   target.namespace_entries().set(n.attribute, std::move(v));
   return ok_status();
@@ -258,6 +294,9 @@ StatusOr<Value> Interpreter::call(const Value& fn, CallArgs& args) {
 // Evaluates and, on the first failure, appends where in the template it happened.
 StatusOr<Value> Interpreter::eval(const Expr& e) {
   StatusOr<Value> r = eval_inner(e);
+  if (r.ok() && r->depth() > limits_.value_depth_max) {
+    r = invalid_argument("RecursionError: a value nested deeper than " + std::to_string(limits_.value_depth_max) + " levels");
+  }
   if (!r.ok() && !error_located_) {
     error_located_ = true;
     const Status& s = r.status();
@@ -307,12 +346,15 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
     case ExprKind::kGetAttr: {
       ASSIGN_OR_RETURN(Value obj, eval(*e.args[0]));
       if (obj.is_undefined()) return undefined_error(obj);
-      return get_attribute(obj, e.name);
+      Value attribute = get_attribute(obj, e.name);
+      if (attribute.kind() == Kind::kCallable) RETURN_IF_ERROR(charge(work_size(obj)));  // a method will scan it
+      return attribute;
     }
     case ExprKind::kGetItem: {
       ASSIGN_OR_RETURN(Value obj, eval(*e.args[0]));
       if (obj.is_undefined()) return undefined_error(obj);
       ASSIGN_OR_RETURN(Value key, eval(*e.args[1]));
+      if (obj.is_string()) RETURN_IF_ERROR(charge(work_size(obj)));
       return get_item(obj, key);
     }
     case ExprKind::kSlice: {
@@ -324,6 +366,7 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
           ASSIGN_OR_RETURN(bounds[i], eval(*e.args[i + 1]));
         }
       }
+      RETURN_IF_ERROR(charge(work_size(obj)));
       return slice(obj, bounds[0], bounds[1], bounds[2]);
     }
     case ExprKind::kCall: {
@@ -336,7 +379,7 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
       ASSIGN_OR_RETURN(Value input, eval(*e.args[0]));
       CallArgs args;
       RETURN_IF_ERROR(eval_args(e, 1, args));
-      RETURN_IF_ERROR(step());
+      RETURN_IF_ERROR(charge(1 + work_size(input)));
       return apply_filter(e.name, input, args, *this);
     }
     case ExprKind::kTest: {
@@ -384,6 +427,7 @@ StatusOr<Value> Interpreter::eval_compare(const Expr& e) {
   ASSIGN_OR_RETURN(Value left, eval(*e.args[0]));
   for (size_t i = 0; i < e.ops.size(); ++i) {
     ASSIGN_OR_RETURN(Value right, eval(*e.args[i + 1]));
+    RETURN_IF_ERROR(charge(1 + work_size(left) + work_size(right)));
     const std::string& op = e.ops[i];
     bool result = false;
     if (op == "==" || op == "!=") {

@@ -22,8 +22,9 @@ namespace mmserve::chat_template {
 
 struct RenderLimits {
   size_t output_bytes_max = 16u << 20;  // also bounds every string a template builds
-  int64_t steps_max = 20'000'000;       // statements executed + loop iterations + calls
+  int64_t steps_max = 20'000'000;       // units of work: statements, iterations, calls, 32 bytes copied
   int call_depth_max = 100;             // nested macro calls
+  uint32_t value_depth_max = 256;       // nesting of lists/dicts a template builds or is given
 };
 
 class Interpreter {
@@ -35,7 +36,9 @@ class Interpreter {
 
   // For builtins: calls a function value; counts one unit of work; checks a size against the output bound.
   StatusOr<Value> call(const Value& fn, CallArgs& args);
-  Status step();
+  Status step() { return charge(1); }
+  // Counts `units` of work (a copy of n bytes is n / 32 units) against steps_max.
+  Status charge(int64_t units);
   Status check_size(size_t bytes) const;
   std::time_t now() const { return now_; }
   // The body of a macro value that render defined (`{% macro %}` nodes become such values).

@@ -67,7 +67,11 @@ int64_t floor_mod(int64_t a, int64_t b) {
 StatusOr<Value> repeat(const Value& seq, int64_t n, Interpreter& in) {
   if (n <= 0) return seq.is_string() ? Value::string("") : Value::list({}, seq.is_tuple());
   const size_t unit = seq.is_string() ? seq.as_string().size() : seq.as_list().size() * 16;
-  if (unit > 0) RETURN_IF_ERROR(in.check_size(unit * static_cast<uint64_t>(std::min<int64_t>(n, int64_t{1} << 40))));
+  if (unit > 0) {
+    const uint64_t total = unit * static_cast<uint64_t>(std::min<int64_t>(n, int64_t{1} << 40));
+    RETURN_IF_ERROR(in.check_size(total));
+    RETURN_IF_ERROR(in.charge(static_cast<int64_t>(total / 32)));
+  }
   if (seq.is_string()) {
     std::string out;
     out.reserve(seq.as_string().size() * static_cast<size_t>(n));
@@ -87,6 +91,7 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
   if (op == "~") {  // Jinja's string concatenation: str() of both, an Undefined is ""
     std::string s = to_str(a) + to_str(b);
     RETURN_IF_ERROR(in.check_size(s.size()));
+    RETURN_IF_ERROR(in.charge(static_cast<int64_t>(s.size() / 32)));
     return Value::string(std::move(s));
   }
   if (a.is_undefined()) return undefined_error(a);
@@ -103,6 +108,7 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
     if (a.is_string()) {
       if (!b.is_string()) return type_error("can only concatenate str (not \"" + b.type_name() + "\") to str");
       RETURN_IF_ERROR(in.check_size(a.as_string().size() + b.as_string().size()));
+      RETURN_IF_ERROR(in.charge(static_cast<int64_t>((a.as_string().size() + b.as_string().size()) / 32)));
       return Value::string(a.as_string() + b.as_string());
     }
     if (a.is_list()) {
@@ -110,6 +116,7 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
         return type_error("can only concatenate " + a.type_name() + " (not \"" + b.type_name() + "\") to " +
                           a.type_name());
       }
+      RETURN_IF_ERROR(in.charge(static_cast<int64_t>(a.as_list().size() + b.as_list().size())));
       std::vector<Value> items = a.as_list();
       items.insert(items.end(), b.as_list().begin(), b.as_list().end());
       return Value::list(std::move(items), a.is_tuple());

@@ -66,12 +66,16 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   Value v;
   v.kind_ = Kind::kList;
   v.tuple_ = is_tuple;
+  for (const auto& item : items) v.depth_ = std::max(v.depth_, item.depth_ + 1);
+  if (items.empty()) v.depth_ = 1;
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.depth_ = 1;
+  for (const auto& item : d.items) v.depth_ = std::max(v.depth_, item.second.depth_ + 1);
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
@@ -248,7 +252,7 @@ std::string format_float(double f) {
   std::string digits = sci.substr(0, e_pos);
   digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
   const int n = static_cast<int>(digits.size());
-  if (exponent >= -5 + 1 && exponent < 16) {  // Python's repr: fixed notation for 1e-4 <= |f| < 1e16
+  if (exponent >= -4 && exponent < 16) {  // Python's repr: fixed notation for 1e-4 <= |f| < 1e16
     std::string out;
     if (exponent < 0) {
       out = "0." + std::string(static_cast<size_t>(-exponent - 1), '0') + digits;

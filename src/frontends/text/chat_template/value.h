@@ -88,12 +88,15 @@ class Value {
 
   // Python truthiness (an Undefined is false).
   bool truthy() const;
+  // Nesting depth of lists/dicts/namespaces (a scalar is 0), as computed when the container was made.
+  uint32_t depth() const { return depth_; }
   // Python's type name as used in its error messages: 'str', 'int', 'list', 'dict', 'NoneType', ...
   std::string type_name() const;
 
  private:
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  uint32_t depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
   std::string text_;
