@@ -7,6 +7,7 @@ the way HF transformers 5's apply_chat_template does, and writes the results as 
     python3 tools/reference/chat_template_goldens.py --hf-render OUT.json  # there: render_jinja_template
     python3 tools/reference/chat_template_goldens.py --compare A.json B.json
     python3 tools/reference/chat_template_goldens.py --odd-cases     # odd_cases.json (local jinja2), cases.json
+    python3 tools/reference/chat_template_goldens.py --set extra     # goldens_extra.json (local jinja2)
 
 Local mode builds the Jinja environment exactly as transformers' `_cached_compile_jinja_template`
 (src/transformers/utils/chat_template_utils.py) does: ImmutableSandboxedEnvironment(trim_blocks=True,
@@ -132,6 +133,18 @@ EXTRA = [
     ("llama3_2", "tools", {"tools_in_user_message": False}),
     ("qwen2_vl", "content_parts", {"add_vision_id": True}),
     ("llama3_2", "system_user", {"custom_tools": [WEATHER_TOOL]}),
+    # templates_extra/
+    ("llama3_1_tools", "tools", {"builtin_tools": ["brave_search", "wolfram_alpha"]}),
+    ("llama3_1_tools", "tools", {"tools_in_user_message": False, "date_string": "01 Jan 2025"}),
+    ("llama3_1_tools", "tools_first_turn", {"builtin_tools": ["code_interpreter"]}),
+    ("firefunction_v2", "user_only", {"functions": json.dumps([WEATHER_TOOL["function"]])}),
+    ("firefunction_v2", "multi_turn", {"functions": ""}),
+    ("command_r", "user_only", {"documents": [{"title": "Doc", "text": "Body ü"}]}),
+    ("command_r7b", "user_only", {"documents": [{"title": "Doc", "text": "Body ü"}]}),
+    ("granite3_3", "user_only", {"documents": [{"doc_id": 1, "title": "Doc", "text": "Body"}], "thinking": True}),
+    ("granite3_3", "tools", {"controls": {"citations": True, "length": "short"}}),
+    ("deepseek_r1_0528", "reasoning", {}),
+    ("qwq", "tools", {}),
 ]
 
 # Small templates for single features, rendered by the local jinja2 configured as transformers 5 (--odd-cases).
@@ -330,11 +343,13 @@ ODD_CASES = [
 ]
 
 
-def load_templates():
-    meta = json.load(open(os.path.join(FIXTURES, "templates.json"), encoding="utf-8"))
+def load_templates(template_set=""):
+    """The fixture templates: "" is templates/ (+ templates.json), "extra" is templates_extra/."""
+    suffix = "_" + template_set if template_set else ""
+    meta = json.load(open(os.path.join(FIXTURES, "templates" + suffix + ".json"), encoding="utf-8"))
     out = {}
     for name in sorted(meta):
-        with open(os.path.join(FIXTURES, "templates", name + ".jinja"), encoding="utf-8") as f:
+        with open(os.path.join(FIXTURES, "templates" + suffix, name + ".jinja"), encoding="utf-8") as f:
             out[name] = (f.read(), meta[name])
     return out
 
@@ -463,10 +478,10 @@ def make_odd_cases():
     return out, version
 
 
-def make_goldens(render):
+def make_goldens(render, template_set=""):
     goldens = []
     jobs = []
-    for name, (template, meta) in load_templates().items():
+    for name, (template, meta) in load_templates(template_set).items():
         for case in CASES:
             for agp in (False, True):
                 jobs.append((name, template, meta, case, agp, dict(CASE_KWARGS.get(case, {}))))
@@ -495,7 +510,8 @@ def main():
     ap.add_argument("--hf-render", metavar="OUT", help="render with transformers' render_jinja_template, write OUT")
     ap.add_argument("--odd-cases", action="store_true", help="write odd_cases.json (local jinja2) and cases.json")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
-    ap.add_argument("--out", default=os.path.join(FIXTURES, "goldens.json"))
+    ap.add_argument("--set", default="", help='"extra": the templates in templates_extra/ (default: templates/)')
+    ap.add_argument("--out", help="default: goldens.json, or goldens_extra.json for --set extra")
     args = ap.parse_args()
     if args.compare:
         a = json.load(open(args.compare[0], encoding="utf-8"))["goldens"]
@@ -526,13 +542,14 @@ def main():
         render, version = hf_render_jinja_renderer()
     else:
         render, version = local_renderer()
-    goldens = make_goldens(render)
+    goldens = make_goldens(render, args.set)
     doc = {
         "made_by": "tools/reference/chat_template_goldens.py with " + version,
         "pinned_now": PINNED_NOW.isoformat(),
         "goldens": goldens,
     }
-    out = args.hf or args.hf_render or args.out
+    out = args.hf or args.hf_render or args.out or os.path.join(
+        FIXTURES, "goldens" + ("_" + args.set if args.set else "") + ".json")
     with open(out, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
