@@ -36,7 +36,8 @@ void check(bool ok, const char* what) {
 }
 
 std::filesystem::path templates_dir() {
-  if (const char* env = std::getenv("MMSERVE_SOURCE_DIR")) return std::filesystem::path(env) / "tests/fixtures/chat_templates/templates";
+  if (const char* env = std::getenv("MMSERVE_SOURCE_DIR"))
+    return std::filesystem::path(env) / "tests/fixtures/chat_templates/templates";
   std::error_code ec;
   std::filesystem::path dir = std::filesystem::read_symlink("/proc/self/exe", ec).parent_path();
   for (; !ec && !dir.empty() && dir != dir.root_path(); dir = dir.parent_path()) {
@@ -68,9 +69,11 @@ const std::vector<ChatTemplate>& real_templates() {
 
 const std::vector<json>& conversations() {
   static const std::vector<json> c = {
-      json::parse(R"([{"role":"system","content":"sys"},{"role":"user","content":"hi é"},{"role":"assistant","content":"<think>a</think>yo"},{"role":"user","content":"q"}])"),
+      json::parse(
+          R"([{"role":"system","content":"sys"},{"role":"user","content":"hi é"},{"role":"assistant","content":"<think>a</think>yo"},{"role":"user","content":"q"}])"),
       json::parse(R"([{"role":"user","content":[{"type":"image"},{"type":"text","text":"what?"}]}])"),
-      json::parse(R"([{"role":"user","content":"w"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"x":1}}}]},{"role":"tool","content":"{\"t\": 1}"}])"),
+      json::parse(
+          R"([{"role":"user","content":"w"},{"role":"assistant","content":"","tool_calls":[{"type":"function","function":{"name":"f","arguments":{"x":1}}}]},{"role":"tool","content":"{\"t\": 1}"}])"),
   };
   return c;
 }

@@ -54,17 +54,17 @@ using NodePtr = std::unique_ptr<Node>;
 using Body = std::vector<NodePtr>;
 
 enum class NodeKind {
-  kData,        // text
-  kOutput,      // {{ expr }}
-  kIf,          // conditions[i] -> bodies[i]; else_body
-  kFor,         // for targets in expr [if condition]: body; else_body
-  kSet,         // set targets = expr, or set targets[0].attribute = expr (attribute non-empty)
-  kSetBlock,    // set targets[0] [| filters] %} body {% endset
-  kMacro,       // macro name(params) body
-  kBreak,       // {% break %}
-  kContinue,    // {% continue %}
-  kGeneration,  // {% generation %} body {% endgeneration %}: rendered as is
-  kFilterBlock, // {% filter f %} body {% endfilter %}: filters applied to the body's text
+  kData,         // text
+  kOutput,       // {{ expr }}
+  kIf,           // conditions[i] -> bodies[i]; else_body
+  kFor,          // for targets in expr [if condition]: body; else_body
+  kSet,          // set targets = expr, or set targets[0].attribute = expr (attribute non-empty)
+  kSetBlock,     // set targets[0] [| filters] %} body {% endset
+  kMacro,        // macro name(params) body
+  kBreak,        // {% break %}
+  kContinue,     // {% continue %}
+  kGeneration,   // {% generation %} body {% endgeneration %}: rendered as is
+  kFilterBlock,  // {% filter f %} body {% endfilter %}: filters applied to the body's text
 };
 
 struct Node {

@@ -44,7 +44,8 @@ StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& message
   const uint32_t levels = options.limits.value_depth_max;
   if (too_deep(messages, levels) || too_deep(options.tools, levels) || too_deep(options.documents, levels) ||
       too_deep(options.extra, levels)) {
-    return invalid_argument("messages, tools, documents or extra arguments nest deeper than " + std::to_string(levels) + " levels");
+    return invalid_argument("messages, tools, documents or extra arguments nest deeper than " + std::to_string(levels) +
+                            " levels");
   }
   // What HF's render passes: globals, then the special tokens, messages/tools/documents/add_generation_prompt,
   // and the caller's keyword arguments over the special tokens.
@@ -55,7 +56,8 @@ StatusOr<std::string> ChatTemplate::render(const nlohmann::ordered_json& message
   vars.set("tools", Value::from_json(options.tools));
   vars.set("documents", Value::from_json(options.documents));
   vars.set("add_generation_prompt", Value::boolean(options.add_generation_prompt));
-  for (auto it = options.extra.begin(); it != options.extra.end(); ++it) vars.set(it.key(), Value::from_json(it.value()));
+  for (auto it = options.extra.begin(); it != options.extra.end(); ++it)
+    vars.set(it.key(), Value::from_json(it.value()));
   Interpreter interpreter(options.limits, options.now.value_or(std::time(nullptr)));
   std::string out;
   RETURN_IF_ERROR(interpreter.render(*body_, std::move(vars), out));
@@ -104,14 +106,16 @@ StatusOr<std::optional<std::string>> pick(const nlohmann::ordered_json& value, s
     if (name == "default") return std::optional<std::string>(value.get<std::string>());
     return std::optional<std::string>();
   }
-  if (!value.is_array()) return invalid_argument(where + ": chat_template must be a string or a list of {name, template}");
+  if (!value.is_array())
+    return invalid_argument(where + ": chat_template must be a string or a list of {name, template}");
   for (const auto& entry : value) {
     if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string() || !entry.contains("template") ||
         !entry["template"].is_string()) {
       return invalid_argument(where + ": each chat_template entry needs a string name and template");
     }
     names.push_back(entry["name"].get<std::string>());
-    if (entry["name"].get<std::string>() == name) return std::optional<std::string>(entry["template"].get<std::string>());
+    if (entry["name"].get<std::string>() == name)
+      return std::optional<std::string>(entry["template"].get<std::string>());
   }
   return std::optional<std::string>();
 }
@@ -150,7 +154,9 @@ StatusOr<LoadedChatTemplate> load_chat_template(const std::filesystem::path& dir
     origin = processor_path.string();
   }
   if (!source) {
-    if (names.empty()) return not_found(dir.string() + " has no chat template (chat_template.jinja, tokenizer_config.json or chat_template.json)");
+    if (names.empty())
+      return not_found(dir.string() +
+                       " has no chat template (chat_template.jinja, tokenizer_config.json or chat_template.json)");
     std::string list;
     for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
     return not_found(dir.string() + " has no chat template named \"" + std::string(name) + "\" (it has: " + list + ")");

@@ -1,11 +1,11 @@
 // Jinja2's filters and tests for chat templates, each written after jinja2/filters.py and jinja2/tests.py
 // (3.1), except tojson, which is HF's own (json.dumps with ensure_ascii=False, indent, separators, sort_keys).
 // Test: tests/unit/frontends/text/chat_template_test.cpp (FilterTest.*, OddCaseGolden.*).
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-
-#include <utf8proc.h>
 
 #include "frontends/text/chat_template/builtins.h"
 #include "frontends/text/chat_template/interpreter.h"
@@ -14,15 +14,16 @@ namespace mmserve::chat_template {
 namespace {
 
 constexpr const char* kFilters[] = {
-    "abs", "attr", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "indent",
-    "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr",
-    "replace", "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson",
-    "trim", "unique", "upper", "wordcount"};
+    "abs",   "attr",   "capitalize", "count",      "d",       "default", "dictsort", "e",     "escape",   "first",
+    "float", "indent", "int",        "items",      "join",    "last",    "length",   "list",  "lower",    "map",
+    "max",   "min",    "reject",     "rejectattr", "replace", "reverse", "round",    "safe",  "select",   "selectattr",
+    "sort",  "string", "sum",        "title",      "tojson",  "trim",    "unique",   "upper", "wordcount"};
 
 constexpr const char* kTests[] = {
-    "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "even", "false", "float", "ge", "greaterthan",
-    "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd",
-    "sameas", "sequence", "string", "true", "undefined", "upper", "==", "!=", "<", "<=", ">", ">="};
+    "boolean", "callable",    "defined", "divisibleby", "eq",      "equalto",  "even",   "false",    "float",
+    "ge",      "greaterthan", "gt",      "in",          "integer", "iterable", "le",     "lessthan", "lower",
+    "lt",      "mapping",     "ne",      "none",        "number",  "odd",      "sameas", "sequence", "string",
+    "true",    "undefined",   "upper",   "==",          "!=",      "<",        "<=",     ">",        ">="};
 
 // Calls a str method on str(v), as the filters that wrap one do (soft_str, then the method).
 StatusOr<Value> str_method(const Value& v, const char* name, CallArgs args, Interpreter& in) {
@@ -45,7 +46,9 @@ Value attribute_path(const Value& item, const Value& attribute) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
     v = numeric ? get_item(v, Value::integer(std::stoll(part.substr(0, 18)))) : get_item(v, Value::string(part));
     if (dot == std::string::npos || v.is_undefined()) return v;
     start = dot + 1;
@@ -60,7 +63,8 @@ Value sort_key(const Value& v, bool case_sensitive) {
   return Value::string(u32_to_utf8(u));
 }
 
-StatusOr<std::vector<Value>> sorted(std::vector<Value> items, bool reverse, bool case_sensitive, const Value& attribute) {
+StatusOr<std::vector<Value>> sorted(std::vector<Value> items, bool reverse, bool case_sensitive,
+                                    const Value& attribute) {
   Status error;
   std::vector<std::pair<Value, Value>> keyed;
   for (auto& item : items) {
@@ -189,8 +193,11 @@ StatusOr<Value> f_tojson(const Value& v, CallArgs& args) {
 StatusOr<Value> f_indent(const Value& v, CallArgs& args) {
   std::vector<Value> a;
   RETURN_IF_ERROR(bind_args(args, "indent", {"width", "first", "blank"}, a));
-  const std::string indention = a[0].is_string() ? a[0].as_string()
-                                : std::string(static_cast<size_t>(std::clamp<int64_t>(a[0].is_undefined() ? 4 : a[0].as_int(), 0, 1024)), ' ');
+  const std::string indention =
+      a[0].is_string()
+          ? a[0].as_string()
+          : std::string(static_cast<size_t>(std::clamp<int64_t>(a[0].is_undefined() ? 4 : a[0].as_int(), 0, 1024)),
+                        ' ');
   std::string s = to_str(v) + "\n";
   std::vector<std::string> lines;
   size_t i = 0;
@@ -221,7 +228,8 @@ StatusOr<Value> select_impl(const Value& v, CallArgs& args, bool by_attribute, b
   }
   std::string test;
   if (next < args.positional.size()) test = to_str(args.positional[next++]);
-  if (!test.empty() && !is_known_test(test)) return invalid_argument("TemplateRuntimeError: No test named '" + test + "'.");
+  if (!test.empty() && !is_known_test(test))
+    return invalid_argument("TemplateRuntimeError: No test named '" + test + "'.");
   std::vector<Value> out;
   for (const auto& item : items) {
     const Value subject = by_attribute ? attribute_path(item, attribute) : item;
@@ -242,9 +250,12 @@ StatusOr<Value> f_map(const Value& v, CallArgs& args, Interpreter& in) {
   std::vector<Value> out;
   Value attribute, def;
   for (auto& [k, kv] : args.keyword) {
-    if (k == "attribute") attribute = kv;
-    else if (k == "default") def = kv;
-    else if (args.positional.empty()) return type_error("map() got an unexpected keyword argument '" + k + "'");
+    if (k == "attribute")
+      attribute = kv;
+    else if (k == "default")
+      def = kv;
+    else if (args.positional.empty())
+      return type_error("map() got an unexpected keyword argument '" + k + "'");
   }
   if (!attribute.is_undefined()) {
     for (const auto& item : items) {
@@ -392,7 +403,8 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
     const bool by_value = a[1].is_string() && a[1].as_string() == "value";
     std::vector<Value> pairs;
     for (const auto& [k, x] : v.as_dict().items) pairs.push_back(Value::list({Value::string(k), x}, true));
-    ASSIGN_OR_RETURN(std::vector<Value> out, sorted(std::move(pairs), a[2].truthy(), a[0].truthy(), Value::integer(by_value ? 1 : 0)));
+    ASSIGN_OR_RETURN(std::vector<Value> out,
+                     sorted(std::move(pairs), a[2].truthy(), a[0].truthy(), Value::integer(by_value ? 1 : 0)));
     return Value::list(std::move(out));
   }
   if (name == "sort") {
@@ -529,11 +541,14 @@ StatusOr<bool> apply_test(const std::string& name, const Value& v, CallArgs& arg
   if (v.is_undefined()) return undefined_error(v);
   if (other.is_undefined()) return undefined_error(other);
   const char* op = (name == "lt" || name == "lessthan" || name == "<")      ? "<"
-                   : (name == "le" || name == "<=")                          ? "<="
+                   : (name == "le" || name == "<=")                         ? "<="
                    : (name == "gt" || name == "greaterthan" || name == ">") ? ">"
                                                                             : ">=";
   ASSIGN_OR_RETURN(int c, compare(v, other, op));
-  return std::strcmp(op, "<") == 0 ? c < 0 : std::strcmp(op, "<=") == 0 ? c <= 0 : std::strcmp(op, ">") == 0 ? c > 0 : c >= 0;
+  return std::strcmp(op, "<") == 0    ? c < 0
+         : std::strcmp(op, "<=") == 0 ? c <= 0
+         : std::strcmp(op, ">") == 0  ? c > 0
+                                      : c >= 0;
 }
 
 }  // namespace mmserve::chat_template

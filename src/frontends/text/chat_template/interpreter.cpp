@@ -55,9 +55,7 @@ Status Interpreter::exec(const Body& body, std::string& out) {
 
 Status Interpreter::exec_node(const Node& n, std::string& out) {
   switch (n.kind) {
-    case NodeKind::kData:
-      out += n.text;
-      return check_size(out.size());
+    case NodeKind::kData: out += n.text; return check_size(out.size());
     case NodeKind::kOutput: {
       ASSIGN_OR_RETURN(Value v, eval(*n.expr));
       const size_t before = out.size();
@@ -71,10 +69,8 @@ Status Interpreter::exec_node(const Node& n, std::string& out) {
         if (cond.truthy()) return exec(n.bodies[i], out);
       }
       return exec(n.else_body, out);
-    case NodeKind::kFor:
-      return exec_for(n, out);
-    case NodeKind::kSet:
-      return exec_set(n);
+    case NodeKind::kFor: return exec_for(n, out);
+    case NodeKind::kSet: return exec_set(n);
     case NodeKind::kSetBlock: {
       std::string text;
       RETURN_IF_ERROR(exec(n.body, text));
@@ -89,14 +85,9 @@ Status Interpreter::exec_node(const Node& n, std::string& out) {
       out += to_str(v);
       return check_size(out.size());
     }
-    case NodeKind::kMacro:
-      return exec_macro_definition(n);
-    case NodeKind::kBreak:
-      flow_ = Flow::kBreak;
-      return ok_status();
-    case NodeKind::kContinue:
-      flow_ = Flow::kContinue;
-      return ok_status();
+    case NodeKind::kMacro: return exec_macro_definition(n);
+    case NodeKind::kBreak: flow_ = Flow::kBreak; return ok_status();
+    case NodeKind::kContinue: flow_ = Flow::kContinue; return ok_status();
     case NodeKind::kGeneration:  // HF's AssistantTracker renders the body unchanged
       return exec(n.body, out);
   }
@@ -120,9 +111,10 @@ Status Interpreter::assign_targets(const std::vector<std::string>& targets, cons
   ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
   if (items.size() != targets.size()) {
     return invalid_argument(items.size() < targets.size()
-                                ? "ValueError: not enough values to unpack (expected " + std::to_string(targets.size()) +
-                                      ", got " + std::to_string(items.size()) + ")"
-                                : "ValueError: too many values to unpack (expected " + std::to_string(targets.size()) + ")");
+                                ? "ValueError: not enough values to unpack (expected " +
+                                      std::to_string(targets.size()) + ", got " + std::to_string(items.size()) + ")"
+                                : "ValueError: too many values to unpack (expected " + std::to_string(targets.size()) +
+                                      ")");
   }
   for (size_t i = 0; i < targets.size(); ++i) assign(targets[i], items[i]);
   return ok_status();
@@ -165,10 +157,11 @@ Status Interpreter::exec_for(const Node& n, std::string& out) {
         {"depth0", Value::integer(0)},
         {"previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::undefined("there is no previous item")},
         {"nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::undefined("there is no next item")},
-        {"cycle", Value::function("loop.cycle", [i](CallArgs& args, Interpreter&) -> StatusOr<Value> {
-           if (args.positional.empty()) return type_error("no items for cycling given");
-           return args.positional[static_cast<size_t>(i) % args.positional.size()];
-         })},
+        {"cycle", Value::function("loop.cycle",
+                                  [i](CallArgs& args, Interpreter&) -> StatusOr<Value> {
+                                    if (args.positional.empty()) return type_error("no items for cycling given");
+                                    return args.positional[static_cast<size_t>(i) % args.positional.size()];
+                                  })},
     };
     frames_.push_back(std::make_shared<Frame>());
     Status st = assign_targets(n.targets, items[static_cast<size_t>(i)]);
@@ -225,7 +218,8 @@ Status Interpreter::exec_set(const Node& n) {
   const bool nested = holds_namespace(v, 0, visited);
   RETURN_IF_ERROR(charge(visited));
   if (nested) {  // no namespace inside a namespace: it could hold itself (a cycle)
-    return unimplemented("TemplateRuntimeError: storing a namespace (or a container of one) in a namespace is not supported");
+    return unimplemented(
+        "TemplateRuntimeError: storing a namespace (or a container of one) in a namespace is not supported");
   }
   target.namespace_entries().set(n.attribute, std::move(v));
   return ok_status();
@@ -233,13 +227,15 @@ Status Interpreter::exec_set(const Node& n) {
 
 Status Interpreter::exec_macro_definition(const Node& n) {
   const Node* macro = &n;
-  assign(n.text, Value::function(n.text, [macro](CallArgs& args, Interpreter& in) { return in.call_macro(*macro, args); }));
+  assign(n.text,
+         Value::function(n.text, [macro](CallArgs& args, Interpreter& in) { return in.call_macro(*macro, args); }));
   return ok_status();
 }
 
 StatusOr<Value> Interpreter::call_macro(const Node& macro, CallArgs& args) {
   if (call_depth_ >= limits_.call_depth_max) {
-    return resource_exhausted("RecursionError: macro calls nested deeper than " + std::to_string(limits_.call_depth_max));
+    return resource_exhausted("RecursionError: macro calls nested deeper than " +
+                              std::to_string(limits_.call_depth_max));
   }
   if (args.positional.size() > macro.params.size()) {
     return type_error("macro '" + macro.text + "' takes not more than " + std::to_string(macro.params.size()) +
@@ -268,8 +264,10 @@ StatusOr<Value> Interpreter::call_macro(const Node& macro, CallArgs& args) {
       }
       if (!given && def) {
         StatusOr<Value> d = eval(*def);
-        if (!d.ok()) st = d.status();
-        else v = std::move(d).value();
+        if (!d.ok())
+          st = d.status();
+        else
+          v = std::move(d).value();
       }
     }
     frame->insert_or_assign(name, std::move(v));
@@ -295,13 +293,15 @@ StatusOr<Value> Interpreter::call(const Value& fn, CallArgs& args) {
 StatusOr<Value> Interpreter::eval(const Expr& e) {
   StatusOr<Value> r = eval_inner(e);
   if (r.ok() && r->depth() > limits_.value_depth_max) {
-    r = invalid_argument("RecursionError: a value nested deeper than " + std::to_string(limits_.value_depth_max) + " levels");
+    r = invalid_argument("RecursionError: a value nested deeper than " + std::to_string(limits_.value_depth_max) +
+                         " levels");
   }
   if (!r.ok() && !error_located_) {
     error_located_ = true;
     const Status& s = r.status();
     if (s.message().rfind("TemplateError: ", 0) == 0) return s;  // raise_exception: its message alone
-    return Status(s.code(), s.message() + " (line " + std::to_string(e.line) + ", column " + std::to_string(e.column) + ")");
+    return Status(s.code(),
+                  s.message() + " (line " + std::to_string(e.line) + ", column " + std::to_string(e.column) + ")");
   }
   return r;
 }
@@ -320,10 +320,8 @@ Status Interpreter::eval_args(const Expr& e, size_t first, CallArgs& out) {
 
 StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
   switch (e.kind) {
-    case ExprKind::kLiteral:
-      return e.value;
-    case ExprKind::kName:
-      return lookup(e.name);
+    case ExprKind::kLiteral: return e.value;
+    case ExprKind::kName: return lookup(e.name);
     case ExprKind::kList:
     case ExprKind::kTuple: {
       std::vector<Value> items;
@@ -403,8 +401,7 @@ StatusOr<Value> Interpreter::eval_inner(const Expr& e) {
       ASSIGN_OR_RETURN(Value b, eval(*e.args[1]));
       return binary_op(e.name, a, b, *this);
     }
-    case ExprKind::kCompare:
-      return eval_compare(e);
+    case ExprKind::kCompare: return eval_compare(e);
     case ExprKind::kAnd:
     case ExprKind::kOr: {  // Python returns the deciding operand, not a bool
       ASSIGN_OR_RETURN(Value a, eval(*e.args[0]));

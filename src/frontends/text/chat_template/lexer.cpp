@@ -205,8 +205,8 @@ class Lexer {
         pos_ += n;
       }
       if (pos_ >= src_.size()) {
-        return error_at(open, std::string("unexpected end of template: this ") + (variable ? "{{" : "{%") +
-                                  " is never closed");
+        return error_at(
+            open, std::string("unexpected end of template: this ") + (variable ? "{{" : "{%") + " is never closed");
       }
       if (depth == 0) {
         const char* close = variable ? "}}" : "%}";
@@ -244,8 +244,8 @@ class Lexer {
     } else if (c == '\'' || c == '"') {
       RETURN_IF_ERROR(lex_string(t));
     } else {
-      static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<", ">",
-                                         "=", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|"};
+      static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                         ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ".", ":", "|"};
       for (const char* op : kOps) {
         const size_t n = std::strlen(op);
         if (src_.compare(pos_, n, op) == 0) {
@@ -270,7 +270,8 @@ class Lexer {
   Status lex_number(Token& t) {
     const size_t start = pos_;
     auto digits = [&](auto pred) {
-      while (pos_ < src_.size() && (pred(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() && pred(src_[pos_ + 1])))) {
+      while (pos_ < src_.size() &&
+             (pred(src_[pos_]) || (src_[pos_] == '_' && pos_ + 1 < src_.size() && pred(src_[pos_ + 1])))) {
         ++pos_;
       }
     };
@@ -281,8 +282,10 @@ class Lexer {
       const int base = std::tolower(src_[pos_ + 1]) == 'x' ? 16 : std::tolower(src_[pos_ + 1]) == 'o' ? 8 : 2;
       pos_ += 2;
       const size_t digits_start = pos_;
-      digits([base](char ch) { return base == 16 ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
-                                                 : ch >= '0' && ch < static_cast<char>('0' + base); });
+      digits([base](char ch) {
+        return base == 16 ? std::isxdigit(static_cast<unsigned char>(ch)) != 0
+                          : ch >= '0' && ch < static_cast<char>('0' + base);
+      });
       std::string clean;
       for (size_t i = digits_start; i < pos_; ++i) {
         if (src_[i] != '_') clean += src_[i];
@@ -358,15 +361,19 @@ class Lexer {
         case 'f': out += '\f'; break;
         case 'v': out += '\v'; break;
         case '\n': break;  // a backslash-newline continues the line
-        case 'x': case 'u': case 'U': {
+        case 'x':
+        case 'u':
+        case 'U': {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (pos_ + n > src_.size()) return error_at(start, std::string("truncated \\") + e + " escape");
           const std::string hex = src_.substr(pos_, n);
           for (const char h : hex) {
-            if (!std::isxdigit(static_cast<unsigned char>(h))) return error_at(start, std::string("truncated \\") + e + " escape");
+            if (!std::isxdigit(static_cast<unsigned char>(h)))
+              return error_at(start, std::string("truncated \\") + e + " escape");
           }
           const auto cp = static_cast<char32_t>(std::stoul(hex, nullptr, 16));
-          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return error_at(start, "escape is not a valid code point");
+          if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+            return error_at(start, "escape is not a valid code point");
           append_utf8(out, cp);
           pos_ += n;
           break;

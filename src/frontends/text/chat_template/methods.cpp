@@ -2,11 +2,11 @@
 // list that templates call, and HF's globals. Mutating methods (list.append, dict.update, ...) are refused as
 // ImmutableSandboxedEnvironment refuses them: reading one gives an Undefined, calling it a SecurityError.
 // Test: tests/unit/frontends/text/chat_template_test.cpp (MethodTest.*).
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <cstring>
 #include <ctime>
-
-#include <utf8proc.h>
 
 #include "frontends/text/chat_template/builtins.h"
 #include "frontends/text/chat_template/interpreter.h"
@@ -30,9 +30,16 @@ StatusOr<std::u32string> string_arg(const Value& v, const char* what) {
   return utf8_to_u32(v.as_string());
 }
 
-char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c))); }
-char32_t to_lower(char32_t c) { return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))); }
-bool is_cased(char32_t c) { return to_upper(c) != c || to_lower(c) != c || utf8proc_isupper(static_cast<utf8proc_int32_t>(c)) || utf8proc_islower(static_cast<utf8proc_int32_t>(c)); }
+char32_t to_upper(char32_t c) {
+  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
+}
+char32_t to_lower(char32_t c) {
+  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
+}
+bool is_cased(char32_t c) {
+  return to_upper(c) != c || to_lower(c) != c || utf8proc_isupper(static_cast<utf8proc_int32_t>(c)) ||
+         utf8proc_islower(static_cast<utf8proc_int32_t>(c));
+}
 
 // --- str methods ---
 
@@ -57,9 +64,15 @@ StatusOr<Value> strip_impl(const Value& self, CallArgs& args, int which, const c
   return Value::string(u32_to_utf8(s.substr(lo, hi - lo)));
 }
 
-StatusOr<Value> m_strip(const Value& s, CallArgs& a, Interpreter&) { return strip_impl(s, a, 3, "strip"); }
-StatusOr<Value> m_lstrip(const Value& s, CallArgs& a, Interpreter&) { return strip_impl(s, a, 1, "lstrip"); }
-StatusOr<Value> m_rstrip(const Value& s, CallArgs& a, Interpreter&) { return strip_impl(s, a, 2, "rstrip"); }
+StatusOr<Value> m_strip(const Value& s, CallArgs& a, Interpreter&) {
+  return strip_impl(s, a, 3, "strip");
+}
+StatusOr<Value> m_lstrip(const Value& s, CallArgs& a, Interpreter&) {
+  return strip_impl(s, a, 1, "lstrip");
+}
+StatusOr<Value> m_rstrip(const Value& s, CallArgs& a, Interpreter&) {
+  return strip_impl(s, a, 2, "rstrip");
+}
 
 StatusOr<Value> m_upper(const Value& s, CallArgs&, Interpreter&) {
   std::u32string u = utf8_to_u32(s.as_string());
@@ -100,14 +113,19 @@ StatusOr<Value> affix_impl(const Value& self, CallArgs& args, bool start_side, c
       return type_error(std::string(name) + " first arg must be str or a tuple of str, not " + o.type_name());
     }
     const std::string& p = o.as_string();
-    if (p.size() <= s.size() && (start_side ? s.compare(0, p.size(), p) : s.compare(s.size() - p.size(), p.size(), p)) == 0) {
+    if (p.size() <= s.size() &&
+        (start_side ? s.compare(0, p.size(), p) : s.compare(s.size() - p.size(), p.size(), p)) == 0) {
       return Value::boolean(true);
     }
   }
   return Value::boolean(false);
 }
-StatusOr<Value> m_startswith(const Value& s, CallArgs& a, Interpreter&) { return affix_impl(s, a, true, "startswith"); }
-StatusOr<Value> m_endswith(const Value& s, CallArgs& a, Interpreter&) { return affix_impl(s, a, false, "endswith"); }
+StatusOr<Value> m_startswith(const Value& s, CallArgs& a, Interpreter&) {
+  return affix_impl(s, a, true, "startswith");
+}
+StatusOr<Value> m_endswith(const Value& s, CallArgs& a, Interpreter&) {
+  return affix_impl(s, a, false, "endswith");
+}
 
 // split/rsplit(sep=None, maxsplit=-1) with Python's two modes: runs of whitespace, or an exact separator.
 StatusOr<Value> split_impl(const Value& self, CallArgs& args, bool from_right, const char* name) {
@@ -144,7 +162,8 @@ StatusOr<Value> split_impl(const Value& self, CallArgs& args, bool from_right, c
     if (!from_right) {
       size_t i = 0;
       while (true) {
-        const size_t j = maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit ? std::u32string::npos : s.find(sep, i);
+        const size_t j =
+            maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit ? std::u32string::npos : s.find(sep, i);
         if (j == std::u32string::npos) {
           parts.push_back(s.substr(i));
           break;
@@ -156,7 +175,8 @@ StatusOr<Value> split_impl(const Value& self, CallArgs& args, bool from_right, c
       size_t end = s.size();
       while (true) {
         const size_t j = maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit ? std::u32string::npos
-                         : end < sep.size() ? std::u32string::npos : s.rfind(sep, end - sep.size());
+                         : end < sep.size()                                              ? std::u32string::npos
+                                            : s.rfind(sep, end - sep.size());
         if (j == std::u32string::npos) {
           parts.push_back(s.substr(0, end));
           break;
@@ -171,8 +191,12 @@ StatusOr<Value> split_impl(const Value& self, CallArgs& args, bool from_right, c
   for (const auto& p : parts) out.push_back(Value::string(u32_to_utf8(p)));
   return Value::list(std::move(out));
 }
-StatusOr<Value> m_split(const Value& s, CallArgs& a, Interpreter&) { return split_impl(s, a, false, "split"); }
-StatusOr<Value> m_rsplit(const Value& s, CallArgs& a, Interpreter&) { return split_impl(s, a, true, "rsplit"); }
+StatusOr<Value> m_split(const Value& s, CallArgs& a, Interpreter&) {
+  return split_impl(s, a, false, "split");
+}
+StatusOr<Value> m_rsplit(const Value& s, CallArgs& a, Interpreter&) {
+  return split_impl(s, a, true, "rsplit");
+}
 
 StatusOr<Value> m_splitlines(const Value& self, CallArgs& args, Interpreter&) {
   std::vector<Value> a;
@@ -261,10 +285,18 @@ StatusOr<Value> search_impl(const Value& self, CallArgs& args, const char* name)
   if (found < 0 && std::strcmp(name, "index") == 0) return invalid_argument("ValueError: substring not found");
   return Value::integer(found);
 }
-StatusOr<Value> m_find(const Value& s, CallArgs& a, Interpreter&) { return search_impl(s, a, "find"); }
-StatusOr<Value> m_rfind(const Value& s, CallArgs& a, Interpreter&) { return search_impl(s, a, "rfind"); }
-StatusOr<Value> m_index_str(const Value& s, CallArgs& a, Interpreter&) { return search_impl(s, a, "index"); }
-StatusOr<Value> m_count_str(const Value& s, CallArgs& a, Interpreter&) { return search_impl(s, a, "count"); }
+StatusOr<Value> m_find(const Value& s, CallArgs& a, Interpreter&) {
+  return search_impl(s, a, "find");
+}
+StatusOr<Value> m_rfind(const Value& s, CallArgs& a, Interpreter&) {
+  return search_impl(s, a, "rfind");
+}
+StatusOr<Value> m_index_str(const Value& s, CallArgs& a, Interpreter&) {
+  return search_impl(s, a, "index");
+}
+StatusOr<Value> m_count_str(const Value& s, CallArgs& a, Interpreter&) {
+  return search_impl(s, a, "count");
+}
 
 StatusOr<Value> m_join(const Value& self, CallArgs& args, Interpreter& in) {
   std::vector<Value> a;
@@ -273,7 +305,8 @@ StatusOr<Value> m_join(const Value& self, CallArgs& args, Interpreter& in) {
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (!items[i].is_string()) {
-      return type_error("sequence item " + std::to_string(i) + ": expected str instance, " + items[i].type_name() + " found");
+      return type_error("sequence item " + std::to_string(i) + ": expected str instance, " + items[i].type_name() +
+                        " found");
     }
     if (i) out += self.as_string();
     out += items[i].as_string();
@@ -313,7 +346,8 @@ StatusOr<Value> m_format(const Value& self, CallArgs& args, Interpreter& in) {
       }
       if (!v) {
         if (index >= args.positional.size()) {
-          return invalid_argument("IndexError: Replacement index " + std::to_string(index) + " out of range for positional args tuple");
+          return invalid_argument("IndexError: Replacement index " + std::to_string(index) +
+                                  " out of range for positional args tuple");
         }
         v = &args.positional[index];
       }
@@ -346,8 +380,18 @@ StatusOr<Value> m_is(const Value& self, CallArgs&, Interpreter&) {
       case 1: ok = alpha; break;
       case 2: ok = alpha || numeric; break;
       case 3: ok = is_py_space(c); break;
-      case 4: if (is_cased(c)) { any_cased = true; ok = to_upper(c) == c && to_lower(c) != c; } break;
-      case 5: if (is_cased(c)) { any_cased = true; ok = to_lower(c) == c && to_upper(c) != c; } break;
+      case 4:
+        if (is_cased(c)) {
+          any_cased = true;
+          ok = to_upper(c) == c && to_lower(c) != c;
+        }
+        break;
+      case 5:
+        if (is_cased(c)) {
+          any_cased = true;
+          ok = to_lower(c) == c && to_upper(c) != c;
+        }
+        break;
       default: ok = numeric; break;
     }
     if (!ok) return Value::boolean(false);
@@ -407,12 +451,13 @@ struct MethodEntry {
 };
 
 constexpr MethodEntry kStringMethods[] = {
-    {"strip", m_strip}, {"lstrip", m_lstrip}, {"rstrip", m_rstrip}, {"upper", m_upper}, {"lower", m_lower},
-    {"title", m_title}, {"capitalize", m_capitalize}, {"startswith", m_startswith}, {"endswith", m_endswith},
-    {"split", m_split}, {"rsplit", m_rsplit}, {"splitlines", m_splitlines}, {"replace", m_replace},
-    {"find", m_find}, {"rfind", m_rfind}, {"index", m_index_str}, {"count", m_count_str}, {"join", m_join},
-    {"format", m_format}, {"isdigit", m_is<0>}, {"isalpha", m_is<1>}, {"isalnum", m_is<2>}, {"isspace", m_is<3>},
-    {"isupper", m_is<4>}, {"islower", m_is<5>}, {"isnumeric", m_is<6>},
+    {"strip", m_strip},       {"lstrip", m_lstrip},   {"rstrip", m_rstrip},         {"upper", m_upper},
+    {"lower", m_lower},       {"title", m_title},     {"capitalize", m_capitalize}, {"startswith", m_startswith},
+    {"endswith", m_endswith}, {"split", m_split},     {"rsplit", m_rsplit},         {"splitlines", m_splitlines},
+    {"replace", m_replace},   {"find", m_find},       {"rfind", m_rfind},           {"index", m_index_str},
+    {"count", m_count_str},   {"join", m_join},       {"format", m_format},         {"isdigit", m_is<0>},
+    {"isalpha", m_is<1>},     {"isalnum", m_is<2>},   {"isspace", m_is<3>},         {"isupper", m_is<4>},
+    {"islower", m_is<5>},     {"isnumeric", m_is<6>},
 };
 constexpr MethodEntry kDictMethods[] = {{"items", m_items}, {"keys", m_keys}, {"values", m_values}, {"get", m_get}};
 constexpr MethodEntry kListMethods[] = {{"index", m_list_index}, {"count", m_list_count}};
@@ -459,8 +504,7 @@ Value get_attribute(const Value& obj, const std::string& name) {
     case Kind::kNamespace:
       if (const Value* v = obj.as_dict().find(name)) return *v;
       return Value::undefined("'jinja2.utils.Namespace object' has no attribute '" + name + "'");
-    default:
-      return missing_attribute(obj, name);
+    default: return missing_attribute(obj, name);
   }
 }
 
@@ -500,14 +544,17 @@ Dict make_globals() {
           std::tm tm{};
           localtime_r(&now, &tm);
           char buf[512];
-          const size_t n = a[0].as_string().empty() ? 0 : std::strftime(buf, sizeof(buf), a[0].as_string().c_str(), &tm);
-          if (n == 0 && !a[0].as_string().empty()) return invalid_argument("ValueError: strftime format too long or empty result");
+          const size_t n =
+              a[0].as_string().empty() ? 0 : std::strftime(buf, sizeof(buf), a[0].as_string().c_str(), &tm);
+          if (n == 0 && !a[0].as_string().empty())
+            return invalid_argument("ValueError: strftime format too long or empty result");
           return Value::string(std::string(buf, n));
         }));
   g.set("range", Value::function("range", [](CallArgs& args, Interpreter&) -> StatusOr<Value> {
           if (!args.keyword.empty()) return type_error("range() takes no keyword arguments");
           const auto& p = args.positional;
-          if (p.empty() || p.size() > 3) return type_error("range expected 1 to 3 arguments, got " + std::to_string(p.size()));
+          if (p.empty() || p.size() > 3)
+            return type_error("range expected 1 to 3 arguments, got " + std::to_string(p.size()));
           for (const auto& v : p) {
             if (v.kind() != Kind::kInt && v.kind() != Kind::kBool) {
               return type_error("'" + v.type_name() + "' object cannot be interpreted as an integer");
@@ -531,7 +578,8 @@ Dict make_globals() {
     Dict d;
     if (args.positional.size() > 1) return type_error("expected at most 1 positional argument");
     if (!args.positional.empty()) {
-      if (!args.positional[0].is_dict()) return type_error("'" + args.positional[0].type_name() + "' object is not a mapping");
+      if (!args.positional[0].is_dict())
+        return type_error("'" + args.positional[0].type_name() + "' object is not a mapping");
       d = args.positional[0].as_dict();
     }
     for (auto& [k, v] : args.keyword) d.set(k, v);

@@ -157,14 +157,16 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
       return unsupported(op, a, b);
     }
     if (ints) {
-      if (b.as_int() == 0) return invalid_argument(op == "//" ? "ZeroDivisionError: integer division or modulo by zero"
-                                                             : "ZeroDivisionError: integer modulo by zero");
+      if (b.as_int() == 0)
+        return invalid_argument(op == "//" ? "ZeroDivisionError: integer division or modulo by zero"
+                                           : "ZeroDivisionError: integer modulo by zero");
       if (a.as_int() == std::numeric_limits<int64_t>::min() && b.as_int() == -1) return overflow();
       return Value::integer(op == "//" ? floor_div(a.as_int(), b.as_int()) : floor_mod(a.as_int(), b.as_int()));
     }
     const double x = a.as_float(), y = b.as_float();
-    if (y == 0) return invalid_argument(op == "//" ? "ZeroDivisionError: float floor division by zero"
-                                                   : "ZeroDivisionError: float modulo");
+    if (y == 0)
+      return invalid_argument(op == "//" ? "ZeroDivisionError: float floor division by zero"
+                                         : "ZeroDivisionError: float modulo");
     if (op == "//") return Value::floating(std::floor(x / y));
     double r = std::fmod(x, y);
     if (r != 0 && ((r < 0) != (y < 0))) r += y;
@@ -204,8 +206,7 @@ StatusOr<Value> negate(const Value& v, bool minus) {
 
 StatusOr<bool> contains(const Value& container, const Value& item) {
   switch (container.kind()) {
-    case Kind::kUndefined:
-      return false;  // jinja2's Undefined iterates as empty
+    case Kind::kUndefined: return false;  // jinja2's Undefined iterates as empty
     case Kind::kString:
       if (!item.is_string()) {
         return type_error("'in <string>' requires string as left operand, not " + item.type_name());
@@ -219,17 +220,14 @@ StatusOr<bool> contains(const Value& container, const Value& item) {
     case Kind::kDict:
       if (item.is_list() && !item.is_tuple()) return type_error("unhashable type: 'list'");
       return item.is_string() && container.as_dict().find(item.as_string()) != nullptr;
-    default:
-      return type_error("argument of type '" + container.type_name() + "' is not iterable");
+    default: return type_error("argument of type '" + container.type_name() + "' is not iterable");
   }
 }
 
 StatusOr<std::vector<Value>> iterate(const Value& v) {
   switch (v.kind()) {
-    case Kind::kUndefined:
-      return std::vector<Value>{};
-    case Kind::kList:
-      return v.as_list();
+    case Kind::kUndefined: return std::vector<Value>{};
+    case Kind::kList: return v.as_list();
     case Kind::kDict: {
       std::vector<Value> keys;
       for (const auto& [k, _] : v.as_dict().items) keys.push_back(Value::string(k));
@@ -244,8 +242,7 @@ StatusOr<std::vector<Value>> iterate(const Value& v) {
       }
       return chars;
     }
-    default:
-      return type_error("'" + v.type_name() + "' object is not iterable");
+    default: return type_error("'" + v.type_name() + "' object is not iterable");
   }
 }
 

@@ -102,7 +102,8 @@ class Parser {
         std::string want;
         for (const auto& s : stops) want += (want.empty() ? "" : " or ") + ("{% " + s + " %}");
         return error(tok, "unexpected end of template: expected " + want + " to close the '" + opener->text +
-                              "' at line " + std::to_string(opener->line) + ", column " + std::to_string(opener->column));
+                              "' at line " + std::to_string(opener->line) + ", column " +
+                              std::to_string(opener->column));
       }
       if (tok.type == TokenType::kData) {
         auto n = at<Node>(tok);
@@ -394,9 +395,8 @@ class Parser {
     std::vector<ExprPtr> operands;
     while (true) {
       std::string op;
-      if (peek().type == TokenType::kOperator &&
-          (peek().text == "==" || peek().text == "!=" || peek().text == "<" || peek().text == "<=" ||
-           peek().text == ">" || peek().text == ">=")) {
+      if (peek().type == TokenType::kOperator && (peek().text == "==" || peek().text == "!=" || peek().text == "<" ||
+                                                  peek().text == "<=" || peek().text == ">" || peek().text == ">=")) {
         op = next().text;
       } else if (is_name("in")) {
         ++pos_;
@@ -544,8 +544,7 @@ class Parser {
           return e;
         }
         break;
-      default:
-        break;
+      default: break;
     }
     return error(tok, "unexpected " + describe(tok));
   }

@@ -2,12 +2,12 @@
 // Test: tests/unit/frontends/text/chat_template_test.cpp (ValueTest.*), and every golden that prints a value.
 #include "frontends/text/chat_template/value.h"
 
+#include <utf8proc.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-
-#include <utf8proc.h>
 
 namespace mmserve::chat_template {
 
@@ -93,21 +93,16 @@ Value Value::function(std::string name, std::function<StatusOr<Value>(CallArgs&,
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return none();
-    case nlohmann::ordered_json::value_t::boolean:
-      return boolean(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-      return integer(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::null: return none();
+    case nlohmann::ordered_json::value_t::boolean: return boolean(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer: return integer(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       const uint64_t u = j.get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return integer(static_cast<int64_t>(u));
       return floating(static_cast<double>(u));
     }
-    case nlohmann::ordered_json::value_t::number_float:
-      return floating(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return string(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_float: return floating(j.get<double>());
+    case nlohmann::ordered_json::value_t::string: return string(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -128,48 +123,31 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
 bool Value::truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return false;
+    case Kind::kNone: return false;
     case Kind::kBool:
-    case Kind::kInt:
-      return int_ != 0;
-    case Kind::kFloat:
-      return float_ != 0.0;
-    case Kind::kString:
-      return !text_.empty();
-    case Kind::kList:
-      return !list_->empty();
-    case Kind::kDict:
-      return !dict_->items.empty();
+    case Kind::kInt: return int_ != 0;
+    case Kind::kFloat: return float_ != 0.0;
+    case Kind::kString: return !text_.empty();
+    case Kind::kList: return !list_->empty();
+    case Kind::kDict: return !dict_->items.empty();
     case Kind::kNamespace:
-    case Kind::kCallable:
-      return true;
+    case Kind::kCallable: return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (kind_) {
-    case Kind::kUndefined:
-      return "Undefined";
-    case Kind::kNone:
-      return "NoneType";
-    case Kind::kBool:
-      return "bool";
-    case Kind::kInt:
-      return "int";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kString:
-      return "str";
-    case Kind::kList:
-      return tuple_ ? "tuple" : "list";
-    case Kind::kDict:
-      return "dict";
-    case Kind::kNamespace:
-      return "Namespace";
-    case Kind::kCallable:
-      return "function";
+    case Kind::kUndefined: return "Undefined";
+    case Kind::kNone: return "NoneType";
+    case Kind::kBool: return "bool";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kString: return "str";
+    case Kind::kList: return tuple_ ? "tuple" : "list";
+    case Kind::kDict: return "dict";
+    case Kind::kNamespace: return "Namespace";
+    case Kind::kCallable: return "function";
   }
   return "object";
 }
@@ -182,10 +160,8 @@ bool equals(const Value& a, const Value& b) {
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case Kind::kUndefined:
-    case Kind::kNone:
-      return true;
-    case Kind::kString:
-      return a.as_string() == b.as_string();
+    case Kind::kNone: return true;
+    case Kind::kString: return a.as_string() == b.as_string();
     case Kind::kList: {
       if (a.is_tuple() != b.is_tuple() || a.as_list().size() != b.as_list().size()) return false;
       for (size_t i = 0; i < a.as_list().size(); ++i) {
@@ -203,8 +179,7 @@ bool equals(const Value& a, const Value& b) {
       }
       return true;
     }
-    default:
-      return a.identity() == b.identity();
+    default: return a.identity() == b.identity();
   }
 }
 
@@ -229,8 +204,8 @@ StatusOr<int> compare(const Value& a, const Value& b, const char* op) {
     }
     return x.size() < y.size() ? -1 : x.size() > y.size() ? 1 : 0;
   }
-  return invalid_argument(std::string("TypeError: '") + op + "' not supported between instances of '" +
-                          a.type_name() + "' and '" + b.type_name() + "'");
+  return invalid_argument(std::string("TypeError: '") + op + "' not supported between instances of '" + a.type_name() +
+                          "' and '" + b.type_name() + "'");
 }
 
 // --- printing ---------------------------------------------------------------------------------------------
@@ -259,7 +234,8 @@ std::string format_float(double f) {
     } else if (exponent + 1 >= n) {
       out = digits + std::string(static_cast<size_t>(exponent + 1 - n), '0') + ".0";
     } else {
-      out = digits.substr(0, static_cast<size_t>(exponent + 1)) + "." + digits.substr(static_cast<size_t>(exponent + 1));
+      out =
+          digits.substr(0, static_cast<size_t>(exponent + 1)) + "." + digits.substr(static_cast<size_t>(exponent + 1));
     }
     return sign + out;
   }
@@ -285,10 +261,8 @@ bool is_printable(char32_t cp) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS:
-      return false;
-    default:
-      return true;
+    case UTF8PROC_CATEGORY_ZS: return false;
+    default: return true;
   }
 }
 
@@ -331,9 +305,7 @@ void repr_into(const Value& v, std::string& out, int depth) {
     return;
   }
   switch (v.kind()) {
-    case Kind::kString:
-      out += repr_string(v.as_string());
-      return;
+    case Kind::kString: out += repr_string(v.as_string()); return;
     case Kind::kList: {
       out += v.is_tuple() ? '(' : '[';
       const auto& items = v.as_list();
@@ -361,8 +333,7 @@ void repr_into(const Value& v, std::string& out, int depth) {
       if (v.kind() == Kind::kNamespace) out += '>';
       return;
     }
-    default:
-      out += to_str(v);
+    default: out += to_str(v);
   }
 }
 
@@ -370,20 +341,13 @@ void repr_into(const Value& v, std::string& out, int depth) {
 
 std::string to_str(const Value& v) {
   switch (v.kind()) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kNone:
-      return "None";
-    case Kind::kBool:
-      return v.as_bool() ? "True" : "False";
-    case Kind::kInt:
-      return std::to_string(v.as_int());
-    case Kind::kFloat:
-      return format_float(v.as_float());
-    case Kind::kString:
-      return v.as_string();
-    case Kind::kCallable:
-      return "<function " + v.as_callable().name + ">";
+    case Kind::kUndefined: return "";
+    case Kind::kNone: return "None";
+    case Kind::kBool: return v.as_bool() ? "True" : "False";
+    case Kind::kInt: return std::to_string(v.as_int());
+    case Kind::kFloat: return format_float(v.as_float());
+    case Kind::kString: return v.as_string();
+    case Kind::kCallable: return "<function " + v.as_callable().name + ">";
     default: {
       std::string out;
       repr_into(v, out, 0);
@@ -407,27 +371,13 @@ void json_string(const std::string& s, bool ensure_ascii, std::string& out) {
   for (const char32_t cp : utf8_to_u32(s)) {
     char buf[16];
     switch (cp) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
       default:
         if (cp < 0x20 || (ensure_ascii && cp > 0x7e)) {
           if (cp >= 0x10000) {  // a surrogate pair, as Python writes it
@@ -456,23 +406,15 @@ Status json_into(const Value& v, const JsonOptions& o, int level, std::string& o
     for (int i = 0; i < lvl; ++i) out += *o.indent;
   };
   switch (v.kind()) {
-    case Kind::kNone:
-      out += "null";
-      return ok_status();
-    case Kind::kBool:
-      out += v.as_bool() ? "true" : "false";
-      return ok_status();
-    case Kind::kInt:
-      out += std::to_string(v.as_int());
-      return ok_status();
+    case Kind::kNone: out += "null"; return ok_status();
+    case Kind::kBool: out += v.as_bool() ? "true" : "false"; return ok_status();
+    case Kind::kInt: out += std::to_string(v.as_int()); return ok_status();
     case Kind::kFloat: {
       const double f = v.as_float();
       out += std::isnan(f) ? "NaN" : std::isinf(f) ? (f > 0 ? "Infinity" : "-Infinity") : format_float(f);
       return ok_status();
     }
-    case Kind::kString:
-      json_string(v.as_string(), o.ensure_ascii, out);
-      return ok_status();
+    case Kind::kString: json_string(v.as_string(), o.ensure_ascii, out); return ok_status();
     case Kind::kList: {
       const auto& items = v.as_list();
       if (items.empty()) {
@@ -511,8 +453,7 @@ Status json_into(const Value& v, const JsonOptions& o, int level, std::string& o
       out += '}';
       return ok_status();
     }
-    default:
-      return invalid_argument("TypeError: Object of type " + v.type_name() + " is not JSON serializable");
+    default: return invalid_argument("TypeError: Object of type " + v.type_name() + " is not JSON serializable");
   }
 }
 
@@ -546,7 +487,8 @@ void append_utf8(std::string& out, char32_t cp) {
 
 bool is_valid_utf8(std::string_view s) {
   return utf8proc_decompose(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
-                            static_cast<utf8proc_ssize_t>(s.size()), nullptr, 0, static_cast<utf8proc_option_t>(0)) >= 0;
+                            static_cast<utf8proc_ssize_t>(s.size()), nullptr, 0,
+                            static_cast<utf8proc_option_t>(0)) >= 0;
 }
 
 // Strings here are valid UTF-8 (templates are checked at compile time, JSON by its parser), so decoding trusts
@@ -581,12 +523,25 @@ size_t utf8_length(std::string_view s) {
 
 bool is_py_space(char32_t cp) {
   switch (cp) {
-    case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
-    case 0x1c: case 0x1d: case 0x1e: case 0x1f: case 0x85: case 0xa0: case 0x1680:
-    case 0x2028: case 0x2029: case 0x202f: case 0x205f: case 0x3000:
-      return true;
-    default:
-      return cp >= 0x2000 && cp <= 0x200a;
+    case ' ':
+    case '\t':
+    case '\n':
+    case '\v':
+    case '\f':
+    case '\r':
+    case 0x1c:
+    case 0x1d:
+    case 0x1e:
+    case 0x1f:
+    case 0x85:
+    case 0xa0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202f:
+    case 0x205f:
+    case 0x3000: return true;
+    default: return cp >= 0x2000 && cp <= 0x200a;
   }
 }
 

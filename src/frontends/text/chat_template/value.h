@@ -12,13 +12,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
@@ -79,10 +78,10 @@ class Value {
   bool as_bool() const { return int_ != 0; }
   int64_t as_int() const { return int_; }  // also a bool's 0/1
   double as_float() const { return kind_ == Kind::kFloat ? float_ : static_cast<double>(int_); }
-  const std::string& as_string() const { return text_; }   // also an undefined's message
+  const std::string& as_string() const { return text_; }  // also an undefined's message
   const std::vector<Value>& as_list() const { return *list_; }
-  const Dict& as_dict() const { return *dict_; }          // a dict's or a namespace's entries
-  Dict& namespace_entries() const { return *dict_; }      // only for a namespace: shared, mutable
+  const Dict& as_dict() const { return *dict_; }      // a dict's or a namespace's entries
+  Dict& namespace_entries() const { return *dict_; }  // only for a namespace: shared, mutable
   const Callable& as_callable() const { return *callable_; }
   const void* identity() const { return dict_ ? static_cast<const void*>(dict_.get()) : callable_.get(); }
 

@@ -104,8 +104,9 @@ int run_set(const std::string& suffix, size_t expected_min) {
       ++passed;
     } else {
       ++failed;
-      ADD_FAILURE() << name << " / " << g["case"].get<std::string>() << " / add_generation_prompt="
-                    << o.add_generation_prompt << " / kwargs=" << g["kwargs"].dump() << ":\n  " << problem;
+      ADD_FAILURE() << name << " / " << g["case"].get<std::string>()
+                    << " / add_generation_prompt=" << o.add_generation_prompt << " / kwargs=" << g["kwargs"].dump()
+                    << ":\n  " << problem;
     }
   }
   std::printf("goldens%s: %d passed, %d failed\n", suffix.c_str(), passed, failed);

@@ -2,13 +2,14 @@
 // as Python prints them, values checked against CPython by hand), the lexer's positions, every kind of syntax
 // error with its exact message, runtime errors, the work/size/depth limits, the render API's variables, and the
 // loader's file precedence. Conformance with HF and jinja2 is in chat_template_golden_test.cpp.
+#include "frontends/text/chat_template/chat_template.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "frontends/text/chat_template/chat_template.h"
 #include "frontends/text/chat_template/lexer.h"
 
 namespace mmserve::chat_template {
@@ -64,7 +65,8 @@ TEST(ValueTest, JsonIsPythonJsonDumps) {
   ascii.ensure_ascii = true;
   ascii.sort_keys = true;
   // ensure_ascii escapes everything outside ' '..'~', DEL included.
-  EXPECT_EQ(*to_json(Value::dict(d), ascii), "{\"a\": [1.0, 1e+20, false, null], \"b\": \"\\u00e9\\\"\\\\\\n\\u0001\\u007f\\ud83d\\ude00\"}");
+  EXPECT_EQ(*to_json(Value::dict(d), ascii),
+            "{\"a\": [1.0, 1e+20, false, null], \"b\": \"\\u00e9\\\"\\\\\\n\\u0001\\u007f\\ud83d\\ude00\"}");
   EXPECT_EQ(to_json(Value::undefined("x"), {}).status().message(),
             "TypeError: Object of type Undefined is not JSON serializable");
 }
@@ -97,11 +99,14 @@ TEST(SyntaxErrorTest, MessagesNameTheProblemAndPosition) {
       {"{% break %}", "TemplateSyntaxError: 'break' outside of a loop (line 1, column 4)"},
       {"{{ 'a' | nosuch }}", "TemplateSyntaxError: no filter named 'nosuch' (line 1, column 10)"},
       {"{{ 1 is nosuch }}", "TemplateSyntaxError: no test named 'nosuch' (line 1, column 9)"},
-      {"{% include 'x.jinja' %}", "TemplateSyntaxError: the 'include' tag is not supported in chat templates (line 1, column 4)"},
-      {"{% for x in y recursive %}{% endfor %}", "TemplateSyntaxError: recursive for loops are not supported (line 1, column 15)"},
+      {"{% include 'x.jinja' %}",
+       "TemplateSyntaxError: the 'include' tag is not supported in chat templates (line 1, column 4)"},
+      {"{% for x in y recursive %}{% endfor %}",
+       "TemplateSyntaxError: recursive for loops are not supported (line 1, column 15)"},
       {"{% set %}", "TemplateSyntaxError: expected a name, got '%}' (line 1, column 8)"},
       {"{{ f(*args) }}", "TemplateSyntaxError: *args and **kwargs in calls are not supported (line 1, column 6)"},
-      {"{{ 99999999999999999999 }}", "TemplateSyntaxError: integer literal too large (beyond 64 bits) (line 1, column 4)"},
+      {"{{ 99999999999999999999 }}",
+       "TemplateSyntaxError: integer literal too large (beyond 64 bits) (line 1, column 4)"},
       {"{{ '\\ud800' }}", "TemplateSyntaxError: escape is not a valid code point (line 1, column 4)"},
       {"\xff", "TemplateSyntaxError: the template is not valid UTF-8"},
   };
@@ -151,8 +156,10 @@ TEST(LimitTest, RunawayWorkStopsWithAStatus) {
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(r.status().message(), "RuntimeError: the template did more than 100000 steps (a runaway loop?)");
   // Quadratic copying is work too.
-  r = render("{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' %}{% endfor %}",
-             json::array(), o);
+  r = render(
+      "{% set ns = namespace(s='') %}{% for i in range(100000) %}{% set ns.s = ns.s ~ "
+      "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' %}{% endfor %}",
+      json::array(), o);
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
 }
 
@@ -245,7 +252,8 @@ TEST_F(LoaderTest, NamedListPicksDefaultOrTheNamedOne) {
   EXPECT_EQ(rendered(*load_chat_template(dir_, "tool_use")), "T");
   auto missing = load_chat_template(dir_, "rag");
   EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(missing.status().message(), dir_.string() + " has no chat template named \"rag\" (it has: default, tool_use)");
+  EXPECT_EQ(missing.status().message(),
+            dir_.string() + " has no chat template named \"rag\" (it has: default, tool_use)");
 }
 
 TEST_F(LoaderTest, JinjaFileWinsOverTokenizerConfigThenProcessorJson) {
@@ -264,7 +272,8 @@ TEST_F(LoaderTest, JinjaFileWinsOverTokenizerConfigThenProcessorJson) {
 TEST_F(LoaderTest, ErrorsNameTheFile) {
   EXPECT_EQ(load_chat_template(dir_).status().code(), StatusCode::kNotFound);
   write("tokenizer_config.json", "{not json");
-  EXPECT_EQ(load_chat_template(dir_).status().message(), (dir_ / "tokenizer_config.json").string() + " is not valid JSON");
+  EXPECT_EQ(load_chat_template(dir_).status().message(),
+            (dir_ / "tokenizer_config.json").string() + " is not valid JSON");
   write("tokenizer_config.json", R"({"chat_template": 5})");
   EXPECT_NE(load_chat_template(dir_).status().message().find("must be a string or a list"), std::string::npos);
   write("tokenizer_config.json", R"({"chat_template": "{% if %}"})");
