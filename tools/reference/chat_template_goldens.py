@@ -306,6 +306,8 @@ ODD_CASES = [
     ("{{ '-'.join([1, 2]) }}", {}),
     ("{{ 'a\\nb\\r\\nc'.splitlines() }} {{ '123'.isdigit() }} {{ 'abc'.isalpha() }} {{ 'a1'.isalnum() }} {{ '  '.isspace() }} {{ 'AB'.isupper() }} {{ 'ab'.islower() }} {{ ''.isdigit() }}", {}),
     ("{{ 'a'.split('') }}", {}),
+    ("{{ ' a b c '.split(None, 1) }} {{ ' a b c '.rsplit(None, 1) }} {{ 'a b'.split(None, 0) }} {{ 'a,b'.split(',', 0) }}", {}),
+    ("{{ '1 2' | int }} {{ '+7' | int }} {{ ' -3 ' | int }} {{ '1__0' | int }} {{ '1e3' | int }} {{ '12abc' | int(-1) }}", {}),
     ("{{ messages.append(1) }}", {"messages": []}),
     ("{{ messages.append }}|", {"messages": []}),
     ("{{ d.update({}) }}", {"d": {}}),

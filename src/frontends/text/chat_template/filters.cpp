@@ -119,11 +119,19 @@ StatusOr<Value> f_int(const Value& v, CallArgs& args) {
     return Value::integer(static_cast<int64_t>(v.as_float()));
   }
   if (v.is_string()) {
-    std::string s = to_str(Value::string(v.as_string()));
+    // Python's int(s, base): surrounding whitespace, a sign, '_' between digits; nothing else.
+    const std::u32string u = utf8_to_u32(v.as_string());
+    size_t lo = 0, hi = u.size();
+    while (lo < hi && is_py_space(u[lo])) ++lo;
+    while (hi > lo && is_py_space(u[hi - 1])) --hi;
+    const std::string s = u32_to_utf8(u.substr(lo, hi - lo));
     std::string trimmed;
-    for (const char c : s) {
-      if (c != '_' && !std::isspace(static_cast<unsigned char>(c))) trimmed += c;
+    for (size_t i = 0; i < s.size(); ++i) {
+      const bool separator = s[i] == '_' && i > 0 && i + 1 < s.size() && std::isalnum(static_cast<unsigned char>(s[i - 1])) &&
+                             std::isalnum(static_cast<unsigned char>(s[i + 1]));
+      if (!separator) trimmed += s[i];
     }
+    if (trimmed.find_first_of(" \t\n\r\f\v") != std::string::npos) trimmed.clear();
     if (!trimmed.empty() && base >= 2 && base <= 36) {
       char* end = nullptr;
       errno = 0;

@@ -142,9 +142,7 @@ StatusOr<Value> split_impl(const Value& self, CallArgs& args, bool from_right, c
       while (i < s.size() && is_py_space(s[i])) ++i;
       if (i >= s.size()) break;
       if (maxsplit >= 0 && static_cast<int64_t>(parts.size()) == maxsplit) {
-        size_t end = s.size();
-        while (end > i && is_py_space(s[end - 1])) --end;
-        parts.push_back(s.substr(i, end - i));
+        parts.push_back(s.substr(i));  // the rest, trailing whitespace kept, as CPython does
         break;
       }
       size_t j = i;
