@@ -113,6 +113,7 @@ StatusOr<Value> f_int(const Value& v, CallArgs& args) {
   RETURN_IF_ERROR(bind_args(args, "int", {"default", "base"}, a));
   const Value def = a[0].is_undefined() ? Value::integer(0) : a[0];
   const int base = a[1].is_undefined() ? 10 : static_cast<int>(a[1].as_int());
+  if (v.is_undefined()) return undefined_error(v);  // int(Undefined) raises
   if (v.kind() == Kind::kInt || v.kind() == Kind::kBool) return Value::integer(v.as_int());
   if (v.kind() == Kind::kFloat) {
     if (!std::isfinite(v.as_float()) || std::fabs(v.as_float()) > 9.2e18) return def;
@@ -127,7 +128,8 @@ StatusOr<Value> f_int(const Value& v, CallArgs& args) {
     const std::string s = u32_to_utf8(u.substr(lo, hi - lo));
     std::string trimmed;
     for (size_t i = 0; i < s.size(); ++i) {
-      const bool separator = s[i] == '_' && i > 0 && i + 1 < s.size() && std::isalnum(static_cast<unsigned char>(s[i - 1])) &&
+      const bool separator = s[i] == '_' && i > 0 && i + 1 < s.size() &&
+                             std::isalnum(static_cast<unsigned char>(s[i - 1])) &&
                              std::isalnum(static_cast<unsigned char>(s[i + 1]));
       if (!separator) trimmed += s[i];
     }
@@ -149,6 +151,7 @@ StatusOr<Value> f_float(const Value& v, CallArgs& args) {
   std::vector<Value> a;
   RETURN_IF_ERROR(bind_args(args, "float", {"default"}, a));
   const Value def = a[0].is_undefined() ? Value::floating(0.0) : a[0];
+  if (v.is_undefined()) return undefined_error(v);  // float(Undefined) raises
   if (v.is_number()) return Value::floating(v.as_float());
   if (v.is_string()) {
     if (auto d = parse_float(v.as_string())) return Value::floating(*d);
@@ -164,7 +167,11 @@ StatusOr<Value> f_round(const Value& v, CallArgs& args) {
   if (method != "common" && method != "ceil" && method != "floor") {
     return type_error("method must be 'common', 'ceil' or 'floor'");
   }
-  if (!v.is_number()) return type_error("type " + v.type_name() + " doesn't define __round__ method");
+  if (v.is_undefined() && method != "common") return undefined_error(v);  // value * 10 ** precision first
+  if (!v.is_number()) {
+    return type_error(method == "common" ? "type " + v.type_name() + " doesn't define __round__ method"
+                                         : "must be real number, not " + v.type_name());
+  }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   if (method == "common") {
     if (v.kind() != Kind::kFloat && precision >= 0) return Value::integer(v.as_int());  // round(int, n) is the int
@@ -206,7 +213,14 @@ StatusOr<Value> f_indent(const Value& v, CallArgs& args) {
           ? a[0].as_string()
           : std::string(static_cast<size_t>(std::clamp<int64_t>(a[0].is_undefined() ? 4 : a[0].as_int(), 0, 1024)),
                         ' ');
-  std::string s = to_str(v) + "\n";
+  // jinja2 appends "\n" to the value itself: only a string survives that.
+  if (v.is_undefined()) return undefined_error(v);
+  if (v.is_list() && !v.is_tuple()) {
+    return invalid_argument("AttributeError: 'list' object has no attribute 'splitlines'");
+  }
+  if (v.is_tuple()) return type_error("can only concatenate tuple (not \"str\") to tuple");
+  if (!v.is_string()) return type_error("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
+  std::string s = v.as_string() + "\n";
   std::vector<std::string> lines;
   size_t i = 0;
   while (i < s.size()) {
@@ -382,6 +396,9 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
   }
   if (name == "first" || name == "last") {
     RETURN_IF_ERROR(bind_args(args, name, {}, a));
+    if (name == "last" && !v.is_undefined() && !v.is_string() && !v.is_list() && !v.is_dict()) {
+      return type_error("'" + v.type_name() + "' object is not reversible");  // jinja2 takes reversed(value)
+    }
     ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
     if (items.empty()) return Value::undefined("No " + name + " item, sequence was empty.");
     return name == "first" ? items.front() : items.back();
@@ -392,6 +409,9 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
       std::u32string u = utf8_to_u32(v.as_string());
       std::reverse(u.begin(), u.end());
       return Value::string(u32_to_utf8(u));
+    }
+    if (!v.is_list() && !v.is_dict() && !v.is_undefined()) {
+      return invalid_argument("FilterArgumentError: argument must be iterable");
     }
     ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
     std::reverse(items.begin(), items.end());
@@ -407,7 +427,9 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
   }
   if (name == "dictsort") {
     RETURN_IF_ERROR(bind_args(args, name, {"case_sensitive", "by", "reverse"}, a));
-    if (!v.is_dict()) return type_error("You can only sort by either a mapping.");
+    if (v.is_undefined()) return undefined_error(v);
+    if (!v.is_dict())
+      return invalid_argument("AttributeError: '" + v.type_name() + "' object has no attribute 'items'");
     const bool by_value = a[1].is_string() && a[1].as_string() == "value";
     std::vector<Value> pairs;
     for (const auto& [k, x] : v.as_dict().items) pairs.push_back(Value::list({Value::string(k), x}, true));
@@ -438,8 +460,17 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
     RETURN_IF_ERROR(bind_args(args, name, {"case_sensitive", "attribute"}, a));
     ASSIGN_OR_RETURN(std::vector<Value> items, iterate(v));
     if (items.empty()) return Value::undefined("No aggregated item, sequence was empty.");
-    ASSIGN_OR_RETURN(std::vector<Value> out, sorted(std::move(items), name == "max", a[0].truthy(), a[1]));
-    return out.front();
+    // As Python's max()/min(): the first best item, comparing each with `item > best` (or <).
+    const char* op = name == "max" ? ">" : "<";
+    auto key = [&](const Value& x) {
+      return sort_key(a[1].is_undefined() ? x : attribute_path(x, a[1]), a[0].truthy());
+    };
+    size_t best = 0;
+    for (size_t i = 1; i < items.size(); ++i) {
+      ASSIGN_OR_RETURN(int c, compare(key(items[i]), key(items[best]), op));
+      if (name == "max" ? c > 0 : c < 0) best = i;
+    }
+    return items[best];
   }
   if (name == "sum") {
     RETURN_IF_ERROR(bind_args(args, name, {"attribute", "start"}, a));
@@ -489,7 +520,6 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
 }
 
 StatusOr<bool> apply_test(const std::string& name, const Value& v, CallArgs& args, Interpreter& in) {
-  (void)in;
   std::vector<Value> a;
   const bool one_arg = name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=" ||
                        name == "lt" || name == "lessthan" || name == "<" || name == "le" || name == "<=" ||
@@ -510,26 +540,15 @@ StatusOr<bool> apply_test(const std::string& name, const Value& v, CallArgs& arg
   if (name == "mapping") return v.is_dict();
   if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
   if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "callable") return v.kind() == Kind::kCallable;
-  if (name == "lower" || name == "upper") {
-    if (!v.is_string()) return false;
-    const std::u32string u = utf8_to_u32(v.as_string());
-    bool cased = false;
-    for (const char32_t c : u) {
-      const auto up = static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
-      const auto low = static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-      if (up == low) continue;
-      cased = true;
-      if ((name == "lower" && c != low) || (name == "upper" && c != up)) return false;
-    }
-    return cased;
+  if (name == "callable") return v.kind() == Kind::kCallable || v.is_undefined();  // jinja2's Undefined has __call__
+  if (name == "lower" || name == "upper") {                                        // str(value).islower() / .isupper()
+    CallArgs none;
+    ASSIGN_OR_RETURN(Value r, str_method(v, name == "lower" ? "islower" : "isupper", none, in));
+    return r.truthy();
   }
-  if (name == "odd" || name == "even") {
-    if (v.is_undefined()) return undefined_error(v);
-    if (v.kind() != Kind::kInt && v.kind() != Kind::kBool) {
-      return type_error("unsupported operand type(s) for %: '" + v.type_name() + "' and 'int'");
-    }
-    return (v.as_int() % 2 != 0) == (name == "odd");
+  if (name == "odd" || name == "even") {  // value % 2 == 1 (or 0), with Python's % and its errors
+    ASSIGN_OR_RETURN(Value r, binary_op("%", v, Value::integer(2), in));
+    return equals(r, Value::integer(name == "odd" ? 1 : 0));
   }
   if (name == "divisibleby") {
     ASSIGN_OR_RETURN(Value r, binary_op("%", v, other, in));

@@ -141,19 +141,36 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
     if (numbers) return Value::floating(a.as_float() * b.as_float());
     if ((a.is_string() || a.is_list()) && is_intlike(b)) return repeat(a, b.as_int(), in);
     if ((b.is_string() || b.is_list()) && is_intlike(a)) return repeat(b, a.as_int(), in);
-    if (a.is_string() || b.is_string()) {
-      return type_error("can't multiply sequence by non-int of type '" + (a.is_string() ? b : a).type_name() + "'");
+    const bool a_seq = a.is_string() || a.is_list(), b_seq = b.is_string() || b.is_list();
+    if (a_seq || b_seq) {  // Python names the operand that is not an int (the right one if both are sequences)
+      return type_error("can't multiply sequence by non-int of type '" +
+                        (b_seq && a_seq ? b
+                         : a_seq        ? b
+                                        : a)
+                            .type_name() +
+                        "'");
     }
     return unsupported("*", a, b);
   }
   if (op == "/") {
     if (!numbers) return unsupported("/", a, b);
-    if (b.as_float() == 0) return invalid_argument("ZeroDivisionError: division by zero");
+    if (b.as_float() == 0) {
+      return invalid_argument(ints ? "ZeroDivisionError: division by zero"
+                                   : "ZeroDivisionError: float division by zero");
+    }
     return Value::floating(a.as_float() / b.as_float());
   }
   if (op == "//" || op == "%") {
     if (!numbers) {
-      if (op == "%" && a.is_string()) return unimplemented("TypeError: printf-style 'str % args' is not supported");
+      if (op == "%" && a.is_string()) {
+        if (a.as_string().find('%') == std::string::npos) {
+          // No conversion specifiers: Python returns the string for a mapping-like argument (a dict or list)
+          // or an empty tuple, and refuses anything else.
+          if (b.is_dict() || (b.is_list() && (!b.is_tuple() || b.as_list().empty()))) return a;
+          return type_error("not all arguments converted during string formatting");
+        }
+        return unimplemented("TypeError: printf-style 'str % args' is not supported");
+      }
       return unsupported(op, a, b);
     }
     if (ints) {
@@ -247,12 +264,15 @@ StatusOr<std::vector<Value>> iterate(const Value& v) {
 }
 
 StatusOr<Value> slice(const Value& obj, const Value& start_v, const Value& stop_v, const Value& step_v) {
+  // Slices compile to Python subscripts in jinja2 (not through its getitem), so Python's TypeErrors show.
   auto bound = [](const Value& v, std::optional<int64_t>& out) -> Status {
     if (v.is_undefined() || v.is_none()) return ok_status();
     if (!is_intlike(v)) return type_error("slice indices must be integers or None or have an __index__ method");
     out = v.as_int();
     return ok_status();
   };
+  if (obj.is_dict()) return type_error("unhashable type: 'slice'");
+  if (!obj.is_string() && !obj.is_list()) return type_error("'" + obj.type_name() + "' object is not subscriptable");
   std::optional<int64_t> start, stop, step;
   RETURN_IF_ERROR(bound(start_v, start));
   RETURN_IF_ERROR(bound(stop_v, stop));
@@ -264,10 +284,8 @@ StatusOr<Value> slice(const Value& obj, const Value& start_v, const Value& stop_
   if (obj.is_string()) {
     chars = utf8_to_u32(obj.as_string());
     len = static_cast<int64_t>(chars.size());
-  } else if (obj.is_list()) {
-    len = static_cast<int64_t>(obj.as_list().size());
   } else {
-    return type_error("'" + obj.type_name() + "' object is not subscriptable");
+    len = static_cast<int64_t>(obj.as_list().size());
   }
   // CPython's PySlice_AdjustIndices.
   auto adjust = [&](std::optional<int64_t> v, int64_t def) {

@@ -600,6 +600,17 @@ class Parser {
       }
       break;
     }
+    // jinja2 reads `x[]` and `x[a, b]` as subscripts by a tuple.
+    if (!slice && (!parts[0] || is_op(","))) {
+      auto tuple = at<Expr>(tok);
+      tuple->kind = ExprKind::kTuple;
+      if (parts[0]) tuple->args.push_back(std::move(parts[0]));
+      while (skip_op(",") && !is_op("]")) {
+        ASSIGN_OR_RETURN(ExprPtr item, parse_expression(true));
+        tuple->args.push_back(std::move(item));
+      }
+      parts[0] = std::move(tuple);
+    }
     RETURN_IF_ERROR(expect_op("]"));
     auto e = at<Expr>(tok);
     e->args.push_back(std::move(target));
@@ -607,7 +618,6 @@ class Parser {
       e->kind = ExprKind::kSlice;
       for (auto& p : parts) e->args.push_back(std::move(p));
     } else {
-      if (!parts[0]) return error(tok, "empty subscript");
       e->kind = ExprKind::kGetItem;
       e->args.push_back(std::move(parts[0]));
     }

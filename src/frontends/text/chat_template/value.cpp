@@ -333,6 +333,9 @@ void repr_into(const Value& v, std::string& out, int depth) {
       if (v.kind() == Kind::kNamespace) out += '>';
       return;
     }
+    case Kind::kUndefined:
+      out += "Undefined";  // repr() of jinja2's Undefined
+      return;
     default: out += to_str(v);
   }
 }
