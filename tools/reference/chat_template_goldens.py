@@ -346,6 +346,10 @@ ODD_CASES = [
     ("{{ i | dictsort }}", {"i": 5}),
     ("{{ [1] * 'a' }}", {}),
     ("{{ (1, x) }} {{ [x] }}", {}),
+    ("{% set b %}{% set x = 1 %}{% endset %}[{{ x }}] {% filter upper %}{% set y = 1 %}{% endfilter %}[{{ y }}] {% generation %}{% set z = 1 %}{% endgeneration %}[{{ z }}]", {}),
+    ("{% for i in [] %}{% else %}{% set w = 1 %}{% endfor %}[{{ w }}] {% set v = 1 %}{% generation %}{{ v }}{% set v = 2 %}{{ v }}{% endgeneration %}{{ v }}", {}),
+    ("{% for i in [1, 2] %}{% macro m() %}{{ i }}/{{ loop.index }}{% endmacro %}{{ m() }} {% endfor %}", {}),
+    ("{% for i in [1] %}{% generation %}{% break %}{% endgeneration %}{% endfor %}", {}),
     # syntax errors (the message differs from jinja2's; the failure must agree)
     ("{% if x %}unclosed", {}),
     ("{% for x in y %}{% endif %}", {}),

@@ -73,14 +73,14 @@ Status Interpreter::exec_node(const Node& n, std::string& out) {
     case NodeKind::kSet: return exec_set(n);
     case NodeKind::kSetBlock: {
       std::string text;
-      RETURN_IF_ERROR(exec(n.body, text));
+      RETURN_IF_ERROR(exec_scoped(n.body, text));
       ASSIGN_OR_RETURN(Value v, apply_filter_chain(n.filters, Value::string(std::move(text))));
       assign(n.targets[0], std::move(v));
       return ok_status();
     }
     case NodeKind::kFilterBlock: {
       std::string text;
-      RETURN_IF_ERROR(exec(n.body, text));
+      RETURN_IF_ERROR(exec_scoped(n.body, text));
       ASSIGN_OR_RETURN(Value v, apply_filter_chain(n.filters, Value::string(std::move(text))));
       out += to_str(v);
       return check_size(out.size());
@@ -88,8 +88,8 @@ Status Interpreter::exec_node(const Node& n, std::string& out) {
     case NodeKind::kMacro: return exec_macro_definition(n);
     case NodeKind::kBreak: flow_ = Flow::kBreak; return ok_status();
     case NodeKind::kContinue: flow_ = Flow::kContinue; return ok_status();
-    case NodeKind::kGeneration:  // HF's AssistantTracker renders the body unchanged
-      return exec(n.body, out);
+    case NodeKind::kGeneration:  // HF's AssistantTracker renders the body (a caller() macro) unchanged
+      return exec_scoped(n.body, out);
   }
   return ok_status();
 }
@@ -140,7 +140,7 @@ Status Interpreter::exec_for(const Node& n, std::string& out) {
     }
     items = std::move(kept);
   }
-  if (items.empty()) return exec(n.else_body, out);
+  if (items.empty()) return exec_scoped(n.else_body, out);  // the else body has a scope of its own too
   const auto length = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < length; ++i) {
     RETURN_IF_ERROR(step());
@@ -225,14 +225,23 @@ Status Interpreter::exec_set(const Node& n) {
   return ok_status();
 }
 
+Status Interpreter::exec_scoped(const Body& body, std::string& out) {
+  frames_.push_back(std::make_shared<Frame>());
+  Status st = exec(body, out);
+  frames_.pop_back();
+  return st;
+}
+
 Status Interpreter::exec_macro_definition(const Node& n) {
   const Node* macro = &n;
-  assign(n.text,
-         Value::function(n.text, [macro](CallArgs& args, Interpreter& in) { return in.call_macro(*macro, args); }));
+  Closure closure(frames_.begin(), frames_.end());
+  assign(n.text, Value::function(n.text, [macro, closure](CallArgs& args, Interpreter& in) {
+           return in.call_macro(*macro, closure, args);
+         }));
   return ok_status();
 }
 
-StatusOr<Value> Interpreter::call_macro(const Node& macro, CallArgs& args) {
+StatusOr<Value> Interpreter::call_macro(const Node& macro, const Closure& closure, CallArgs& args) {
   if (call_depth_ >= limits_.call_depth_max) {
     return resource_exhausted("RecursionError: macro calls nested deeper than " +
                               std::to_string(limits_.call_depth_max));
@@ -248,7 +257,12 @@ StatusOr<Value> Interpreter::call_macro(const Node& macro, CallArgs& args) {
     if (!known) return type_error("macro '" + macro.text + "' takes no keyword argument '" + key + "'");
   }
   std::vector<std::shared_ptr<Frame>> saved = frames_;
-  frames_ = {saved[0], frame};
+  frames_.clear();
+  for (const auto& weak : closure) {
+    if (auto f = weak.lock()) frames_.push_back(std::move(f));  // a loop's scope may be gone by now
+  }
+  if (frames_.empty() || frames_[0] != saved[0]) frames_.insert(frames_.begin(), saved[0]);
+  frames_.push_back(frame);
   ++call_depth_;
   std::string out;
   Status st;

@@ -1,8 +1,9 @@
 // The chat-template interpreter: renders a parsed template (ast.h) against a set of variables.
 //
 // Scoping follows Jinja2: `set` writes the innermost scope; each for-loop iteration has a fresh scope (so a set
-// inside a loop is gone after it, which is why templates use namespace()); `if` opens none; a macro runs in a
-// scope of its own over the template's top-level variables as they are when it is called. Work is bounded:
+// inside a loop is gone after it, which is why templates use namespace()); so do block sets, filter blocks and
+// {% generation %} bodies; `if` opens none; a macro runs in a scope of its own over the scopes it was defined in
+// (the top level, an enclosing loop's), as they are when it is called. Work is bounded:
 // loop iterations and evaluation steps, macro call depth and the output's size each have a limit, past which
 // rendering stops with a Status (a hostile template can neither hang nor exhaust memory).
 // Tests: tests/unit/frontends/text/chat_template_test.cpp.
@@ -41,11 +42,14 @@ class Interpreter {
   Status charge(int64_t units);
   Status check_size(size_t bytes) const;
   std::time_t now() const { return now_; }
-  // The body of a macro value that render defined (`{% macro %}` nodes become such values).
-  StatusOr<Value> call_macro(const Node& macro, CallArgs& args);
+  using Frame = std::unordered_map<std::string, Value>;
+  // The scopes a macro was defined in (weak: a frame holds the macro, which must not keep it alive).
+  using Closure = std::vector<std::weak_ptr<Frame>>;
+  // The body of a macro value that render defined (`{% macro %}` nodes become such values): it sees the
+  // scopes it was defined in, as they are when it is called, plus its parameters.
+  StatusOr<Value> call_macro(const Node& macro, const Closure& closure, CallArgs& args);
 
  private:
-  using Frame = std::unordered_map<std::string, Value>;
   enum class Flow { kNormal, kBreak, kContinue };
 
   Status exec(const Body& body, std::string& out);
@@ -53,6 +57,8 @@ class Interpreter {
   Status exec_for(const Node& n, std::string& out);
   Status exec_set(const Node& n);
   Status exec_macro_definition(const Node& n);
+  // Runs a body in a scope of its own (block set, filter block, generation), appending to `out`.
+  Status exec_scoped(const Body& body, std::string& out);
   StatusOr<Value> apply_filter_chain(const std::vector<ExprPtr>& filters, Value v);
 
   StatusOr<Value> eval(const Expr& e);

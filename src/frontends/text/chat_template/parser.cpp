@@ -153,8 +153,12 @@ class Parser {
       RETURN_IF_ERROR(expect_block_end());
       out = at<Node>(tag);
       out->kind = NodeKind::kGeneration;
+      const int saved = loop_depth_;
+      loop_depth_ = 0;  // the body is a caller() macro in jinja2: break/continue cannot leave it
       std::string stop;
-      RETURN_IF_ERROR(parse_body(out->body, {"endgeneration"}, stop, &tag));
+      Status st = parse_body(out->body, {"endgeneration"}, stop, &tag);
+      loop_depth_ = saved;
+      RETURN_IF_ERROR(st);
       return expect_block_end();
     }
     if (name == "filter") {
