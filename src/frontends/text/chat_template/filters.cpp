@@ -159,7 +159,7 @@ StatusOr<Value> f_float(const Value& v, CallArgs& args) {
   return def;
 }
 
-StatusOr<Value> f_round(const Value& v, CallArgs& args) {
+StatusOr<Value> f_round(const Value& v, CallArgs& args, Interpreter& in) {
   std::vector<Value> a;
   RETURN_IF_ERROR(bind_args(args, "round", {"precision", "method"}, a));
   const int64_t precision = a[0].is_undefined() ? 0 : a[0].as_int();
@@ -167,7 +167,16 @@ StatusOr<Value> f_round(const Value& v, CallArgs& args) {
   if (method != "common" && method != "ceil" && method != "floor") {
     return type_error("method must be 'common', 'ceil' or 'floor'");
   }
-  if (v.is_undefined() && method != "common") return undefined_error(v);  // value * 10 ** precision first
+  if (method != "common") {  // math.floor/ceil(value * 10 ** precision) / 10 ** precision
+    ASSIGN_OR_RETURN(
+        Value scaled,
+        binary_op("*", v,
+                  precision >= 0 && precision < 19
+                      ? Value::integer(static_cast<int64_t>(std::pow(10.0, static_cast<double>(precision))))
+                      : Value::floating(std::pow(10.0, static_cast<double>(precision))),
+                  in));
+    if (!scaled.is_number()) return type_error("must be real number, not " + scaled.type_name());
+  }
   if (!v.is_number()) {
     return type_error(method == "common" ? "type " + v.type_name() + " doesn't define __round__ method"
                                          : "must be real number, not " + v.type_name());
@@ -490,7 +499,7 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
   }
   if (name == "int") return f_int(v, args);
   if (name == "float") return f_float(v, args);
-  if (name == "round") return f_round(v, args);
+  if (name == "round") return f_round(v, args, in);
   if (name == "abs") {
     RETURN_IF_ERROR(bind_args(args, name, {}, a));
     if (v.kind() == Kind::kFloat) return Value::floating(std::fabs(v.as_float()));
@@ -539,7 +548,7 @@ StatusOr<bool> apply_test(const std::string& name, const Value& v, CallArgs& arg
   if (name == "string") return v.is_string();
   if (name == "mapping") return v.is_dict();
   if (name == "iterable") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
-  if (name == "sequence") return v.is_undefined() || v.is_string() || v.is_list() || v.is_dict();
+  if (name == "sequence") return v.is_undefined() || v.is_string() || (v.is_list() && !v.is_view()) || v.is_dict();
   if (name == "callable") return v.kind() == Kind::kCallable || v.is_undefined();  // jinja2's Undefined has __call__
   if (name == "lower" || name == "upper") {                                        // str(value).islower() / .isupper()
     CallArgs none;

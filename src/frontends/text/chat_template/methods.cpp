@@ -404,21 +404,21 @@ StatusOr<Value> m_items(const Value& self, CallArgs& args, Interpreter&) {
   RETURN_IF_ERROR(bind_args(args, "items", {}, a));
   std::vector<Value> out;
   for (const auto& [k, v] : self.as_dict().items) out.push_back(Value::list({Value::string(k), v}, true));
-  return Value::list(std::move(out));
+  return Value::dict_view(std::move(out), Value::View::kItems);
 }
 StatusOr<Value> m_keys(const Value& self, CallArgs& args, Interpreter&) {
   std::vector<Value> a;
   RETURN_IF_ERROR(bind_args(args, "keys", {}, a));
   std::vector<Value> out;
   for (const auto& [k, v] : self.as_dict().items) out.push_back(Value::string(k));
-  return Value::list(std::move(out));
+  return Value::dict_view(std::move(out), Value::View::kKeys);
 }
 StatusOr<Value> m_values(const Value& self, CallArgs& args, Interpreter&) {
   std::vector<Value> a;
   RETURN_IF_ERROR(bind_args(args, "values", {}, a));
   std::vector<Value> out;
   for (const auto& [k, v] : self.as_dict().items) out.push_back(v);
-  return Value::list(std::move(out));
+  return Value::dict_view(std::move(out), Value::View::kValues);
 }
 StatusOr<Value> m_get(const Value& self, CallArgs& args, Interpreter&) {
   std::vector<Value> a;
@@ -494,6 +494,7 @@ Value get_attribute(const Value& obj, const std::string& name) {
       if (const Value* v = obj.as_dict().find(name)) return *v;
       return missing_attribute(obj, name);
     case Kind::kList:
+      if (obj.is_view()) return missing_attribute(obj, name);
       if (const MethodEntry* m = find_method(kListMethods, name)) return bind(obj, *m);
       for (const char* u : kUnsafeList) {
         if (name == u) return unsafe(obj, name);
@@ -510,7 +511,7 @@ Value get_item(const Value& obj, const Value& key) {
   const bool int_key = key.kind() == Kind::kInt || key.kind() == Kind::kBool;
   if (obj.is_dict() && key.is_string()) {
     if (const Value* v = obj.as_dict().find(key.as_string())) return *v;
-  } else if ((obj.is_list() || obj.is_string()) && int_key) {
+  } else if (((obj.is_list() && !obj.is_view()) || obj.is_string()) && int_key) {
     const auto len = static_cast<int64_t>(obj.is_list() ? obj.as_list().size() : utf8_length(obj.as_string()));
     int64_t i = key.as_int();
     if (i < 0) i += len;

@@ -111,8 +111,8 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
       RETURN_IF_ERROR(in.charge(static_cast<int64_t>((a.as_string().size() + b.as_string().size()) / 32)));
       return Value::string(a.as_string() + b.as_string());
     }
-    if (a.is_list()) {
-      if (!b.is_list() || a.is_tuple() != b.is_tuple()) {
+    if (a.is_list() && !a.is_view()) {
+      if (!b.is_list() || b.is_view() || a.is_tuple() != b.is_tuple()) {
         return type_error("can only concatenate " + a.type_name() + " (not \"" + b.type_name() + "\") to " +
                           a.type_name());
       }
@@ -139,9 +139,10 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
       return Value::integer(r);
     }
     if (numbers) return Value::floating(a.as_float() * b.as_float());
-    if ((a.is_string() || a.is_list()) && is_intlike(b)) return repeat(a, b.as_int(), in);
-    if ((b.is_string() || b.is_list()) && is_intlike(a)) return repeat(b, a.as_int(), in);
-    const bool a_seq = a.is_string() || a.is_list(), b_seq = b.is_string() || b.is_list();
+    if ((a.is_string() || (a.is_list() && !a.is_view())) && is_intlike(b)) return repeat(a, b.as_int(), in);
+    if ((b.is_string() || (b.is_list() && !b.is_view())) && is_intlike(a)) return repeat(b, a.as_int(), in);
+    const bool a_seq = a.is_string() || (a.is_list() && !a.is_view()),
+               b_seq = b.is_string() || (b.is_list() && !b.is_view());
     if (a_seq || b_seq) {  // Python names the operand that is not an int (the right one if both are sequences)
       return type_error("can't multiply sequence by non-int of type '" +
                         (b_seq && a_seq ? b
@@ -181,13 +182,30 @@ StatusOr<Value> binary_op(const std::string& op, const Value& a, const Value& b,
       return Value::integer(op == "//" ? floor_div(a.as_int(), b.as_int()) : floor_mod(a.as_int(), b.as_int()));
     }
     const double x = a.as_float(), y = b.as_float();
-    if (y == 0)
+    if (y == 0) {
       return invalid_argument(op == "//" ? "ZeroDivisionError: float floor division by zero"
                                          : "ZeroDivisionError: float modulo");
-    if (op == "//") return Value::floating(std::floor(x / y));
-    double r = std::fmod(x, y);
-    if (r != 0 && ((r < 0) != (y < 0))) r += y;
-    return Value::floating(r);
+    }
+    // CPython's _float_div_mod: the quotient from (x - fmod(x, y)) / y, so 2 // 0.1 is 19.0, not floor(20.0).
+    double mod = std::fmod(x, y);
+    double div = (x - mod) / y;
+    if (mod != 0) {
+      if ((y < 0) != (mod < 0)) {
+        mod += y;
+        div -= 1.0;
+      }
+    } else {
+      mod = std::copysign(0.0, y);
+    }
+    if (op == "%") return Value::floating(mod);
+    double floordiv;
+    if (div != 0) {
+      floordiv = std::floor(div);
+      if (div - floordiv > 0.5) floordiv += 1.0;
+    } else {
+      floordiv = std::copysign(0.0, x / y);
+    }
+    return Value::floating(floordiv);
   }
   if (op == "**") {
     if (!numbers) return unsupported("** or pow()", a, b);
@@ -272,6 +290,7 @@ StatusOr<Value> slice(const Value& obj, const Value& start_v, const Value& stop_
     return ok_status();
   };
   if (obj.is_dict()) return type_error("unhashable type: 'slice'");
+  if (obj.is_view()) return type_error("'" + obj.type_name() + "' object is not subscriptable");
   if (!obj.is_string() && !obj.is_list()) return type_error("'" + obj.type_name() + "' object is not subscriptable");
   std::optional<int64_t> start, stop, step;
   RETURN_IF_ERROR(bound(start_v, start));

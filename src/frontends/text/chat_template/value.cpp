@@ -71,6 +71,12 @@ Value Value::list(std::vector<Value> items, bool is_tuple) {
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
+Value Value::dict_view(std::vector<Value> items, View view) {
+  Value v = list(std::move(items));
+  v.view_ = view;
+  return v;
+}
+
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
@@ -144,7 +150,10 @@ std::string Value::type_name() const {
     case Kind::kInt: return "int";
     case Kind::kFloat: return "float";
     case Kind::kString: return "str";
-    case Kind::kList: return tuple_ ? "tuple" : "list";
+    case Kind::kList:
+      if (view_ != View::kNone)
+        return view_ == View::kKeys ? "dict_keys" : view_ == View::kValues ? "dict_values" : "dict_items";
+      return tuple_ ? "tuple" : "list";
     case Kind::kDict: return "dict";
     case Kind::kNamespace: return "Namespace";
     case Kind::kCallable: return "function";
@@ -163,7 +172,9 @@ bool equals(const Value& a, const Value& b) {
     case Kind::kNone: return true;
     case Kind::kString: return a.as_string() == b.as_string();
     case Kind::kList: {
-      if (a.is_tuple() != b.is_tuple() || a.as_list().size() != b.as_list().size()) return false;
+      if (a.is_tuple() != b.is_tuple() || a.is_view() != b.is_view() || a.as_list().size() != b.as_list().size()) {
+        return false;
+      }
       for (size_t i = 0; i < a.as_list().size(); ++i) {
         if (!equals(a.as_list()[i], b.as_list()[i])) return false;
       }
@@ -307,6 +318,7 @@ void repr_into(const Value& v, std::string& out, int depth) {
   switch (v.kind()) {
     case Kind::kString: out += repr_string(v.as_string()); return;
     case Kind::kList: {
+      if (v.is_view()) out += v.type_name() + "(";
       out += v.is_tuple() ? '(' : '[';
       const auto& items = v.as_list();
       for (size_t i = 0; i < items.size(); ++i) {
@@ -315,6 +327,7 @@ void repr_into(const Value& v, std::string& out, int depth) {
       }
       if (v.is_tuple() && items.size() == 1) out += ',';
       out += v.is_tuple() ? ')' : ']';
+      if (v.is_view()) out += ')';
       return;
     }
     case Kind::kDict:
@@ -419,6 +432,8 @@ Status json_into(const Value& v, const JsonOptions& o, int level, std::string& o
     }
     case Kind::kString: json_string(v.as_string(), o.ensure_ascii, out); return ok_status();
     case Kind::kList: {
+      if (v.is_view())
+        return invalid_argument("TypeError: Object of type " + v.type_name() + " is not JSON serializable");
       const auto& items = v.as_list();
       if (items.empty()) {
         out += "[]";

@@ -60,6 +60,10 @@ class Value {
   static Value floating(double f);
   static Value string(std::string s);
   static Value list(std::vector<Value> items, bool is_tuple = false);
+  // dict.keys() / .values() / .items(): iterable like a list, but printed, named and refused (indexing,
+  // slicing, +, tojson) as Python's dict views are.
+  enum class View : uint8_t { kNone, kKeys, kValues, kItems };
+  static Value dict_view(std::vector<Value> items, View view);
   static Value dict(Dict d);
   static Value make_namespace(Dict d);
   static Value function(std::string name, std::function<StatusOr<Value>(CallArgs&, Interpreter&)> call);
@@ -73,6 +77,8 @@ class Value {
   bool is_number() const { return kind_ == Kind::kBool || kind_ == Kind::kInt || kind_ == Kind::kFloat; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_tuple() const { return kind_ == Kind::kList && tuple_; }
+  // A list that is a dict view (see dict_view); not a list as far as Python's list operations go.
+  bool is_view() const { return kind_ == Kind::kList && view_ != View::kNone; }
   bool is_dict() const { return kind_ == Kind::kDict; }
 
   bool as_bool() const { return int_ != 0; }
@@ -95,6 +101,7 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   bool tuple_ = false;
+  View view_ = View::kNone;
   uint32_t depth_ = 0;
   int64_t int_ = 0;
   double float_ = 0;
