@@ -2,7 +2,7 @@
 //  - goldens.json: 21 real templates (tests/fixtures/chat_templates/templates/, PROVENANCE in templates.json)
 //    over 12 conversations with and without a generation prompt, rendered by HF transformers 5.17.0's own
 //    apply_chat_template on the GPU host (identical to local jinja2 3.1.6 configured as transformers 5);
-//  - goldens_extra.json: 28 more real templates (templates_extra/), rendered by local jinja2 3.1.6 configured
+//  - goldens_extra.json: 81 more real templates (templates_extra/), rendered by local jinja2 3.1.6 configured
 //    as transformers 5 (not re-run on the GPU host: its device time was spent on the first set);
 //  - odd_cases.json: small templates for single features (whitespace control, loop.*, scoping, filters, tests,
 //    string methods, number printing, tojson, errors), rendered by jinja2 3.1.6 configured as transformers 5.
@@ -118,9 +118,10 @@ TEST(ChatTemplateGolden, RealTemplatesMatchTransformers) {
   run_set("", 480);
 }
 
-// 28 more templates (Llama 3.1 with tools and builtin tools, Llama 4, Mistral Small/Large, DeepSeek R1/V3, QwQ,
-// Qwen3-Coder, Phi-4, Granite 3.3/4, Command R/R7B, ...), goldens by the local jinja2 3.1.6 configured as
-// transformers 5 (the same jinja2 as the GPU host's, which agreed on every golden of the first set).
+// 81 more templates (every distinct one in @huggingface/ollama-utils: Llama 3.1 with tools and builtin tools, Llama 4,
+// Mistral Small/Large, DeepSeek R1/V3, QwQ, Qwen3-Coder, Phi-4, Granite 3.3/4, Command R/R7B, ...), goldens by the
+// local jinja2 3.1.6 configured as transformers 5 (the same jinja2 as the GPU host's, which agreed on every golden of
+// the first set).
 TEST(ChatTemplateGolden, MoreTemplatesMatchJinja2) {
   run_set("_extra", 680);
 }
