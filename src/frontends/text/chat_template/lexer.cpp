@@ -244,8 +244,8 @@ class Lexer {
     } else if (c == '\'' || c == '"') {
       RETURN_IF_ERROR(lex_string(t));
     } else {
-      static const char* const kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
-                                         ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ".", ":", "|"};
+      static constexpr const char* kOps[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
+                                             ">",  "=",  "(",  ")",  "[",  "]",  "{", "}", ",", ".", ":", "|"};
       for (const char* op : kOps) {
         const size_t n = std::strlen(op);
         if (src_.compare(pos_, n, op) == 0) {

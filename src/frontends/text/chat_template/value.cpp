@@ -246,7 +246,7 @@ std::string format_float(double f) {
       out = digits + std::string(static_cast<size_t>(exponent + 1 - n), '0') + ".0";
     } else {
       out =
-          digits.substr(0, static_cast<size_t>(exponent + 1)) + "." + digits.substr(static_cast<size_t>(exponent + 1));
+          digits.substr(0, static_cast<size_t>(exponent) + 1) + "." + digits.substr(static_cast<size_t>(exponent) + 1);
     }
     return sign + out;
   }
