@@ -3,7 +3,7 @@
 // Python's operators on our values (operators.cpp). Each behaves as Jinja2 3.1 / Python 3 does for the values
 // templates meet; errors are Status values whose message starts with the Python exception's name
 // ("TypeError: ...", "UndefinedError: ...", "SecurityError: ..."), as the reference would raise.
-// Tests: tests/unit/frontends/text/chat_template_test.cpp (FilterTest.*, MethodTest.*, OddCaseGolden.*).
+// Tests: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateGolden.*).
 #pragma once
 
 #include <string>

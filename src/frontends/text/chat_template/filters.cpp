@@ -1,6 +1,6 @@
 // Jinja2's filters and tests for chat templates, each written after jinja2/filters.py and jinja2/tests.py
 // (3.1), except tojson, which is HF's own (json.dumps with ensure_ascii=False, indent, separators, sort_keys).
-// Test: tests/unit/frontends/text/chat_template_test.cpp (FilterTest.*, OddCaseGolden.*).
+// Test: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateGolden.*).
 #include <utf8proc.h>
 
 #include <algorithm>

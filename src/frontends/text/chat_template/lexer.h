@@ -5,7 +5,7 @@
 // it: `-` on a tag strips the whitespace beside it, trim_blocks drops the first newline after a block or comment
 // tag, lstrip_blocks drops the spaces and tabs before a block or comment tag that starts its line (`+` opts out),
 // line endings become "\n" and one trailing newline of the template is dropped (keep_trailing_newline=False).
-// Tests: tests/unit/frontends/text/chat_template_test.cpp (LexerTest.*, and the whitespace goldens).
+// Tests: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateLexerTest.*, and the whitespace goldens).
 #pragma once
 
 #include <cstdint>

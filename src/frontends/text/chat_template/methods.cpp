@@ -1,7 +1,7 @@
 // Attribute and item access as jinja2's sandboxed getattr/getitem do it, the Python methods of str, dict and
 // list that templates call, and HF's globals. Mutating methods (list.append, dict.update, ...) are refused as
 // ImmutableSandboxedEnvironment refuses them: reading one gives an Undefined, calling it a SecurityError.
-// Test: tests/unit/frontends/text/chat_template_test.cpp (MethodTest.*).
+// Test: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateGolden.*).
 #include <utf8proc.h>
 
 #include <algorithm>

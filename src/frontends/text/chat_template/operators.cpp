@@ -1,7 +1,7 @@
 // Python's operators on template values: arithmetic with Python's int/float rules (true division, floor
 // division and modulo rounding toward negative infinity, overflow reported instead of big integers),
 // concatenation and repetition of strings and lists, membership, iteration and slicing. Also the argument
-// binder the filters and methods share. Test: tests/unit/frontends/text/chat_template_test.cpp (OperatorTest.*).
+// binder the filters and methods share. Test: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateGolden.*).
 #include <cmath>
 #include <limits>
 

@@ -1,6 +1,6 @@
 // Parser, statements: the template's blocks and tags, down to where an expression starts (parser_expressions.cpp).
 // Recursive descent over the token stream, one function per construct. Test: chat_template_test.cpp
-// (SyntaxErrorTest.*).
+// (ChatTemplateSyntaxErrorTest.*).
 #include "frontends/text/chat_template/parser.h"
 
 #include "frontends/text/chat_template/parser_internal.h"

@@ -27,7 +27,7 @@ std::string error_of(const StatusOr<std::string>& r) {
   return r.ok() ? "(no error; output " + json(*r).dump() + ")" : r.status().message();
 }
 
-TEST(ValueTest, FloatsPrintAsPythonRepr) {
+TEST(ChatTemplateValueTest, FloatsPrintAsPythonRepr) {
   EXPECT_EQ(format_float(1.0), "1.0");
   EXPECT_EQ(format_float(0.1), "0.1");
   EXPECT_EQ(format_float(-2.5), "-2.5");
@@ -43,7 +43,7 @@ TEST(ValueTest, FloatsPrintAsPythonRepr) {
   EXPECT_EQ(format_float(1.0 / 0.0), "inf");
 }
 
-TEST(ValueTest, ReprAndStrFollowPython) {
+TEST(ChatTemplateValueTest, ReprAndStrFollowPython) {
   EXPECT_EQ(to_str(Value::boolean(true)), "True");
   EXPECT_EQ(to_str(Value::none()), "None");
   EXPECT_EQ(to_str(Value()), "");
@@ -56,7 +56,7 @@ TEST(ValueTest, ReprAndStrFollowPython) {
   EXPECT_EQ(to_str(Value::dict(d)), "{'k': [2.0, None]}");
 }
 
-TEST(ValueTest, JsonIsPythonJsonDumps) {
+TEST(ChatTemplateValueTest, JsonIsPythonJsonDumps) {
   Dict d;
   d.set("b", Value::string("é\"\\\n\x01\x7f😀"));
   d.set("a", Value::list({Value::floating(1.0), Value::floating(1e20), Value::boolean(false), Value::none()}));
@@ -71,7 +71,7 @@ TEST(ValueTest, JsonIsPythonJsonDumps) {
             "TypeError: Object of type Undefined is not JSON serializable");
 }
 
-TEST(LexerTest, PositionsCountLinesAndCodePoints) {
+TEST(ChatTemplateLexerTest, PositionsCountLinesAndCodePoints) {
   auto tokens = tokenize("é\n  {{ name }}");
   ASSERT_TRUE(tokens.ok());
   ASSERT_GE(tokens->size(), 4u);
@@ -82,7 +82,7 @@ TEST(LexerTest, PositionsCountLinesAndCodePoints) {
 }
 
 // Each broken template fails to compile with a message naming the problem and where it is.
-TEST(SyntaxErrorTest, MessagesNameTheProblemAndPosition) {
+TEST(ChatTemplateSyntaxErrorTest, MessagesNameTheProblemAndPosition) {
   const std::pair<const char*, const char*> cases[] = {
       {"{% if x %}unclosed",
        "TemplateSyntaxError: unexpected end of template: expected {% elif %} or {% else %} or {% endif %} to close "
@@ -118,7 +118,7 @@ TEST(SyntaxErrorTest, MessagesNameTheProblemAndPosition) {
   }
 }
 
-TEST(SyntaxErrorTest, NestingIsBounded) {
+TEST(ChatTemplateSyntaxErrorTest, NestingIsBounded) {
   std::string deep = "{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}";
   EXPECT_NE(error_of(render(deep)).find("nested too deeply"), std::string::npos);
   std::string blocks;
@@ -129,14 +129,14 @@ TEST(SyntaxErrorTest, NestingIsBounded) {
   EXPECT_FALSE(ChatTemplate::compile(std::string(kTemplateBytesMax + 1, 'a')).ok());
 }
 
-TEST(RuntimeErrorTest, RaiseExceptionCarriesItsMessageAlone) {
+TEST(ChatTemplateRuntimeErrorTest, RaiseExceptionCarriesItsMessageAlone) {
   const auto r = render("{% if messages|length > 1 %}{{ raise_exception('Only one message, please') }}{% endif %}",
                         json::parse(R"([{"role":"user"},{"role":"user"}])"));
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(r.status().message(), "TemplateError: Only one message, please");
 }
 
-TEST(RuntimeErrorTest, ErrorsSayWhatAndWhere) {
+TEST(ChatTemplateRuntimeErrorTest, ErrorsSayWhatAndWhere) {
   EXPECT_EQ(error_of(render("line\n{{ messages[0].content.text }}", json::parse(R"([{"role":"user"}])"))),
             "UndefinedError: 'dict object' has no attribute 'content' (line 2, column 23)");
   EXPECT_EQ(error_of(render("{{ 'a' + messages }}")),
@@ -149,7 +149,7 @@ TEST(RuntimeErrorTest, ErrorsSayWhatAndWhere) {
             "TemplateRuntimeError: storing a namespace (or a container of one) in a namespace is not supported");
 }
 
-TEST(LimitTest, RunawayWorkStopsWithAStatus) {
+TEST(ChatTemplateLimitTest, RunawayWorkStopsWithAStatus) {
   RenderOptions o;
   o.limits.steps_max = 100'000;
   auto r = render("{% for a in range(1000) %}{% for b in range(1000) %}{% endfor %}{% endfor %}", json::array(), o);
@@ -163,7 +163,7 @@ TEST(LimitTest, RunawayWorkStopsWithAStatus) {
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
 }
 
-TEST(LimitTest, RecursionOutputAndDepthAreBounded) {
+TEST(ChatTemplateLimitTest, RecursionOutputAndDepthAreBounded) {
   auto r = render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(r.status().message(), "RecursionError: macro calls nested deeper than 100 (line 1, column 21)");
@@ -181,7 +181,7 @@ TEST(LimitTest, RecursionOutputAndDepthAreBounded) {
   EXPECT_EQ(error_of(r), "messages, tools, documents or extra arguments nest deeper than 256 levels");
 }
 
-TEST(RenderApiTest, PassesWhatHfPasses) {
+TEST(ChatTemplateRenderApiTest, PassesWhatHfPasses) {
   RenderOptions o;
   o.add_generation_prompt = true;
   o.tools = json::parse(R"([{"name": "f", "z": 1, "a": 2}])");
@@ -201,7 +201,7 @@ TEST(RenderApiTest, PassesWhatHfPasses) {
   EXPECT_EQ(t.render(json::object(), {}).status().message(), "messages must be a JSON array");
 }
 
-TEST(RenderApiTest, StrftimeNowUsesTheGivenClock) {
+TEST(ChatTemplateRenderApiTest, StrftimeNowUsesTheGivenClock) {
   RenderOptions o;
   std::tm tm{};
   tm.tm_year = 2024 - 1900;
@@ -214,7 +214,7 @@ TEST(RenderApiTest, StrftimeNowUsesTheGivenClock) {
 }
 
 // A per-test scratch directory, removed afterwards.
-class LoaderTest : public ::testing::Test {
+class ChatTemplateLoaderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
@@ -236,7 +236,7 @@ class LoaderTest : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(LoaderTest, TokenizerConfigStringWithAddedTokenObjects) {
+TEST_F(ChatTemplateLoaderTest, TokenizerConfigStringWithAddedTokenObjects) {
   write("tokenizer_config.json",
         R"({"chat_template": "{{ bos_token }}A{{ eos_token }}", "bos_token": {"content": "<s>", "lstrip": false},
             "eos_token": "</s>"})");
@@ -245,7 +245,7 @@ TEST_F(LoaderTest, TokenizerConfigStringWithAddedTokenObjects) {
   EXPECT_EQ(rendered(*t), "<s>A</s>");
 }
 
-TEST_F(LoaderTest, NamedListPicksDefaultOrTheNamedOne) {
+TEST_F(ChatTemplateLoaderTest, NamedListPicksDefaultOrTheNamedOne) {
   write("tokenizer_config.json",
         R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
   EXPECT_EQ(rendered(*load_chat_template(dir_)), "D");
@@ -256,7 +256,7 @@ TEST_F(LoaderTest, NamedListPicksDefaultOrTheNamedOne) {
             dir_.string() + " has no chat template named \"rag\" (it has: default, tool_use)");
 }
 
-TEST_F(LoaderTest, JinjaFileWinsOverTokenizerConfigThenProcessorJson) {
+TEST_F(ChatTemplateLoaderTest, JinjaFileWinsOverTokenizerConfigThenProcessorJson) {
   write("chat_template.json", R"({"chat_template": "P"})");
   EXPECT_EQ(rendered(*load_chat_template(dir_)), "P");
   write("tokenizer_config.json", R"({"chat_template": "C", "eos_token": "</s>"})");
@@ -269,7 +269,7 @@ TEST_F(LoaderTest, JinjaFileWinsOverTokenizerConfigThenProcessorJson) {
   EXPECT_EQ(rendered(*load_chat_template(dir_, "tool_use")), "TOOLS");
 }
 
-TEST_F(LoaderTest, ErrorsNameTheFile) {
+TEST_F(ChatTemplateLoaderTest, ErrorsNameTheFile) {
   EXPECT_EQ(load_chat_template(dir_).status().code(), StatusCode::kNotFound);
   write("tokenizer_config.json", "{not json");
   EXPECT_EQ(load_chat_template(dir_).status().message(),
