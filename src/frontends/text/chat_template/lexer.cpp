@@ -1,5 +1,6 @@
 // Lexer: a transcription of what jinja2.lexer does for HF's environment (trim_blocks, lstrip_blocks, default
-// delimiters), written as a loop over the source instead of regexes. Test: chat_template_test.cpp (ChatTemplateLexerTest.*).
+// delimiters), written as a loop over the source instead of regexes. Test: chat_template_test.cpp
+// (ChatTemplateLexerTest.*).
 #include "frontends/text/chat_template/lexer.h"
 
 #include <cstring>

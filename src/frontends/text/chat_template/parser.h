@@ -2,7 +2,8 @@
 // precedence (`~` binds tighter than + and -, filters and `is` tests tighter than any binary operator,
 // `not x is y` is `not (x is y)`). Unknown tags, filters and tests are errors here, before anything renders,
 // as in Jinja2 (which checks filter and test names at compile time). Nesting is bounded, so a hostile
-// template cannot exhaust the stack. Tests: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateSyntaxErrorTest.*).
+// template cannot exhaust the stack. Tests: tests/unit/frontends/text/chat_template_test.cpp
+// (ChatTemplateSyntaxErrorTest.*).
 #pragma once
 
 #include <vector>

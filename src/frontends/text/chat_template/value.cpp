@@ -1,5 +1,6 @@
 // Value: construction, Python truthiness/equality/ordering, str()/repr() and json.dumps formatting.
-// Test: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateValueTest.*), and every golden that prints a value.
+// Test: tests/unit/frontends/text/chat_template_test.cpp (ChatTemplateValueTest.*), and every golden that prints a
+// value.
 #include "frontends/text/chat_template/value.h"
 
 #include <utf8proc.h>
