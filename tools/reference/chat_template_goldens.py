@@ -354,6 +354,8 @@ ODD_CASES = [
     ("{% for i in [] %}{% else %}{% set w = 1 %}{% endfor %}[{{ w }}] {% set v = 1 %}{% generation %}{{ v }}{% set v = 2 %}{{ v }}{% endgeneration %}{{ v }}", {}),
     ("{% for i in [1, 2] %}{% macro m() %}{{ i }}/{{ loop.index }}{% endmacro %}{{ m() }} {% endfor %}", {}),
     ("{% for i in [1] %}{% generation %}{% break %}{% endgeneration %}{% endfor %}", {}),
+    ("{{ 'straße ﬁne ŉ'.upper() }} {{ 'İSTANBUL'.lower() }} {{ 'ΟΔΟΣ ΣΑΣ Σ'.lower() }} {{ 'ﬁne ßtraße'.title() }} {{ 'ßa'.capitalize() }} {{ 'ǆemal'.title() }}", {}),
+    ("{{ 'straße ﬁne' | upper }} {{ 'ΟΔΟΣ' | lower }} {{ 'ßa ﬁx-ǆ' | title }} {{ 'ßa' | capitalize }} {{ ['ΣΑΣ', 'Ab'] | sort }} {{ 'ÀÉ' is upper }} {{ 'ǅ'.isupper() }} {{ 'ǅ' is lower }}", {}),
     # syntax errors (the message differs from jinja2's; the failure must agree)
     ("{% if x %}unclosed", {}),
     ("{% for x in y %}{% endif %}", {}),

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "frontends/text/chat_template/builtins.h"
+#include "frontends/text/chat_template/case_mapping.h"
 #include "frontends/text/chat_template/interpreter.h"
 
 namespace mmserve::chat_template {
@@ -58,9 +59,7 @@ Value attribute_path(const Value& item, const Value& attribute) {
 // For sort/unique/dictsort/min/max: strings compare lower-cased unless case_sensitive.
 Value sort_key(const Value& v, bool case_sensitive) {
   if (case_sensitive || !v.is_string()) return v;
-  std::u32string u = utf8_to_u32(v.as_string());
-  for (auto& c : u) c = static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-  return Value::string(u32_to_utf8(u));
+  return Value::string(u32_to_utf8(py_lower(utf8_to_u32(v.as_string()))));
 }
 
 StatusOr<std::vector<Value>> sorted(std::vector<Value> items, bool reverse, bool case_sensitive,
@@ -366,19 +365,25 @@ StatusOr<Value> apply_filter(const std::string& name, const Value& v, CallArgs& 
   }
   if (name == "title") {  // jinja2's do_title: capitalize each word split at spaces and -({[<
     RETURN_IF_ERROR(bind_args(args, name, {}, a));
-    std::u32string u = utf8_to_u32(to_str(v));
-    bool word_start = true;
-    for (auto& c : u) {
-      const bool separator = is_py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
-      if (separator) {
-        word_start = true;
-        continue;
+    // "".join(w[0].upper() + w[1:].lower() for w in re.split(r"([-\s({\[<]+)", s) if w)
+    const std::u32string u = utf8_to_u32(to_str(v));
+    auto separator = [](char32_t c) {
+      return is_py_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+    };
+    std::u32string out;
+    for (size_t i = 0; i < u.size();) {
+      size_t j = i;
+      const bool sep = separator(u[i]);
+      while (j < u.size() && separator(u[j]) == sep) ++j;
+      if (sep) {
+        out.append(u, i, j - i);
+      } else {
+        out += py_upper(std::u32string_view(u).substr(i, 1));
+        out += py_lower(std::u32string_view(u).substr(i + 1, j - i - 1));
       }
-      c = static_cast<char32_t>(word_start ? utf8proc_toupper(static_cast<utf8proc_int32_t>(c))
-                                           : utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-      word_start = false;
+      i = j;
     }
-    return Value::string(u32_to_utf8(u));
+    return Value::string(u32_to_utf8(out));
   }
   if (name == "replace") {
     RETURN_IF_ERROR(bind_args(args, name, {"old", "new", "count"}, a));

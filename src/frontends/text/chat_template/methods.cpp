@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "frontends/text/chat_template/builtins.h"
+#include "frontends/text/chat_template/case_mapping.h"
 #include "frontends/text/chat_template/interpreter.h"
 
 namespace mmserve::chat_template {
@@ -28,17 +29,6 @@ Value missing_attribute(const Value& obj, const std::string& name) {
 StatusOr<std::u32string> string_arg(const Value& v, const char* what) {
   if (!v.is_string()) return type_error(std::string(what) + " must be str, not " + v.type_name());
   return utf8_to_u32(v.as_string());
-}
-
-char32_t to_upper(char32_t c) {
-  return static_cast<char32_t>(utf8proc_toupper(static_cast<utf8proc_int32_t>(c)));
-}
-char32_t to_lower(char32_t c) {
-  return static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c)));
-}
-bool is_cased(char32_t c) {
-  return to_upper(c) != c || to_lower(c) != c || utf8proc_isupper(static_cast<utf8proc_int32_t>(c)) ||
-         utf8proc_islower(static_cast<utf8proc_int32_t>(c));
 }
 
 // --- str methods ---
@@ -75,30 +65,16 @@ StatusOr<Value> m_rstrip(const Value& s, CallArgs& a, Interpreter&) {
 }
 
 StatusOr<Value> m_upper(const Value& s, CallArgs&, Interpreter&) {
-  std::u32string u = utf8_to_u32(s.as_string());
-  for (auto& c : u) c = to_upper(c);
-  return Value::string(u32_to_utf8(u));
+  return Value::string(u32_to_utf8(py_upper(utf8_to_u32(s.as_string()))));
 }
 StatusOr<Value> m_lower(const Value& s, CallArgs&, Interpreter&) {
-  std::u32string u = utf8_to_u32(s.as_string());
-  for (auto& c : u) c = to_lower(c);
-  return Value::string(u32_to_utf8(u));
+  return Value::string(u32_to_utf8(py_lower(utf8_to_u32(s.as_string()))));
 }
-// str.title(): a cased character after an uncased one is upper-cased, every other cased one lower-cased.
 StatusOr<Value> m_title(const Value& s, CallArgs&, Interpreter&) {
-  std::u32string u = utf8_to_u32(s.as_string());
-  bool previous_cased = false;
-  for (auto& c : u) {
-    const bool cased = is_cased(c);
-    c = cased ? (previous_cased ? to_lower(c) : to_upper(c)) : c;
-    previous_cased = cased;
-  }
-  return Value::string(u32_to_utf8(u));
+  return Value::string(u32_to_utf8(py_title(utf8_to_u32(s.as_string()))));
 }
 StatusOr<Value> m_capitalize(const Value& s, CallArgs&, Interpreter&) {
-  std::u32string u = utf8_to_u32(s.as_string());
-  for (size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? to_upper(u[i]) : to_lower(u[i]);
-  return Value::string(u32_to_utf8(u));
+  return Value::string(u32_to_utf8(py_capitalize(utf8_to_u32(s.as_string()))));
 }
 
 // startswith/endswith(prefix or tuple of prefixes, start=None, end=None).
@@ -378,17 +354,13 @@ StatusOr<Value> m_is(const Value& self, CallArgs&, Interpreter&) {
       case 1: ok = alpha; break;
       case 2: ok = alpha || numeric; break;
       case 3: ok = is_py_space(c); break;
-      case 4:
-        if (is_cased(c)) {
-          any_cased = true;
-          ok = to_upper(c) == c && to_lower(c) != c;
-        }
+      case 4:  // CPython's isupper: no lowercase or titlecase letter, at least one uppercase
+        if (py_is_lower(c) || py_is_title(c)) ok = false;
+        any_cased = any_cased || py_is_upper(c);
         break;
-      case 5:
-        if (is_cased(c)) {
-          any_cased = true;
-          ok = to_lower(c) == c && to_upper(c) != c;
-        }
+      case 5:  // islower: no uppercase or titlecase letter, at least one lowercase
+        if (py_is_upper(c) || py_is_title(c)) ok = false;
+        any_cased = any_cased || py_is_lower(c);
         break;
       default: ok = numeric; break;
     }
