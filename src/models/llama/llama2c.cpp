@@ -64,6 +64,14 @@ StatusOr<Vocab> read_vocab(const std::string& path, int32_t vocab_size) {
     return invalid_argument(path + ": " + std::to_string(bytes.size() - off) + " bytes after the last of " +
                             std::to_string(vocab_size) + " tokens (a tokenizer for another vocabulary?)");
   }
+  std::map<std::string, int32_t> seen;  // tokenizer.json's vocab maps pieces to ids: a repeat would lose an id
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    auto [it, fresh] = seen.emplace(v.pieces[id], id);
+    if (!fresh) {
+      return invalid_argument(path + ": token " + std::to_string(id) + " repeats token " +
+                              std::to_string(it->second) + "'s piece");
+    }
+  }
   return v;
 }
 
@@ -182,6 +190,9 @@ Status convert_llama2c(const std::string& checkpoint_path, const std::string& to
     if (value <= 0 || value > (1 << 20)) {
       return invalid_argument(label + ": header field " + name + " = " + std::to_string(value) + " is out of range");
     }
+  }
+  if (c.vocab < 3) {
+    return invalid_argument(label + ": vocab_size " + std::to_string(c.vocab) + " cannot hold <unk>, <s> and </s>");
   }
   if (c.dim % c.heads != 0 || c.heads % c.kv_heads != 0 || (c.dim / c.heads) % 2 != 0) {
     return invalid_argument(label + ": dim " + std::to_string(c.dim) + ", n_heads " + std::to_string(c.heads) +
