@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/json_config.h"
@@ -93,6 +94,30 @@ TEST(HfRealTokenizers, IncrementalEqualsFullDecode) {
       EXPECT_EQ(streamed, or_error((*t)->decode(ids, skip))) << name << " skip=" << skip;
     }
   }
+}
+
+// Encoding is const and safe from many threads (the BPE word cache guards itself): four threads encoding the
+// goldens' strings at once give the serial ids.
+TEST(HfRealTokenizers, ConcurrentEncodeEqualsSerial) {
+  auto t = HfTokenizer::from_model_dir(dir_of("llama3_1"));
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  std::vector<std::string> texts;
+  for (const json& e : testing_hf::load_golden("llama3_1")["entries"]) texts.push_back(e["text"].get<std::string>());
+  std::vector<std::vector<int32_t>> serial;
+  for (const std::string& text : texts) serial.push_back(or_error((*t)->encode(text)));
+  std::vector<int> mismatches(4, 0);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        const size_t rotated = (i + static_cast<size_t>(k) * 13) % texts.size();  // a different order per thread
+        const size_t j = k % 2 == 0 ? rotated : texts.size() - 1 - rotated;
+        if (or_error((*t)->encode(texts[j])) != serial[j]) ++mismatches[k];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(mismatches, std::vector<int>(4, 0));
 }
 
 }  // namespace
