@@ -52,10 +52,10 @@ Status check_one_char(const std::string& s, const std::string& label) {
   return ok_status();
 }
 
-// The regexes the fixed pre-tokenizers split on, compiled once.
-const std::shared_ptr<const OnigRegex>& fixed_regex(const char* pattern) {
+// The regexes the fixed pre-tokenizers split on, compiled once (returned by value: the cache may grow).
+std::shared_ptr<const OnigRegex> fixed_regex(const char* pattern) {
   static std::mutex mutex;
-  static std::vector<std::pair<const char*, std::shared_ptr<const OnigRegex>>> cache;
+  static std::vector<std::pair<std::string, std::shared_ptr<const OnigRegex>>> cache;
   std::lock_guard lock(mutex);
   for (const auto& [p, re] : cache) {
     if (p == pattern) return re;
