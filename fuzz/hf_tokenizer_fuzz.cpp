@@ -7,7 +7,8 @@
 //   mode % 4 == 1: the payload is text for one of the four small fixtures (tests/fixtures/hf_tokenizers, picked
 //                  by mode >> 2): encode succeeds exactly on well-formed UTF-8; every id is below vocab_size;
 //                  decode gives valid UTF-8; streaming the ids gives valid UTF-8 pieces that, with finish(),
-//                  add up to the decode (or the stream reports the decoder not prefix-stable).
+//                  add up to the decode (or the strict stream reports the decoder not prefix-stable; the
+//                  resyncing one never fails).
 //   mode % 4 >= 2: the payload is ids (two bytes each, some past the vocabulary): decode succeeds exactly when
 //                  every id is in range, and the stream's pieces are valid UTF-8.
 // Fixtures are found from $MMSERVE_SOURCE_DIR, else by walking up from the executable's directory.
@@ -73,27 +74,40 @@ bool valid_utf8(const std::string& s) {
   return mmserve::text::validate_utf8(s).ok();
 }
 
-// Streams `ids`; checks every piece and, when the stream completes, that it adds up to the decode.
+// Streams `ids` both ways; checks every piece and, when the strict stream completes, that it adds up to the
+// decode; the resyncing stream never fails on in-range ids.
 void check_stream(const HfTokenizer& t, const std::vector<int32_t>& ids, bool skip) {
-  IncrementalDetokenizer d(t, skip);
-  std::string streamed;
-  for (const int32_t id : ids) {
-    auto piece = d.step(id);
-    if (!piece.ok()) {
-      check(piece.status().code() == StatusCode::kFailedPrecondition ||
-                piece.status().code() == StatusCode::kInvalidArgument,
-            "stream errors are FailedPrecondition (not prefix-stable) or InvalidArgument (bad id)");
-      return;
+  using Divergence = IncrementalDetokenizer::Divergence;
+  for (const Divergence divergence : {Divergence::kFail, Divergence::kResync}) {
+    IncrementalDetokenizer d(t, skip, divergence);
+    std::string streamed;
+    bool diverged = false;
+    for (const int32_t id : ids) {
+      auto piece = d.step(id);
+      if (!piece.ok()) {
+        check(divergence == Divergence::kFail && piece.status().code() == StatusCode::kFailedPrecondition,
+              "only the strict stream fails, with FailedPrecondition");
+        diverged = true;
+        break;
+      }
+      check(valid_utf8(*piece), "stream pieces are valid UTF-8");
+      check(piece->size() < 3 || piece->compare(piece->size() - 3, 3, "\xEF\xBF\xBD") != 0, "no piece ends in U+FFFD");
+      streamed += *piece;
     }
-    check(valid_utf8(*piece), "stream pieces are valid UTF-8");
-    check(piece->size() < 3 || piece->compare(piece->size() - 3, 3, "\xEF\xBF\xBD") != 0, "no piece ends in U+FFFD");
-    streamed += *piece;
+    if (diverged) continue;
+    auto rest = d.finish();
+    if (!rest.ok()) {
+      check(divergence == Divergence::kFail && rest.status().code() == StatusCode::kFailedPrecondition,
+            "only the strict finish fails, with FailedPrecondition");
+      continue;
+    }
+    check(valid_utf8(*rest), "finish gives valid UTF-8");
+    streamed += *rest;
+    if (divergence == Divergence::kFail) {
+      auto full = t.decode(ids, skip);
+      check(full.ok() && streamed == *full, "the strict stream adds up to the decode");
+    }
   }
-  auto rest = d.finish();
-  check(rest.ok(), "finish after in-range ids succeeds");
-  streamed += *rest;
-  auto full = t.decode(ids, skip);
-  check(full.ok() && streamed == *full, "the stream adds up to the decode");
 }
 
 void exercise(const HfTokenizer& t, const std::string& text) {

@@ -102,6 +102,18 @@ bool HfTokenizer::is_special(int32_t id) const {
   return token != nullptr && special_contents_.count(*token) != 0;
 }
 
+StatusOr<std::string> IncrementalDetokenizer::past_prefix(const std::string& text) const {
+  if (text.compare(0, prefix_.size(), prefix_) == 0) return text.substr(prefix_.size());
+  if (divergence_ == Divergence::kFail) {
+    return failed_precondition("incremental decode: \"" + text + "\" does not extend \"" + prefix_ +
+                               "\" (the decoder is not prefix-stable here)");
+  }
+  size_t common = 0;  // the longest common prefix, cut back to a character boundary
+  while (common < text.size() && common < prefix_.size() && text[common] == prefix_[common]) ++common;
+  while (common > 0 && (static_cast<unsigned char>(text[common]) & 0xC0) == 0x80) --common;
+  return text.substr(common);
+}
+
 StatusOr<std::string> IncrementalDetokenizer::step(int32_t id) {
   ids_.push_back(id);
   auto decoded = tokenizer_->decode(ids_, skip_special_tokens_);
@@ -111,12 +123,11 @@ StatusOr<std::string> IncrementalDetokenizer::step(int32_t id) {
   }
   const std::string& text = *decoded;
   if (text.size() <= prefix_.size() || ends_with_replacement(text)) return std::string();
-  if (text.compare(0, prefix_.size(), prefix_) != 0) {
+  auto fresh = past_prefix(text);
+  if (!fresh.ok()) {
     ids_.pop_back();
-    return failed_precondition("incremental decode: \"" + text + "\" does not extend \"" + prefix_ +
-                               "\" (the decoder is not prefix-stable here)");
+    return fresh.status();
   }
-  std::string fresh = text.substr(prefix_.size());
   const size_t new_prefix_index = ids_.size() - prefix_index_;
   ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_index_));
   ASSIGN_OR_RETURN(prefix_, tokenizer_->decode(ids_, skip_special_tokens_));
@@ -127,7 +138,9 @@ StatusOr<std::string> IncrementalDetokenizer::step(int32_t id) {
 StatusOr<std::string> IncrementalDetokenizer::finish() {
   ASSIGN_OR_RETURN(const std::string text, tokenizer_->decode(ids_, skip_special_tokens_));
   std::string rest;
-  if (text.size() > prefix_.size() && text.compare(0, prefix_.size(), prefix_) == 0) rest = text.substr(prefix_.size());
+  if (text.size() > prefix_.size() || text.compare(0, prefix_.size(), prefix_) != 0) {
+    ASSIGN_OR_RETURN(rest, past_prefix(text));
+  }
   ids_.clear();
   prefix_.clear();
   prefix_index_ = 0;

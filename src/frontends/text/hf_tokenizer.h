@@ -109,21 +109,32 @@ class HfTokenizer {
 // UTF-8 sequence: its bytes are held until a later id completes them). It decodes a short window of ids twice
 // (the window alone, and with the new id) and emits the difference; the window then slides to the ids after
 // the last emission. The emissions concatenated equal decode(all ids) whenever the decoder is prefix-stable
-// (ByteLevel, ByteFallback + Fuse + Strip as Llama / Mistral have); when a longer decode does not start with the
-// shorter one, step() fails with FailedPrecondition, as DecodeStream raises.
+// (ByteLevel; ByteFallback + Fuse + Strip as Mistral has, as long as the byte tokens form valid UTF-8).
+// A decode that does not extend the last emission (a Metaspace decoder drops the window's first `▁`; ByteFallback
+// turns a whole run of byte tokens into U+FFFDs once an invalid byte joins it, after part of it was emitted):
+//   Divergence::kFail (DecodeStream's behaviour): step() and finish() return FailedPrecondition;
+//   Divergence::kResync (for serving: a stream must not die of one odd token): step() emits the new text past
+//   the longest common prefix with the last emission and goes on; the stream then differs from decode(ids) by
+//   what could not be taken back.
 class IncrementalDetokenizer {
  public:
-  IncrementalDetokenizer(const HfTokenizer& tokenizer, bool skip_special_tokens)
-      : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {}
+  enum class Divergence { kFail, kResync };
+  IncrementalDetokenizer(const HfTokenizer& tokenizer, bool skip_special_tokens,
+                         Divergence divergence = Divergence::kFail)
+      : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens), divergence_(divergence) {}
 
-  // The new text ("" when nothing completed). InvalidArgument for an id out of range.
+  // The new text ("" when nothing completed). InvalidArgument for an id out of range (the stream stays usable).
   StatusOr<std::string> step(int32_t id);
   // At the end of a stream: whatever step() held back (U+FFFD for incomplete bytes included), then reset.
   StatusOr<std::string> finish();
 
  private:
+  // The part of `text` to emit after prefix_, or FailedPrecondition (kFail) when text does not extend it.
+  StatusOr<std::string> past_prefix(const std::string& text) const;
+
   const HfTokenizer* tokenizer_;
   bool skip_special_tokens_;
+  Divergence divergence_;
   std::vector<int32_t> ids_;  // the window
   std::string prefix_;        // decode of the window as it was after the last emission
   size_t prefix_index_ = 0;   // ids of the window that produced prefix_

@@ -203,5 +203,28 @@ TEST(HfTokenizer, IncrementalHoldsPartialUtf8) {
   EXPECT_EQ(or_error(cut.finish()), "\uFFFD\uFFFD");  // the stream ended inside the character
 }
 
+// A byte run that turns invalid after part of it was emitted: ByteFallback then gives U+FFFD for the whole run,
+// which does not extend the emitted text. Strict (DecodeStream's way): FailedPrecondition; resync: go on.
+TEST(HfTokenizer, IncrementalDivergence) {
+  json j = small();
+  j["model"]["vocab"] = {{"<s>", 0}, {"<0x1E>", 1}, {"<0xE5>", 2}, {"a", 3}};
+  j["model"]["merges"] = json::array();
+  j["decoder"] = json::parse(R"({"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]})");
+  auto t = HfTokenizer::from_json(j, json(), "t.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  ASSERT_EQ(or_error((*t)->decode({1, 2, 3})), "\uFFFD\uFFFDa");
+  IncrementalDetokenizer strict(**t, false);
+  EXPECT_EQ(or_error(strict.step(1)), "\x1E");
+  EXPECT_EQ(or_error(strict.step(2)), "");
+  EXPECT_EQ(strict.step(3).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(strict.finish().status().code(), StatusCode::kFailedPrecondition);
+  IncrementalDetokenizer resync(**t, false, IncrementalDetokenizer::Divergence::kResync);
+  EXPECT_EQ(or_error(resync.step(1)), "\x1E");
+  EXPECT_EQ(or_error(resync.step(2)), "");
+  EXPECT_EQ(or_error(resync.step(3)), "\uFFFD\uFFFDa");
+  EXPECT_EQ(or_error(resync.step(3)), "a");
+  EXPECT_EQ(or_error(resync.finish()), "");
+}
+
 }  // namespace
 }  // namespace mmserve::text
