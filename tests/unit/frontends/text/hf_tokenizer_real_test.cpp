@@ -102,7 +102,8 @@ TEST(HfRealTokenizers, ConcurrentEncodeEqualsSerial) {
   auto t = HfTokenizer::from_model_dir(dir_of("llama3_1"));
   ASSERT_TRUE(t.ok()) << t.status().to_string();
   std::vector<std::string> texts;
-  for (const json& e : testing_hf::load_golden("llama3_1")["entries"]) texts.push_back(e["text"].get<std::string>());
+  const json golden = testing_hf::load_golden("llama3_1");  // a named value: ranging over a temporary's member dangles
+  for (const json& e : golden["entries"]) texts.push_back(e["text"].get<std::string>());
   std::vector<std::vector<int32_t>> serial;
   for (const std::string& text : texts) serial.push_back(or_error((*t)->encode(text)));
   std::vector<int> mismatches(4, 0);

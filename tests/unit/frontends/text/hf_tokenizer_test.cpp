@@ -203,6 +203,26 @@ TEST(HfTokenizer, IncrementalHoldsPartialUtf8) {
   EXPECT_EQ(or_error(cut.finish()), "\uFFFD\uFFFD");  // the stream ended inside the character
 }
 
+// Components no golden reaches, against expectations worked out by hand from tokenizers' source: Digits without
+// individual_digits (runs stay whole), CharDelimiterSplit, BPEDecoder, BertProcessing, NFKC.
+TEST(HfTokenizer, ComponentsWithoutGoldens) {
+  json j = small();
+  j["model"]["vocab"] = {{"<s>", 0}, {"1", 1}, {"2", 2}, {"12", 3}, {"x", 4}, {"x</w>", 5}, {"fi", 6}, {"f", 7}, {"i", 8}};
+  j["model"]["merges"] = {"1 2", "f i"};
+  j["normalizer"] = {{"type", "NFKC"}};
+  j["pre_tokenizer"] = json::parse(R"({"type": "Sequence", "pretokenizers": [
+      {"type": "CharDelimiterSplit", "delimiter": "-"}, {"type": "Digits", "individual_digits": false}]})");
+  j["decoder"] = json::parse(R"({"type": "BPEDecoder", "suffix": "</w>"})");
+  j["post_processor"] = json::parse(R"({"type": "BertProcessing", "sep": ["<s>", 0], "cls": ["x", 4]})");
+  auto t = HfTokenizer::from_json(j, json(), "t.json");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(or_error((*t)->encode("x12-12x", false)), (std::vector<int32_t>{4, 3, 3, 4}));
+  EXPECT_EQ(or_error((*t)->encode("\uFB01", false)), (std::vector<int32_t>{6}));  // NFKC: the ligature is "fi"
+  EXPECT_EQ(or_error((*t)->encode("12")), (std::vector<int32_t>{4, 3, 0}));
+  EXPECT_EQ(or_error((*t)->encode_pair("1", "2")), (std::vector<int32_t>{4, 1, 0, 2, 0}));
+  EXPECT_EQ(or_error((*t)->decode({5, 3, 5})), "x 12x");  // the suffix is a space, except on the last token
+}
+
 // A byte run that turns invalid after part of it was emitted: ByteFallback then gives U+FFFD for the whole run,
 // which does not extend the emitted text. Strict (DecodeStream's way): FailedPrecondition; resync: go on.
 TEST(HfTokenizer, IncrementalDivergence) {
