@@ -18,7 +18,7 @@ DEB_PACKAGES := build-essential cmake ninja-build ccache pkg-config git \
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: all build deps serve test fuzz format tidy demo gpu-build clean
+.PHONY: all build deps serve test fuzz format tidy demo gpu-build clean tokenizer-fixtures
 
 all: build
 
@@ -51,7 +51,14 @@ OPENAI_NODE_MODULES := tests/e2e/openai/node_modules/.package-lock.json
 $(OPENAI_NODE_MODULES): tests/e2e/openai/package-lock.json
 	npm ci --prefix tests/e2e/openai --no-audit --no-fund
 
-test: build $(OPENAI_NODE_MODULES)
+# The real tokenizers the HfTokenizer tests read (Llama 3.1, Mistral; pinned with integrity hashes in
+# tests/fixtures/tokenizers_npm/package-lock.json). Without them those tests fail.
+TOKENIZER_NODE_MODULES := tests/fixtures/tokenizers_npm/node_modules/.package-lock.json
+$(TOKENIZER_NODE_MODULES): tests/fixtures/tokenizers_npm/package-lock.json
+	npm ci --prefix tests/fixtures/tokenizers_npm --no-audit --no-fund --ignore-scripts
+tokenizer-fixtures: $(TOKENIZER_NODE_MODULES)
+
+test: build $(OPENAI_NODE_MODULES) $(TOKENIZER_NODE_MODULES)
 	ctest --test-dir $(BUILD) -j $(JOBS) --output-on-failure
 	$(MAKE) fuzz FUZZ_SECONDS=20
 
@@ -59,7 +66,7 @@ test: build $(OPENAI_NODE_MODULES)
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz
+	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz hf_tokenizer_fuzz
 	scripts/run-fuzzers.sh build/fuzz/fuzz $(FUZZ_SECONDS)
 
 format:

@@ -62,6 +62,7 @@ StatusOr<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
   }
   for (size_t i = 0; i < v.tokens_.size(); ++i) {
     const AddedToken& t = v.tokens_[i];
+    v.by_id_[t.id] = i;
     if (!t.normalized) {
       v.raw_patterns_.push_back({t.content, i});
       continue;
@@ -74,10 +75,8 @@ StatusOr<AddedVocabulary> AddedVocabulary::build(std::vector<AddedToken> tokens,
 }
 
 const AddedToken* AddedVocabulary::find_by_id(int32_t id) const {
-  for (const AddedToken& t : tokens_) {
-    if (t.id == id) return &t;
-  }
-  return nullptr;
+  const auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &tokens_[it->second];
 }
 
 std::optional<int32_t> AddedVocabulary::id_of(std::string_view content) const {

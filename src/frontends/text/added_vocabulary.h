@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/status.h"
@@ -48,6 +49,7 @@ class AddedVocabulary {
   void split_normalized(std::string_view text, std::vector<Segment>& out) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
+  // The token with `id` (constant time), or nullptr.
   const AddedToken* find_by_id(int32_t id) const;
   std::optional<int32_t> id_of(std::string_view content) const;
 
@@ -61,6 +63,7 @@ class AddedVocabulary {
   std::vector<AddedToken> tokens_;
   std::vector<Pattern> raw_patterns_;
   std::vector<Pattern> normalized_patterns_;
+  std::unordered_map<int32_t, size_t> by_id_;  // id -> index into tokens_ (the last token with that id)
 };
 
 }  // namespace mmserve::text

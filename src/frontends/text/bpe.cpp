@@ -76,6 +76,16 @@ StatusOr<std::unique_ptr<BpeModel>> BpeModel::create(BpeConfig config) {
   model->continuing_subword_prefix_ = std::move(config.continuing_subword_prefix);
   model->end_of_word_suffix_ = std::move(config.end_of_word_suffix);
   model->fuse_unk_ = config.fuse_unk;
+  model->byte_fallback_ = config.byte_fallback;
+  model->ignore_merges_ = config.ignore_merges;
+  if (config.byte_fallback) {
+    model->byte_ids_.assign(256, -1);
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    for (int b = 0; b < 256; ++b) {
+      const std::string token = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";  // Rust's {:#04X}
+      if (const auto id = model->token_to_id(token)) model->byte_ids_[b] = *id;
+    }
+  }
   return model;
 }
 
@@ -92,6 +102,12 @@ const std::string* BpeModel::id_to_token(int32_t id) const {
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  if (ignore_merges_) {
+    if (const auto id = token_to_id(word)) {
+      out.push_back(*id);
+      return;
+    }
+  }
   const bool cacheable = word.size() <= kCacheWordBytesMax;
   if (cacheable) {
     std::shared_lock lock(cache_mutex_);
@@ -141,6 +157,12 @@ std::vector<int32_t> BpeModel::merge_word(std::string_view word) const {
       if (has_pending_unk) add(unk_id_, pending_unk_len);
       has_pending_unk = false;
       add(*id, len);
+    } else if (byte_fallback_ && std::all_of(piece.begin(), piece.end(), [this](char c) {
+                 return byte_ids_[static_cast<unsigned char>(c)] >= 0;
+               })) {
+      // As tokenizers: the piece's bytes (prefix and suffix included) as <0xNN> tokens, each covering one byte
+      // of the word; a pending unknown token is not flushed first (it lands after them).
+      for (const char c : piece) add(byte_ids_[static_cast<unsigned char>(c)], 1);
     } else if (unk_id_ >= 0) {
       if (has_pending_unk && fuse_unk_) {
         pending_unk_len += len;

@@ -2,11 +2,13 @@
 //
 // A word is split into characters; the last one gets `end_of_word_suffix` ("</w>" for CLIP), every one but
 // the first gets `continuing_subword_prefix`; a character missing from the vocabulary becomes the unknown token
-// (each on its own unless fuse_unk). Then the pair with the lowest merge rank is merged, leftmost first on a
-// tie, until no pair has a merge: HF's priority-queue algorithm, ported step for step. With explicit merge
-// ranks (BpeConfig::merge_ranks) the same loop is tiktoken's `_byte_pair_merge` (tiktoken_ranks.h says why).
-// Results are cached per word (bounded, shared-mutex guarded), so `tokenize` is const and safe from many
-// threads. Tests: tests/unit/frontends/text/bpe_test.cpp, whisper_tokenizer_test.cpp.
+// (each on its own unless fuse_unk) or, with byte_fallback, its bytes as `<0xNN>` tokens when all of them are in
+// the vocabulary; with ignore_merges a word that is itself in the vocabulary is that token. Then the pair with the
+// lowest merge rank is merged, leftmost first on a tie, until no pair has a merge: HF's priority-queue algorithm,
+// ported step for step. With explicit merge ranks (BpeConfig::merge_ranks) the same loop is tiktoken's
+// `_byte_pair_merge` (tiktoken_ranks.h says why). Results are cached per word (bounded, shared-mutex guarded), so
+// `tokenize` is const and safe from many threads. Tests: tests/unit/frontends/text/bpe_test.cpp,
+// whisper_tokenizer_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +42,8 @@ struct BpeConfig {
   std::string continuing_subword_prefix;
   std::string end_of_word_suffix;
   bool fuse_unk = false;
+  bool byte_fallback = false;  // a character missing from the vocabulary becomes its bytes' <0xNN> tokens
+  bool ignore_merges = false;  // a word found in the vocabulary is one token, merges or not
 };
 
 class BpeModel {
@@ -75,6 +79,9 @@ class BpeModel {
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;
   bool fuse_unk_ = false;
+  bool byte_fallback_ = false;
+  bool ignore_merges_ = false;
+  std::vector<int32_t> byte_ids_;  // byte -> id of its <0xNN> token, -1 when absent (byte_fallback only)
 
   mutable std::shared_mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> cache_;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "frontends/text/unicode_text.h"
 
@@ -131,8 +132,6 @@ StatusOr<BpeConfig> parse_bpe_model(const json& model, const std::string& label)
   const auto merges = model.find("merges");
   if (vocab == model.end()) return invalid_argument(label + ": model has no \"vocab\"");
   if (merges == model.end()) return invalid_argument(label + ": model has no \"merges\"");
-  if (bool_or(model, "byte_fallback", false)) return unimplemented(label + ": BPE byte_fallback is not supported");
-  if (bool_or(model, "ignore_merges", false)) return unimplemented(label + ": BPE ignore_merges is not supported");
   if (const auto dropout = model.find("dropout");
       dropout != model.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
     return unimplemented(label + ": BPE dropout is not supported");
@@ -147,7 +146,20 @@ StatusOr<BpeConfig> parse_bpe_model(const json& model, const std::string& label)
   config.unk_token = string_or("unk_token");
   config.continuing_subword_prefix = string_or("continuing_subword_prefix").value_or("");
   config.end_of_word_suffix = string_or("end_of_word_suffix").value_or("");
-  config.fuse_unk = bool_or(model, "fuse_unk", false);
+  for (const auto& [key, value] :
+       {std::pair{"fuse_unk", &config.fuse_unk}, std::pair{"byte_fallback", &config.byte_fallback},
+        std::pair{"ignore_merges", &config.ignore_merges}}) {
+    const auto it = model.find(key);
+    if (it == model.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return invalid_argument(label + ": model." + key + " must be a boolean");
+    *value = it->get<bool>();
+  }
+  for (const char* key : {"unk_token", "continuing_subword_prefix", "end_of_word_suffix"}) {
+    const auto it = model.find(key);
+    if (it != model.end() && !it->is_null() && !it->is_string()) {
+      return invalid_argument(label + ": model." + key + " must be a string or null");
+    }
+  }
   return config;
 }
 

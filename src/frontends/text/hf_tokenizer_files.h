@@ -38,8 +38,9 @@ StatusOr<Vocab> parse_vocab(const nlohmann::json& j, const std::string& label);
 StatusOr<Merges> parse_merges_txt(const std::string& text, const std::string& path);
 // tokenizer.json's model.merges: ["a b", ...] (legacy) or [["a", "b"], ...].
 StatusOr<Merges> parse_merges_json(const nlohmann::json& j, const std::string& label);
-// tokenizer.json's "model" as a BpeConfig (tokenizers' BPE parameters as written in the file); Unimplemented
-// for other model types and for byte_fallback / ignore_merges / dropout.
+// tokenizer.json's "model" as a BpeConfig (tokenizers' BPE parameters as written in the file: unk_token, fuse_unk,
+// byte_fallback, ignore_merges, continuing_subword_prefix, end_of_word_suffix); Unimplemented for other model
+// types and for a non-zero dropout.
 StatusOr<BpeConfig> parse_bpe_model(const nlohmann::json& model, const std::string& label);
 // tokenizer.json's "added_tokens" array (absent or null: none), each with its id.
 StatusOr<std::vector<AddedToken>> parse_added_tokens(const nlohmann::json& tokenizer, const std::string& label);

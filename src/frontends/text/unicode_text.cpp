@@ -1,4 +1,5 @@
-// UTF-8 validation and iteration, NFC through utf8proc, Rust-compatible lower-casing and character classes.
+// UTF-8 validation and iteration, NFC / NFD / NFKC / NFKD through utf8proc, Rust-compatible lower-casing and character
+// classes.
 //
 // utf8proc_tolower is the Unicode *simple* lowercase mapping; Rust's char::to_lowercase is the *full* mapping,
 // and the only unconditional multi-character lowercase in SpecialCasing.txt is U+0130 (-> "i" + U+0307), so
@@ -132,15 +133,26 @@ bool is_ascii(std::string_view s) {
 }  // namespace
 
 StatusOr<std::string> nfc(std::string_view s) {
-  // ASCII is NFC already, and no two ASCII characters compose.
+  return normalize_unicode(s, NormalForm::kNfc);
+}
+
+StatusOr<std::string> normalize_unicode(std::string_view s, NormalForm form) {
+  // ASCII is in every normal form already (no ASCII character decomposes, and no two compose).
   if (is_ascii(s)) return std::string(s);
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormalForm::kNfc: options |= UTF8PROC_COMPOSE; break;
+    case NormalForm::kNfd: options |= UTF8PROC_DECOMPOSE; break;
+    case NormalForm::kNfkc: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNfkd: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
   utf8proc_uint8_t* out = nullptr;
   const utf8proc_ssize_t n =
       utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
-                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+                   static_cast<utf8proc_option_t>(options));
   if (n < 0) {
     std::free(out);
-    return internal_error(std::string("NFC normalisation failed: ") + utf8proc_errmsg(n));
+    return internal_error(std::string("Unicode normalisation failed: ") + utf8proc_errmsg(n));
   }
   std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
   std::free(out);

@@ -33,6 +33,10 @@ void append_utf8(char32_t cp, std::string& out);
 // Unicode NFC of valid UTF-8 `s` (ASCII short-cut; utf8proc otherwise).
 StatusOr<std::string> nfc(std::string_view s);
 
+enum class NormalForm { kNfc, kNfd, kNfkc, kNfkd };
+// Any of the four Unicode normal forms of valid UTF-8 `s` (utf8proc; ASCII is returned unchanged).
+StatusOr<std::string> normalize_unicode(std::string_view s, NormalForm form);
+
 // Lower-cases valid UTF-8 `s` code point by code point as Rust's `char::to_lowercase` (what HF's Lowercase
 // normalizer calls): the Unicode simple lowercase mapping, except U+0130 -> U+0069 U+0307.
 std::string lowercase(std::string_view s);

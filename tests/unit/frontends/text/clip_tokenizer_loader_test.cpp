@@ -223,7 +223,7 @@ TEST_F(LoaderTest, CorruptTokenizerJson) {
   EXPECT_EQ(bad_merge.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad_merge.message().find("\"zz\""), std::string::npos);
   j = small_tokenizer_json();
-  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
   EXPECT_EQ(load(j.dump()).code(), StatusCode::kUnimplemented);
   j = small_tokenizer_json();
   j["model"]["type"] = "WordPiece";
