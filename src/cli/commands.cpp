@@ -10,6 +10,7 @@
 #include "engine/clip_inputs.h"
 #include "engine/families.h"
 #include "frontends/text/clip_tokenizer.h"
+#include "frontends/text/hf_tokenizer.h"
 #include "frontends/text/whisper_tokenizer.h"
 #include "models/clip/clip_demo.h"
 #include "models/llama/llama2c.h"
@@ -147,11 +148,25 @@ int run_tokenize_whisper(const TokenizeArgs& args) {
 
 }  // namespace
 
+int run_tokenize_hf(const TokenizeArgs& args) {
+  // The decoders' tokenizer.json, as transformers 5's AutoTokenizer (no truncation: decoders have none by default).
+  auto tokenizer = text::HfTokenizer::from_model_dir(args.model_dir);
+  if (!tokenizer.ok()) return fail(tokenizer.status().message());
+  nlohmann::json ids = nlohmann::json::array();
+  for (const std::string& t : args.texts) {
+    auto encoded = (*tokenizer)->encode(t, !args.no_special);
+    if (!encoded.ok()) return fail("--text '" + t + "': " + encoded.status().message());
+    ids.push_back(*encoded);
+  }
+  print_json({{"input_ids", ids}});
+  return 0;
+}
+
 int run_tokenize(const TokenizeArgs& args) {
   // A directory without a config.json (a bare tokenizer) is read as CLIP's, as before.
-  if (auto family = models::detect_family(args.model_dir); family.ok() && *family == models::Family::kWhisper) {
-    return run_tokenize_whisper(args);
-  }
+  auto family = models::detect_family(args.model_dir);
+  if (family.ok() && *family == models::Family::kWhisper) return run_tokenize_whisper(args);
+  if (family.ok() && *family == models::Family::kLlama) return run_tokenize_hf(args);
   auto tokenizer = text::ClipTokenizer::from_model_dir(args.model_dir);
   if (!tokenizer.ok()) return fail(tokenizer.status().message());
   text::EncodeOptions options;

@@ -106,6 +106,29 @@ struct SegmentArgs {
 };
 int run_segment(const SegmentArgs& args);
 
+// `mmserve generate` and `mmserve chat-template` (cli/generate_command.cpp).
+struct GenerateArgs {
+  std::string model_dir;
+  std::string prompt, prompt_ids, messages;
+  int max_new_tokens = 16;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;
+  long long seed = -1;  // < 0: a random seed
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string device = "cpu";
+  std::string dtype = "auto";
+  int threads = 0;
+  std::string output = "json";
+};
+int run_generate(const GenerateArgs& args);
+struct ChatTemplateArgs {
+  std::string model_dir, messages;
+  bool no_generation_prompt = false;
+};
+int run_chat_template(const ChatTemplateArgs& args);
+
 // The executor options of --device, --dtype, --threads and --batch (errors name the flag's value).
 StatusOr<engine::ExecutorOptions> executor_options(const std::string& device, const std::string& dtype, int threads,
                                                    int batch);

@@ -62,6 +62,31 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   l2c_cmd->add_option("--output", l2c_output, "directory to write")->required();
 
+  GenerateArgs generate;
+  CLI::App* generate_cmd =
+      app.add_subcommand("generate", "Generate text with a Llama-family model (Llama, Mistral, Qwen2, Qwen3; CPU)");
+  generate_cmd->add_option("--model", generate.model_dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
+  generate_cmd->add_option("--prompt", generate.prompt, "prompt text (tokenised as HF's tokenizer(text))");
+  generate_cmd->add_option("--prompt-ids", generate.prompt_ids, "prompt token ids I,J,... (used as given)");
+  generate_cmd->add_option("--messages", generate.messages, "a JSON file of chat messages (the model's chat template)");
+  generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "most tokens to generate")
+      ->check(CLI::PositiveNumber);
+  generate_cmd->add_option("--temperature", generate.temperature, "0 is plain greedy (default 1)");
+  generate_cmd->add_option("--top-p", generate.top_p, "nucleus sampling mass in (0, 1]");
+  generate_cmd->add_option("--top-k", generate.top_k, "sample among the k most likely (0: all)");
+  generate_cmd->add_option("--seed", generate.seed, "seed of the sampler (same seed, same text)");
+  generate_cmd->add_option("--stop", generate.stop, "stop when the text contains this (repeatable; not included)");
+  generate_cmd->add_flag("--ignore-eos", generate.ignore_eos, "do not stop at the end-of-sequence token");
+  generate_cmd->add_option("--device", generate.device, "cpu (cuda is not written yet for decoders)");
+  generate_cmd->add_option("--dtype", generate.dtype, "compute dtype (the CPU computes in f32)");
+  generate_cmd->add_option("--threads", generate.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  generate_cmd->add_option("--output", generate.output, "output format")->check(CLI::IsMember({"json", "text"}));
+  ChatTemplateArgs chat;
+  CLI::App* chat_cmd = app.add_subcommand("chat-template", "Render chat messages with a model's chat template, as HF");
+  chat_cmd->add_option("--model", chat.model_dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
+  chat_cmd->add_option("--messages", chat.messages, "a JSON file of chat messages")->required()->check(CLI::ExistingFile);
+  chat_cmd->add_flag("--no-generation-prompt", chat.no_generation_prompt, "add_generation_prompt=False");
+
   // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
   ServeArgs serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "Run the HTTP server (KServe v2 + OpenAI APIs, /metrics)");
@@ -175,6 +200,8 @@ int main(int argc, char** argv) {
   if (*inspect_cmd) return run_inspect(inspect_dir);
   if (*demo_cmd) return run_demo_model(demo_dir, overwrite, demo_architecture);
   if (*l2c_cmd) return run_convert_llama2c(l2c_checkpoint, l2c_tokenizer, l2c_output);
+  if (*generate_cmd) return run_generate(generate);
+  if (*chat_cmd) return run_chat_template(chat);
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
   if (*transcribe_cmd) return run_transcribe(transcribe);

@@ -21,6 +21,10 @@ constexpr Architecture kArchitectures[] = {
     {"CLIPModel", "clip", Family::kClip, "clip"},
     {"WhisperForConditionalGeneration", "whisper", Family::kWhisper, "whisper"},
     {"SamModel", "sam", Family::kSam, "sam"},
+    {"LlamaForCausalLM", "llama", Family::kLlama, "llama"},
+    {"MistralForCausalLM", "mistral", Family::kLlama, "llama"},
+    {"Qwen2ForCausalLM", "qwen2", Family::kLlama, "llama"},
+    {"Qwen3ForCausalLM", "qwen3", Family::kLlama, "llama"},
 };
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Which architectures mmserve knows, and what a model directory holds (for `mmserve inspect`).
 //
 // The registry maps HF `architectures` names (config.json) to the model families known here, one table line per
-// architecture (registry.cpp): CLIPModel, WhisperForConditionalGeneration, SamModel. What serves a family (its
+// architecture (registry.cpp): CLIPModel, WhisperForConditionalGeneration, SamModel, and the Llama family
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM: models/llama; not served yet). What serves a family (its
 // executor and input preparation) is engine/families.h. inspect_model_dir() reads only the config and the
 // safetensors headers, never the weights, so it is instant even for large checkpoints.
 // Tests: tests/unit/models/registry_test.cpp.
@@ -15,13 +16,13 @@
 
 namespace mmserve::models {
 
-enum class Family { kClip, kWhisper, kSam };
+enum class Family { kClip, kWhisper, kSam, kLlama };
 
 // Reads config.json's "architectures" (or "model_type") and returns the family; kUnimplemented names the
 // architecture when it is not known.
 StatusOr<Family> detect_family(const std::string& model_dir);
 
-// "clip", "whisper", "sam".
+// "clip", "whisper", "sam", "llama" (the Llama family of decoders: Llama, Mistral, Qwen2, Qwen3).
 const char* family_name(Family family);
 
 struct ModelSummary {

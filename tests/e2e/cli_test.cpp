@@ -1,6 +1,7 @@
 // End-to-end tests of the `mmserve` binary as a user runs it: real processes, real files, JSON parsed from
 // stdout, exit codes and stderr messages checked. Covers embed (against HF's goldens), tokenize, inspect,
-// demo-model, transcribe (Whisper: HF's tokens, every output format), and the bad-input paths: each must print a clear
+// demo-model, transcribe (Whisper: HF's tokens, every output format), convert-llama2c / generate / chat-template (the
+// Llama family: run.c's story, HF's chat templates), and the bad-input paths: each must print a clear
 // error and exit non-zero, never crash.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -340,4 +341,115 @@ TEST(Cli, TranscribeBadInputsGiveClearErrors) {
 }
 
 }  // namespace
+// ---- The Llama family: convert-llama2c, generate, tokenize, chat-template (issue 14).
+namespace {
+
+fs::path converted_stories() {
+  const fs::path dir = temp_dir("stories");
+  const Result r = run({"convert-llama2c", "--checkpoint", fixture("llama2c/stories260K.bin"), "--tokenizer",
+                        fixture("llama2c/tok512.bin"), "--output", dir.string()});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return dir;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string trim_newlines(std::string s) {
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// Greedy from BOS: the text is HF's decode (skip_special_tokens) of 256 ids and equals llama2.c run.c's output.
+TEST(Cli, GenerateGreedyFromBosIsRunCsStory) {
+  const fs::path dir = converted_stories();
+  const Result r = run({"generate", "--model", dir.string(), "--prompt-ids", "1", "--temperature", "0",
+                        "--max-new-tokens", "256", "--ignore-eos"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["prompt_ids"], nlohmann::json::array({1}));
+  EXPECT_EQ(out["ids"].size(), 256u);
+  EXPECT_EQ(out["finish_reason"], "length");
+  EXPECT_EQ(trim_newlines(out["text"].get<std::string>()),
+            trim_newlines(read_text(fixture("llama2c/stories260K_golden_t0.txt"))));
+  fs::remove_all(dir);
+}
+
+TEST(Cli, GenerateTokenizesStopsAndSeeds) {
+  const fs::path dir = converted_stories();
+  const Result tok = run({"tokenize", "--model", dir.string(), "--text", "Once upon a time"});
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  const nlohmann::json ids = nlohmann::json::parse(tok.out)["input_ids"][0];
+  EXPECT_EQ(ids[0], 1);  // BOS from the converted tokenizer's post-processor
+  const Result g = run({"generate", "--model", dir.string(), "--prompt", "Once upon a time", "--temperature", "0",
+                        "--max-new-tokens", "40", "--stop", "Lily"});
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  const nlohmann::json out = nlohmann::json::parse(g.out);
+  EXPECT_EQ(out["prompt_ids"], ids);  // --prompt is tokenised as HF's tokenizer(text)
+  EXPECT_EQ(out["finish_reason"], "stop");
+  const std::string text = out["text"];
+  EXPECT_EQ(text.find("Lily"), std::string::npos) << text;  // the stop string is not included
+  EXPECT_FALSE(text.empty());
+  EXPECT_LT(out["ids"].size(), 40u);
+  // Sampling: the same seed gives the same text; --output text prints the text alone.
+  std::vector<std::string> sampled;
+  for (int i = 0; i < 2; ++i) {
+    const Result s = run({"generate", "--model", dir.string(), "--prompt", "Once upon a time", "--temperature", "1.5",
+                          "--top-k", "20", "--seed", "11", "--max-new-tokens", "30", "--output", "text"});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    sampled.push_back(s.out);
+  }
+  EXPECT_EQ(sampled[0], sampled[1]);
+  fs::remove_all(dir);
+}
+
+TEST(Cli, GenerateRefusesBadArguments) {
+  const fs::path dir = converted_stories();
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--prompt-ids", "1"}), "exactly one");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--temperature", "-1"}), "temperature");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--top-p", "0"}), "top_p");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt-ids", "1,x"}), "not a token id");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt-ids", "1,600"}), "outside the vocabulary");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--device", "cuda:0"}), "CPU only");
+  expect_user_error(run({"generate", "--model", fixture("clip-tiny-quickgelu-f32"), "--prompt", "a"}),
+                    "needs a Llama-family model");
+  const fs::path messages = dir / "bad.json";
+  std::ofstream(messages) << "{not json";
+  expect_user_error(run({"generate", "--model", dir.string(), "--messages", messages.string()}), "not valid JSON");
+  fs::remove_all(dir);
+}
+
+// chat-template renders what HF's apply_chat_template rendered (tests/fixtures/chat_templates/goldens.json, made
+// with transformers 5.17 on the GPU host): Qwen2's template on a multi-turn conversation, with and without the
+// generation prompt; a template that raises gives its message.
+TEST(Cli, ChatTemplateEqualsHf) {
+  const nlohmann::json goldens = nlohmann::json::parse(read_text(fixture("chat_templates/goldens.json")))["goldens"];
+  const nlohmann::json cases = nlohmann::json::parse(read_text(fixture("chat_templates/cases.json")));
+  const fs::path dir = temp_dir("chat");
+  fs::copy_file(fixture("chat_templates/templates/qwen2.jinja"), dir / "chat_template.jinja");
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  std::ofstream(dir / "messages.json") << cases["multi_turn"].dump();
+  int checked = 0;
+  for (const nlohmann::json& g : goldens) {
+    if (g["template"] != "qwen2" || g["case"] != "multi_turn" || !g["kwargs"].empty()) continue;
+    std::vector<std::string> args = {"chat-template", "--model", dir.string(), "--messages",
+                                     (dir / "messages.json").string()};
+    if (!g["add_generation_prompt"].get<bool>()) args.push_back("--no-generation-prompt");
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["prompt"], g["output"]);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  fs::remove(dir / "chat_template.jinja");
+  std::ofstream(dir / "chat_template.jinja") << "{{ raise_exception('roles must alternate') }}";
+  expect_user_error(run({"chat-template", "--model", dir.string(), "--messages", (dir / "messages.json").string()}),
+                    "roles must alternate");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+
 }  // namespace mmserve

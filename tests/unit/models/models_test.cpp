@@ -117,7 +117,7 @@ TEST(ClipConfig, ErrorsNameTheKey) {
   EXPECT_FALSE(not_object.ok());
 }
 
-TEST(Registry, DetectsClipWhisperAndSamAndRefusesOthers) {
+TEST(Registry, DetectsClipWhisperSamAndLlamaAndRefusesOthers) {
   fs::path d = temp_dir("registry");
   std::ofstream(d / "config.json") << R"({"architectures": ["CLIPModel"]})";
   EXPECT_EQ(detect_family(d.string()).value(), Family::kClip);
@@ -128,6 +128,13 @@ TEST(Registry, DetectsClipWhisperAndSamAndRefusesOthers) {
   std::ofstream(d / "config.json") << R"({"architectures": ["SamModel"]})";
   EXPECT_EQ(detect_family(d.string()).value(), Family::kSam);
   EXPECT_STREQ(family_name(Family::kSam), "sam");
+  for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    std::ofstream(d / "config.json") << R"({"architectures": [")" << arch << R"("]})";
+    EXPECT_EQ(detect_family(d.string()).value(), Family::kLlama) << arch;
+  }
+  std::ofstream(d / "config.json") << R"({"model_type": "qwen3"})";
+  EXPECT_EQ(detect_family(d.string()).value(), Family::kLlama);
+  EXPECT_STREQ(family_name(Family::kLlama), "llama");
   std::ofstream(d / "config.json") << R"({"architectures": ["BertModel"]})";
   auto bert = detect_family(d.string());
   EXPECT_EQ(bert.status().code(), StatusCode::kUnimplemented);
