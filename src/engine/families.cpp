@@ -5,6 +5,7 @@
 
 #include "engine/clip_executor.h"
 #include "engine/clip_inputs.h"
+#include "engine/llama_executor.h"
 #include "engine/sam_executor.h"
 #include "engine/sam_inputs.h"
 #include "engine/whisper_executor.h"
@@ -22,6 +23,7 @@ constexpr FamilyOps kFamilies[] = {
     {models::Family::kClip, &ClipExecutor::create_for_server, &ClipInputs::create_for_server},
     {models::Family::kWhisper, &WhisperExecutor::create_for_server, &WhisperInputs::create_for_server},
     {models::Family::kSam, &SamExecutor::create_for_server, &SamInputs::create_for_server},
+    {models::Family::kLlama, &LlamaExecutor::create_for_server, &LlamaInputs::create_for_server},
 };
 
 }  // namespace

@@ -1,0 +1,162 @@
+// LlamaExecutor and LlamaInputs on the real stories260K (converted by convert_llama2c): a batch of requests in
+// three prompt forms finishes each with what it would get alone (greedy from BOS = llama2.c run.c's story; a
+// text prompt = LlamaModel::greedy of HF's tokenisation; a stop string cuts the text before it), the streamed
+// pieces add up to the final text, a cancelled request ends as kCancelled, and bad requests are refused by the
+// preparer with a message.
+#include "engine/llama_executor.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../../conformance/golden.h"
+#include "engine/families.h"
+#include "models/llama/llama2c.h"
+
+namespace mmserve::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LlamaExecutorTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = (fs::temp_directory_path() / ("mmserve_llama_exec_" + std::to_string(::getpid()))).string();
+    ASSERT_TRUE(models::convert_llama2c(testing::fixture("llama2c/stories260K.bin"),
+                                        testing::fixture("llama2c/tok512.bin"), dir_)
+                    .ok());
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  void SetUp() override {
+    auto executor = LlamaExecutor::create_for_server(dir_, {}, nlohmann::json::object());
+    ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+    executor_ = std::move(*executor);
+    ASSERT_TRUE(executor_->warm().ok());
+    PreparerOptions options;
+    options.model = "stories";
+    auto inputs = LlamaInputs::create_for_server(dir_, *executor_, options);
+    ASSERT_TRUE(inputs.ok()) << inputs.status().to_string();
+    inputs_ = std::move(*inputs);
+  }
+  StatusOr<Prepared> prepare(const LlamaParams& params, const std::string& text = "") {
+    std::vector<InputItem> items;
+    if (!text.empty()) {
+      items.emplace_back();
+      items.back().text = text;
+    }
+    return inputs_->prepare(items, &params);
+  }
+  static std::string dir_;
+  std::unique_ptr<Executor> executor_;
+  std::unique_ptr<InputPreparer> inputs_;
+};
+std::string LlamaExecutorTest::dir_;
+
+std::string trim(std::string s) {
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+TEST_F(LlamaExecutorTest, ABatchGivesEachRequestWhatItGetsAlone) {
+  LlamaParams story;
+  story.sampling.temperature = 0;
+  story.prompt_ids = std::vector<int32_t>{1};
+  story.max_tokens = 256;
+  story.ignore_eos = true;
+  std::string streamed;
+  story.on_text = [&](const std::string& piece) {
+    streamed += piece;
+    return true;
+  };
+  LlamaParams text_prompt;
+  text_prompt.sampling.temperature = 0;
+  text_prompt.max_tokens = 20;
+  LlamaParams stopping = text_prompt;
+  stopping.max_tokens = 60;
+  stopping.stop = {"Lily"};
+  std::vector<Prepared> prepared;
+  for (auto [params, text] : {std::pair{&story, ""}, {&text_prompt, "Once upon a time"}, {&stopping, "Once upon a time"}}) {
+    auto p = prepare(*params, text);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    prepared.push_back(std::move(*p));
+  }
+  std::vector<BatchItem> batch(prepared.size());
+  for (size_t i = 0; i < prepared.size(); ++i) batch[i].input = prepared[i].input.get();
+  std::vector<std::shared_ptr<const ModelOutput>> outputs(batch.size());
+  int finished = 0;
+  BatchHooks hooks;
+  hooks.finish = [&](size_t i, StatusOr<std::shared_ptr<const ModelOutput>> out, double) {
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    outputs[i] = *out;
+    ++finished;
+  };
+  executor_->run(batch, hooks);
+  ASSERT_EQ(finished, 3);
+  const auto* a = output_as<LlamaOutput>(outputs[0]);
+  const auto* b = output_as<LlamaOutput>(outputs[1]);
+  const auto* c = output_as<LlamaOutput>(outputs[2]);
+  ASSERT_TRUE(a && b && c);
+  std::ifstream golden(testing::fixture("llama2c/stories260K_golden_t0.txt"));
+  EXPECT_EQ(trim(a->text), trim(std::string(std::istreambuf_iterator<char>(golden), {})));
+  EXPECT_EQ(a->ids.size(), 256u);
+  EXPECT_EQ(a->finish_reason, "length");
+  EXPECT_EQ(streamed, a->text);
+  // The text prompt alone, through the model directly.
+  const auto& exec = dynamic_cast<const LlamaExecutor&>(*executor_);
+  auto ids = exec.tokenizer().encode("Once upon a time");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(b->prompt_ids, *ids);
+  auto alone = exec.model().greedy(*ids, 20, /*ignore_eos=*/true);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(b->ids, *alone);
+  EXPECT_EQ(b->finish_reason, "length");
+  EXPECT_EQ(c->finish_reason, "stop");
+  EXPECT_EQ(c->text.find("Lily"), std::string::npos) << c->text;
+  EXPECT_EQ(b->text.rfind(c->text, 0), 0u) << "the stopped text is a prefix of the longer run";
+}
+
+TEST_F(LlamaExecutorTest, ACancelledRequestEndsCancelled) {
+  LlamaParams params;
+  params.prompt_ids = std::vector<int32_t>{1};
+  params.max_tokens = 100;
+  auto p = prepare(params);
+  ASSERT_TRUE(p.ok());
+  std::vector<BatchItem> batch(1);
+  batch[0].input = p->input.get();
+  int polls = 0;
+  batch[0].cancelled = [&] { return ++polls > 3; };
+  std::optional<StatusCode> code;
+  BatchHooks hooks;
+  hooks.finish = [&](size_t, StatusOr<std::shared_ptr<const ModelOutput>> out, double) { code = out.status().code(); };
+  executor_->run(batch, hooks);
+  EXPECT_EQ(code, StatusCode::kCancelled);
+}
+
+TEST_F(LlamaExecutorTest, BadRequestsAreRefusedWithAMessage) {
+  auto refused = [&](LlamaParams params, const std::string& text, const std::string& needle) {
+    auto p = prepare(params, text);
+    ASSERT_FALSE(p.ok()) << needle;
+    EXPECT_NE(p.status().message().find(needle), std::string::npos) << p.status().message();
+  };
+  LlamaParams ids;
+  ids.prompt_ids = std::vector<int32_t>{1, 512};
+  refused(ids, "", "outside the vocabulary");
+  ids.prompt_ids = std::vector<int32_t>(600, 5);
+  refused(ids, "", "maximum context length is 512");
+  LlamaParams both;
+  both.prompt_ids = std::vector<int32_t>{1};
+  refused(both, "text too", "exactly one prompt");
+  LlamaParams hot;
+  hot.sampling.temperature = -1;
+  refused(hot, "a", "temperature");
+  LlamaParams chat;
+  chat.messages = nlohmann::ordered_json::array({{{"role", "user"}, {"content", "hi"}}});
+  refused(chat, "", "has no chat template");  // stories260K has none
+  LlamaParams zero;
+  zero.max_tokens = 0;
+  refused(zero, "a", "max_tokens");
+}
+
+}  // namespace
+}  // namespace mmserve::engine
