@@ -1,12 +1,12 @@
-// `mmserve generate` and `mmserve chat-template` for the Llama family of decoders (issue 14 item 6), on the CPU
-// model (models/llama) until the decoder engine serves them.
+// `mmserve generate` and `mmserve chat-template` for the Llama family of decoders (issue 14 item 6).
 //
-// generate: the prompt is --prompt tokenised as HF's tokenizer(text) (the post-processor's special tokens),
-// --prompt-ids used as given, or --messages rendered with the model's chat template (add_generation_prompt) and
-// tokenised without special tokens (the template writes them), as apply_chat_template(tokenize=True) does. Tokens
-// come from engine::TokenSampler (--temperature 0 is plain greedy); generation stops at max_new_tokens ("length"),
-// an EOS id of config.json / generation_config.json unless --ignore-eos, or a --stop string found in the detokenised
-// text ("stop"; the text ends before it). Prints {"prompt_ids", "ids", "text", "finish_reason"} (--output json) with
+// generate runs one request through the server's code (engine::LlamaInputs and LlamaExecutor, cli/local_run.h):
+// the prompt is --prompt tokenised as HF's tokenizer(text) (the post-processor's special tokens), --prompt-ids
+// used as given, or --messages rendered with the model's chat template (add_generation_prompt) and tokenised
+// without special tokens (the template writes them), as apply_chat_template(tokenize=True) does. Tokens come from
+// engine::TokenSampler (--temperature 0 is plain greedy); generation stops at max_new_tokens ("length"), an EOS id
+// of config.json / generation_config.json unless --ignore-eos, or a --stop string found in the detokenised text
+// ("stop"; the text ends before it). Prints {"prompt_ids", "ids", "text", "finish_reason"} (--output json) with
 // `ids` the generated ids and `text` HF's decode(ids, skip_special_tokens=True) (cut at a stop string), or the text.
 // chat-template: prints {"prompt": apply_chat_template(messages, tokenize=False, add_generation_prompt=...)}.
 // Errors print "mmserve: error: ..." and exit 1. Tests: tests/e2e/cli_test.cpp (Generate*, ChatTemplate*).
@@ -19,12 +19,8 @@
 
 #include "cli/commands.h"
 #include "cli/local_run.h"
-#include "core/json_config.h"
-#include "engine/token_sampler.h"
+#include "engine/llama_executor.h"
 #include "frontends/text/chat_template/chat_template.h"
-#include "frontends/text/hf_tokenizer.h"
-#include "kernels/gemm/gemm.h"
-#include "models/llama/llama.h"
 #include "models/registry.h"
 
 namespace mmserve::cli {
@@ -76,100 +72,41 @@ StatusOr<std::vector<int32_t>> parse_ids(const std::string& text) {
   return ids;
 }
 
-// The EOS ids: config.json's, generation_config.json's (which HF's generate uses), the tokenizer's.
-std::vector<int32_t> eos_ids(const std::string& model_dir, const models::LlamaConfig& config,
-                             const text::HfTokenizer& tokenizer) {
-  std::vector<int32_t> ids(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  auto generation = read_json_file(model_dir + "/generation_config.json");
-  if (generation.ok() && generation->is_object() && generation->contains("eos_token_id")) {
-    const nlohmann::json& e = (*generation)["eos_token_id"];
-    if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
-    if (e.is_array()) {
-      for (const nlohmann::json& x : e) {
-        if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
-      }
-    }
-  }
-  if (tokenizer.eos_id()) ids.push_back(*tokenizer.eos_id());
-  return ids;
-}
-
 StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   RETURN_IF_ERROR(check_llama(args.model_dir, "generate"));
-  if (args.device != "cpu") {
-    return unimplemented("--device " + args.device + ": the Llama family runs on the CPU only so far (issue 14)");
-  }
-  if (args.dtype != "auto" && args.dtype != "f32") {
-    return unimplemented("--dtype " + args.dtype + ": the CPU model computes in f32");
-  }
   const int given = !args.prompt.empty() + !args.prompt_ids.empty() + !args.messages.empty();
   if (given != 1) return invalid_argument("give exactly one of --prompt, --prompt-ids and --messages");
-  if (args.max_new_tokens < 1) return invalid_argument("--max-new-tokens must be at least 1");
-  engine::SamplingParams sampling;
-  sampling.temperature = args.temperature;
-  sampling.top_p = args.top_p;
-  sampling.top_k = args.top_k;
-  if (args.seed >= 0) sampling.seed = static_cast<uint64_t>(args.seed);
-  RETURN_IF_ERROR(engine::validate_sampling(sampling));
-  ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(args.model_dir));
-  std::vector<int32_t> prompt;
+  ASSIGN_OR_RETURN(engine::ExecutorOptions options, executor_options(args.device, args.dtype, args.threads, 1));
+  // The server's code for one request: the family's preparer and executor (cli/local_run.h).
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Executor> executor,
+                   engine::LlamaExecutor::create_for_server(args.model_dir, options, nlohmann::json::object()));
+  engine::PreparerOptions prepare;
+  prepare.model = args.model_dir;
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::InputPreparer> preparer,
+                   engine::LlamaInputs::create_for_server(args.model_dir, *executor, prepare));
+  engine::LlamaParams params;
+  params.sampling.temperature = args.temperature;
+  params.sampling.top_p = args.top_p;
+  params.sampling.top_k = args.top_k;
+  if (args.seed >= 0) params.sampling.seed = static_cast<uint64_t>(args.seed);
+  params.max_tokens = args.max_new_tokens;
+  params.stop = args.stop;
+  params.ignore_eos = args.ignore_eos;
+  std::vector<engine::InputItem> inputs;
   if (!args.prompt_ids.empty()) {
-    ASSIGN_OR_RETURN(prompt, parse_ids(args.prompt_ids));
-  } else if (!args.prompt.empty()) {
-    ASSIGN_OR_RETURN(prompt, tokenizer->encode(args.prompt, /*add_special_tokens=*/true));
+    ASSIGN_OR_RETURN(params.prompt_ids, parse_ids(args.prompt_ids));
+  } else if (!args.messages.empty()) {
+    ASSIGN_OR_RETURN(params.messages, read_messages(args.messages));
   } else {
-    ASSIGN_OR_RETURN(std::string rendered, render_chat(args.model_dir, args.messages, true));
-    ASSIGN_OR_RETURN(prompt, tokenizer->encode(rendered, /*add_special_tokens=*/false));
+    inputs.emplace_back();
+    inputs.back().text = args.prompt;
   }
-  if (prompt.empty()) return invalid_argument("the prompt has no tokens");
-  if (args.threads > 0) kernels::set_cpu_threads(args.threads);
-  ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> model, models::LlamaModel::load(args.model_dir));
-  const models::LlamaConfig& config = model->config();
-  const int64_t length = static_cast<int64_t>(prompt.size());
-  if (length >= model->max_length()) {
-    return invalid_argument("the prompt has " + std::to_string(length) + " tokens; the model takes at most " +
-                            std::to_string(model->max_length() - 1) + " before generating");
-  }
-  const int64_t budget = std::min<int64_t>(args.max_new_tokens, model->max_length() - length);
-  ASSIGN_OR_RETURN(models::LlamaKvCache cache, model->new_cache(length + budget));
-  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
-  RETURN_IF_ERROR(model->forward(prompt.data(), length, cache, logits.data()));
-  const std::vector<int32_t> eos = eos_ids(args.model_dir, config, *tokenizer);
-  engine::TokenSampler sampler(sampling);
-  text::IncrementalDetokenizer stream(*tokenizer, /*skip_special_tokens=*/true,
-                                      text::IncrementalDetokenizer::Divergence::kResync);
-  std::vector<int32_t> ids;
-  std::string text;
-  std::string finish = "length";
-  while (static_cast<int64_t>(ids.size()) < budget) {
-    const int32_t next = sampler.sample(logits, prompt, ids);
-    ids.push_back(next);
-    if (!args.ignore_eos && std::find(eos.begin(), eos.end(), next) != eos.end()) {
-      finish = "stop";
-      break;
-    }
-    ASSIGN_OR_RETURN(std::string piece, stream.step(next));
-    text += piece;
-    bool stopped = false;
-    for (const std::string& stop : args.stop) {
-      const size_t at = stop.empty() ? std::string::npos : text.find(stop);
-      if (at != std::string::npos) {
-        text.resize(at);
-        stopped = true;
-      }
-    }
-    if (stopped) {
-      finish = "stop";
-      break;
-    }
-    if (static_cast<int64_t>(ids.size()) == budget) break;
-    RETURN_IF_ERROR(model->forward(&next, 1, cache, logits.data()));
-  }
-  if (finish == "length" || (finish == "stop" && !ids.empty() && std::find(eos.begin(), eos.end(), ids.back()) != eos.end())) {
-    // No stop string cut the text: it is HF's decode of the generated ids.
-    ASSIGN_OR_RETURN(text, tokenizer->decode(ids, /*skip_special_tokens=*/true));
-  }
-  return nlohmann::json{{"prompt_ids", prompt}, {"ids", ids}, {"text", text}, {"finish_reason", finish}};
+  ASSIGN_OR_RETURN(std::shared_ptr<const engine::ModelOutput> output,
+                   run_local(*executor, *preparer, std::move(inputs), &params));
+  const auto* out = engine::output_as<engine::LlamaOutput>(output);
+  if (out == nullptr) return internal_error("the executor returned another family's output");
+  return nlohmann::json{{"prompt_ids", out->prompt_ids}, {"ids", out->ids}, {"text", out->text},
+                        {"finish_reason", out->finish_reason}};
 }
 
 }  // namespace
