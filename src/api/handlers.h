@@ -66,6 +66,9 @@ Reply handle_openai_models(const HandlerEnv& env);
 Reply handle_openai_embeddings(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
 // POST /v1/segment (sam_handlers.cpp): JSON (api/sam_codec.h).
 Reply handle_segment(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+// POST /v1/completions and /v1/chat/completions (openai_completions_handlers.cpp): Llama-family models.
+Reply handle_openai_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+Reply handle_openai_chat_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
 // POST /v1/audio/transcriptions and /v1/audio/translations (openai_audio_handlers.cpp): multipart/form-data.
 Reply handle_openai_audio(const HandlerEnv& env, RequestContext& context, const httplib::Request& request,
                           engine::WhisperTask task);

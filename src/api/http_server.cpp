@@ -212,6 +212,8 @@ void HttpServer::handle(const Request& request, Response& response) {
       case RouteId::kOpenAiModels: reply = handle_openai_models(env); break;
       case RouteId::kOpenAiEmbeddings: reply = handle_openai_embeddings(env, *context, request); break;
       case RouteId::kSegment: reply = handle_segment(env, *context, request); break;
+      case RouteId::kOpenAiCompletions: reply = handle_openai_completions(env, *context, request); break;
+      case RouteId::kOpenAiChatCompletions: reply = handle_openai_chat_completions(env, *context, request); break;
       case RouteId::kOpenAiTranscriptions:
         reply = handle_openai_audio(env, *context, request, engine::WhisperTask::kTranscribe);
         break;

@@ -56,6 +56,8 @@ const std::vector<Route>& routes() {
       {RouteId::kOpenAiModels, "GET", "/v1/models", ApiFamily::kOpenAi, true, false},
       {RouteId::kOpenAiEmbeddings, "POST", "/v1/embeddings", ApiFamily::kOpenAi, true, true},
       {RouteId::kSegment, "POST", "/v1/segment", ApiFamily::kOpenAi, true, true},
+      {RouteId::kOpenAiCompletions, "POST", "/v1/completions", ApiFamily::kOpenAi, true, true},
+      {RouteId::kOpenAiChatCompletions, "POST", "/v1/chat/completions", ApiFamily::kOpenAi, true, true},
       {RouteId::kOpenAiTranscriptions, "POST", "/v1/audio/transcriptions", ApiFamily::kOpenAi, true, true},
       {RouteId::kOpenAiTranslations, "POST", "/v1/audio/translations", ApiFamily::kOpenAi, true, true},
       {RouteId::kMetrics, "GET", "/metrics", ApiFamily::kPlain, true, false},

@@ -31,6 +31,8 @@ enum class RouteId {
   kOpenAiModels,
   kOpenAiEmbeddings,
   kSegment,
+  kOpenAiCompletions,
+  kOpenAiChatCompletions,
   kOpenAiTranscriptions,
   kOpenAiTranslations,
   kMetrics,

@@ -153,7 +153,9 @@ void ModelRuntime::submit(RequestSpec spec, Completion done, Clock::time_point s
     metrics_.count(outcome_of(status));
     done(status);
   };
-  if (spec.inputs.empty()) return refuse(invalid_argument("the request has no inputs"));
+  // A request's params may carry its whole prompt (a decoder's token ids or chat messages): its family's
+  // preparer checks what it needs.
+  if (spec.inputs.empty() && spec.params == nullptr) return refuse(invalid_argument("the request has no inputs"));
   const int priority = spec.options.priority == 0 ? config_.default_priority : spec.options.priority;
   if (priority < 1 || priority > config_.priority_levels) {
     return refuse(invalid_argument("priority " + std::to_string(spec.options.priority) + " is outside 1.." +

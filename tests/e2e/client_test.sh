@@ -5,6 +5,8 @@
 #   openai      the official `openai` npm SDK (tests/e2e/openai): embeddings equal HF's goldens, SDK errors
 #   openai-audio  the same SDK's audio.transcriptions/translations.create against the tiny Whisper fixture
 #               (tests/e2e/openai/audio.test.mjs): every response_format, stream events, SDK errors
+#   openai-completions  the same SDK's completions / chat.completions against the real stories260K
+#               (tests/e2e/openai/completions.test.mjs): run.c's story, streaming, usage, stop, seeds, SDK errors
 #   prometheus  a real Prometheus scraping the server every 1 s with deploy/prometheus/mmserve_rules.yml:
 #               SPEC 5.3's two PromQL expressions and the recorded series are numbers; promtool check metrics
 #   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
@@ -97,6 +99,20 @@ run_openai_audio() {
   MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_WHISPER=whisper-tiny MMSERVE_WHISPER_SHORT=whisper-short \
     MMSERVE_MODEL=$MODEL MMSERVE_WHISPER_DIR=$TMP/models/whisper-tiny MMSERVE_AUDIO=$SRC/tests/fixtures/audio/jfk.wav \
     MMSERVE_BINARY=$MMSERVE node --test "$dir/audio.test.mjs"
+}
+
+run_openai_completions() {
+  local dir=$SRC/tests/e2e/openai
+  [ -d "$dir/node_modules/openai" ] || npm ci --prefix "$dir" --no-audit --no-fund \
+    || fail "the openai package is missing: run npm ci --prefix tests/e2e/openai"
+  # The real stories260K, converted by our command, with a chat template (Llama 2's, from the template fixtures).
+  "$MMSERVE" convert-llama2c --checkpoint "$SRC/tests/fixtures/llama2c/stories260K.bin" \
+    --tokenizer "$SRC/tests/fixtures/llama2c/tok512.bin" --output "$TMP/models/stories" 2>/dev/null \
+    || fail "convert-llama2c failed"
+  cp "$SRC/tests/fixtures/chat_templates/templates/llama2.jinja" "$TMP/models/stories/chat_template.jinja"
+  start_server --api-key sk-mmserve-test
+  MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_LLM=stories MMSERVE_MODEL=$MODEL \
+    MMSERVE_GOLDEN=$SRC/tests/fixtures/llama2c/stories260K_golden_t0.txt node --test "$dir/completions.test.mjs"
 }
 
 # prom_query EXPR: prints the single sample's value of an instant query, or fails.
@@ -266,6 +282,7 @@ PY
 case "$MODE" in
   openai) run_openai ;;
   openai-audio) run_openai_audio ;;
+  openai-completions) run_openai_completions ;;
   prometheus) run_prometheus ;;
   locust) run_locust ;;
   bench) run_bench ;;

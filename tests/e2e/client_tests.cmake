@@ -5,7 +5,7 @@
 # (tests/e2e/client_test.sh). e2e_deploy_check validates deploy/ (promtool, Kubernetes manifests).
 # Run: ctest --test-dir BUILD -L e2e --output-on-failure. The openai test needs
 # `npm ci --prefix tests/e2e/openai` (it runs it itself when node_modules is missing).
-foreach(client openai openai-audio prometheus locust bench)
+foreach(client openai openai-audio openai-completions prometheus locust bench)
   add_test(NAME e2e_client_${client}
            COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/client_test.sh ${client} $<TARGET_FILE:mmserve> ${CMAKE_SOURCE_DIR})
   set_tests_properties(e2e_client_${client} PROPERTIES TIMEOUT 180 LABELS "e2e")
