@@ -32,6 +32,7 @@
 #include "core/cuda/topology.h"
 #include "core/tensor.h"
 #include "models/clip/clip_demo.h"
+#include "models/llama/llama2c.h"
 #include "models/sam/sam_demo.h"
 #include "serving/inference_server.h"
 #include "serving/serving_metrics.h"
@@ -154,10 +155,13 @@ int run_serve(const ServeArgs& args) {
     if (!written.ok()) return fail("writing the demo model: " + written.message());
     const Status sam = models::write_demo_sam(*dir + "/demo-sam");
     if (!sam.ok()) return fail("writing the demo SAM: " + sam.message());
+    const Status stories = models::write_demo_stories(*dir + "/stories260K");
+    if (!stories.ok()) return fail("writing the demo decoder: " + stories.message());
     config->model_repository = *dir;
     std::fprintf(stderr,
                  "mmserve: no --model-repository: serving the built-in demo CLIP as 'demo-clip' and the demo SAM "
-                 "as 'demo-sam' (random weights)\n");
+                 "as 'demo-sam' (random weights), and llama2.c's real stories260K as 'stories260K' "
+                 "(POST /v1/completions)\n");
   }
 
   StatusOr<std::unique_ptr<serving::InferenceServer>> server = serving::InferenceServer::create(*config);

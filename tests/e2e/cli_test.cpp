@@ -346,8 +346,8 @@ namespace {
 
 fs::path converted_stories() {
   const fs::path dir = temp_dir("stories");
-  const Result r = run({"convert-llama2c", "--checkpoint", fixture("llama2c/stories260K.bin"), "--tokenizer",
-                        fixture("llama2c/tok512.bin"), "--output", dir.string()});
+  const Result r = run({"convert-llama2c", "--checkpoint", fixture("../../assets/llama2c/stories260K.bin"), "--tokenizer",
+                        fixture("../../assets/llama2c/tok512.bin"), "--output", dir.string()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return dir;
 }

@@ -106,8 +106,8 @@ run_openai_completions() {
   [ -d "$dir/node_modules/openai" ] || npm ci --prefix "$dir" --no-audit --no-fund \
     || fail "the openai package is missing: run npm ci --prefix tests/e2e/openai"
   # The real stories260K, converted by our command, with a chat template (Llama 2's, from the template fixtures).
-  "$MMSERVE" convert-llama2c --checkpoint "$SRC/tests/fixtures/llama2c/stories260K.bin" \
-    --tokenizer "$SRC/tests/fixtures/llama2c/tok512.bin" --output "$TMP/models/stories" 2>/dev/null \
+  "$MMSERVE" convert-llama2c --checkpoint "$SRC/assets/llama2c/stories260K.bin" \
+    --tokenizer "$SRC/assets/llama2c/tok512.bin" --output "$TMP/models/stories" 2>/dev/null \
     || fail "convert-llama2c failed"
   cp "$SRC/tests/fixtures/chat_templates/templates/llama2.jinja" "$TMP/models/stories/chat_template.jinja"
   start_server --api-key sk-mmserve-test

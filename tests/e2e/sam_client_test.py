@@ -161,7 +161,7 @@ def http_cases(base, images, cases):
         ({"model": MODEL, "image_id": image_id, "points": [[9999, 1]]}, "outside the 640x427 image"),
         ({"model": MODEL, "image_id": "f" * 32, "points": [[1, 1]]}, "unknown image_id"),
         ({"model": MODEL, "image_id": image_id, "points": [[1, 2, 3]]}, "points[0]"),
-        ({"model": MODEL, "image_id": image_id}, "no inputs"),
+        ({"model": MODEL, "image_id": image_id}, "the prompt is empty"),
         ({"model": MODEL, "image_id": image_id, "labels": [1]}, "point_labels without point_coords"),
         ({"model": MODEL, "image": "data:image/png;base64,AAAA", "points": [[1, 1]]}, "image"),
     ]:

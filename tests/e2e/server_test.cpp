@@ -619,6 +619,19 @@ TEST(ServerProcessTest, DemoModelWithoutARepository) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(r->body)["data"][0]["embedding"].size(), 128u);
+  // The demo decoder, llama2.c's real stories260K: a newcomer's first completion is a story.
+  for (int i = 0; i < 600; ++i) {
+    auto ready_llm = c.Get("/v2/models/stories260K/ready");
+    if (ready_llm && ready_llm->status == 200) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  auto story = c.Post("/v1/completions", R"({"model": "stories260K", "prompt": "Once upon a time", "max_tokens": 20,
+                                              "temperature": 0})",
+                      "application/json");
+  ASSERT_TRUE(story);
+  EXPECT_EQ(story->status, 200) << story->body;
+  EXPECT_EQ(json::parse(story->body)["choices"][0]["text"].get<std::string>().rfind(", there was a little girl", 0), 0u)
+      << story->body;
   ::kill(pid, SIGINT);
   int status = 0;
   ::waitpid(pid, &status, 0);

@@ -11,6 +11,10 @@
 
 #include "core/safetensors.h"
 
+// stories260K.bin and tok512.bin (assets/llama2c), embedded by llama_demo_assets.S.
+extern "C" const char mmserve_stories_begin[], mmserve_stories_end[];
+extern "C" const char mmserve_tok512_begin[], mmserve_tok512_end[];
+
 namespace mmserve::models {
 namespace {
 
@@ -33,8 +37,7 @@ struct Vocab {
   std::vector<float> scores;
 };
 
-StatusOr<Vocab> read_vocab(const std::string& path, int32_t vocab_size) {
-  ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+StatusOr<Vocab> read_vocab(const std::string& bytes, const std::string& path, int32_t vocab_size) {
   size_t off = 0;
   auto take = [&](void* out, size_t n) -> bool {
     if (bytes.size() - off < n) return false;
@@ -178,8 +181,18 @@ Status write_text(const fs::path& path, const std::string& text) {
 
 Status convert_llama2c(const std::string& checkpoint_path, const std::string& tokenizer_path,
                        const std::string& out_dir) {
-  ASSIGN_OR_RETURN(std::string bytes, read_file(checkpoint_path));
-  const std::string& label = checkpoint_path;
+  ASSIGN_OR_RETURN(std::string checkpoint, read_file(checkpoint_path));
+  ASSIGN_OR_RETURN(std::string tokenizer, read_file(tokenizer_path));
+  return convert_llama2c_bytes(checkpoint, checkpoint_path, tokenizer, tokenizer_path, out_dir);
+}
+
+Status write_demo_stories(const std::string& dir) {
+  return convert_llama2c_bytes(std::string(mmserve_stories_begin, mmserve_stories_end), "stories260K.bin (built in)",
+                               std::string(mmserve_tok512_begin, mmserve_tok512_end), "tok512.bin (built in)", dir);
+}
+
+Status convert_llama2c_bytes(const std::string& bytes, const std::string& label, const std::string& tokenizer,
+                             const std::string& tokenizer_label, const std::string& out_dir) {
   if (bytes.size() < 28) return invalid_argument(label + ": shorter than a llama2.c header (28 bytes)");
   int32_t h[7];
   std::memcpy(h, bytes.data(), sizeof(h));
@@ -224,7 +237,7 @@ Status convert_llama2c(const std::string& checkpoint_path, const std::string& to
     at[name] = aligned.data() + offset;
     offset += count;
   }
-  ASSIGN_OR_RETURN(Vocab vocab, read_vocab(tokenizer_path, c.vocab));
+  ASSIGN_OR_RETURN(Vocab vocab, read_vocab(tokenizer, tokenizer_label, c.vocab));
 
   // The HF tensors. q/k rows: HF row (head, half * hd / 2 + j) <- run.c row (head, 2 j + half).
   std::vector<std::vector<float>> owned;

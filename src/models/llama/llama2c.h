@@ -23,5 +23,13 @@ namespace mmserve::models {
 
 Status convert_llama2c(const std::string& checkpoint_path, const std::string& tokenizer_path,
                        const std::string& out_dir);
+// The same from the files' bytes; `checkpoint_label` / `tokenizer_label` name them in errors.
+Status convert_llama2c_bytes(const std::string& checkpoint, const std::string& checkpoint_label,
+                             const std::string& tokenizer, const std::string& tokenizer_label,
+                             const std::string& out_dir);
+
+// The demo decoder `mmserve serve` offers without a repository: stories260K (assets/llama2c, compiled into the
+// binary) converted into `dir`.
+Status write_demo_stories(const std::string& dir);
 
 }  // namespace mmserve::models

@@ -23,8 +23,8 @@ class LlamaExecutorTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = (fs::temp_directory_path() / ("mmserve_llama_exec_" + std::to_string(::getpid()))).string();
-    ASSERT_TRUE(models::convert_llama2c(testing::fixture("llama2c/stories260K.bin"),
-                                        testing::fixture("llama2c/tok512.bin"), dir_)
+    ASSERT_TRUE(models::convert_llama2c(testing::fixture("../../assets/llama2c/stories260K.bin"),
+                                        testing::fixture("../../assets/llama2c/tok512.bin"), dir_)
                     .ok());
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }

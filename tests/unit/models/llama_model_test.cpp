@@ -87,7 +87,7 @@ class StoriesModel : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = (fs::temp_directory_path() / ("mmserve_llama_unit_" + std::to_string(::getpid()))).string();
-    ASSERT_TRUE(convert_llama2c(testing::fixture("llama2c/stories260K.bin"), testing::fixture("llama2c/tok512.bin"),
+    ASSERT_TRUE(convert_llama2c(testing::fixture("../../assets/llama2c/stories260K.bin"), testing::fixture("../../assets/llama2c/tok512.bin"),
                                 dir_)
                     .ok());
   }
