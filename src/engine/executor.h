@@ -78,6 +78,11 @@ struct ModelOutput {
   int64_t batch_size = 0;  // the largest engine batch (of one slot) the request's items ran in
   // Seconds of audio this output covers (speech families; the mmserve_audio_seconds_total counter).
   virtual double audio_seconds() const { return 0.0; }
+  // Generating families (the mmserve_generation_tokens_total counter and the TTFT / TPOT histograms): the tokens
+  // generated, and the milliseconds from the start of the engine batch to the first one and to the last (< 0: none).
+  virtual int64_t generated_tokens() const { return 0; }
+  virtual double first_token_ms() const { return -1.0; }
+  virtual double last_token_ms() const { return -1.0; }
 };
 
 template <typename T>
@@ -140,6 +145,7 @@ struct FamilyInfo {
   std::vector<TensorSpec> inputs, outputs;          // KServe metadata
   int64_t embedding_dim = 0, image_size = 0, max_text_tokens = 0;
   bool counts_audio = false;  // a speech family: mmserve_audio_seconds_total counts its outputs' audio_seconds()
+  bool generates = false;     // a text-generating family: the generation metrics read its outputs (see ModelOutput)
 };
 
 // A cache an executor keeps (SAM's image embeddings): exported as mmserve_cache_* metrics.

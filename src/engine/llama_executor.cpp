@@ -27,6 +27,7 @@ struct Sequence {
   int64_t budget = 0;  // tokens it may still generate in all
   bool done = false;
   double compute_ms = 0;
+  double first_ms = -1, last_ms = -1;  // since the batch started
 };
 
 }  // namespace
@@ -71,6 +72,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->info_.inputs = {{"text_input", "BYTES", {1}}};
   e->info_.outputs = {{"text_output", "BYTES", {1}}};
   e->info_.max_text_tokens = e->model_->max_length();
+  e->info_.generates = true;
   return e;
 }
 
@@ -113,6 +115,8 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->ids = s.ids;
     out->finish_reason = reason;
     out->batch_size = static_cast<int64_t>(batch.size());
+    out->first_ms = s.first_ms;
+    out->last_ms = s.last_ms;
     // Without a stop string the text is HF's decode of the ids; the stream's tail is flushed to the callback.
     if (reason == "stop" && !s.ids.empty() && std::find(eos_ids_.begin(), eos_ids_.end(), s.ids.back()) == eos_ids_.end()) {
       out->text = s.text;
@@ -170,6 +174,8 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       const auto t0 = std::chrono::steady_clock::now();
       const int32_t next = s.sampler->sample(s.logits, s.input->prompt, s.ids);
       s.ids.push_back(next);
+      s.last_ms = ms_since(start);
+      if (s.first_ms < 0) s.first_ms = s.last_ms;
       if (!s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), next) != eos_ids_.end()) {
         s.compute_ms += ms_since(t0);
         complete(s, "stop");

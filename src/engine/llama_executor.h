@@ -53,6 +53,10 @@ struct LlamaOutput : ModelOutput {
   std::vector<int32_t> prompt_ids, ids;
   std::string text;
   std::string finish_reason;  // "stop" | "length"
+  double first_ms = -1, last_ms = -1;  // from the batch's start to the first / last generated token
+  int64_t generated_tokens() const override { return static_cast<int64_t>(ids.size()); }
+  double first_token_ms() const override { return first_ms; }
+  double last_token_ms() const override { return last_ms; }
 };
 
 class LlamaExecutor final : public Executor {

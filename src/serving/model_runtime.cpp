@@ -321,6 +321,9 @@ void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const
     if (response.ok() && metrics_.audio_seconds() && response->output) {
       metrics_.audio_seconds()->inc(response->output->audio_seconds());
     }
+    if (response.ok() && response->output) {
+      metrics_.record_generation(*response->output, r->tokens, r->times.preprocess_ms + r->times.queue_ms);
+    }
     finish(r, std::move(response));
   };
   const Clock::time_point start = Clock::now();

@@ -8,6 +8,10 @@
 //                                                  image for CLIP, audio for Whisper, image prompt for SAM); the
 //                                                  bucket-rounded size
 //   mmserve_audio_seconds_total{model}             counter: seconds of audio in successful transcriptions
+//   mmserve_prompt_tokens_total{model}, mmserve_generation_tokens_total{model}      counters (generating families)
+//   mmserve_time_to_first_token_seconds{model}     histogram: submit -> first generated token (queue, preprocess,
+//                                                  the batch's prefills)
+//   mmserve_time_per_output_token_seconds{model}   histogram: (last - first token) / (generated - 1), per request
 //   mmserve_cache_{hits,misses}_total{model,cache} counters: an executor's caches (SAM: cache="image_embedding")
 //   mmserve_cache_{bytes,entries}{model,cache}     gauges: what those caches hold, summed over the replicas
 //   mmserve_queue_depth{model}, mmserve_inflight_requests{model}                  gauges
@@ -53,6 +57,10 @@ struct ServingMetrics {
   Family<Histogram>& request_seconds;
   Family<Histogram>& batch_size;
   Family<Counter>& audio_seconds;
+  Family<Counter>& prompt_tokens;
+  Family<Counter>& generation_tokens;
+  Family<Histogram>& time_to_first_token;
+  Family<Histogram>& time_per_output_token;
   Family<Counter>& cache_hits;
   Family<Counter>& cache_misses;
   Family<Gauge>& cache_bytes;
@@ -86,6 +94,9 @@ class ModelMetrics {
   // nullptr for an unused slot (before set_family, or a slot without a name).
   Histogram* slot_batch_size(int slot) { return slot_batches_[static_cast<size_t>(slot)]; }
   Counter* audio_seconds() { return audio_seconds_; }
+  // A generating family's successful output (nothing for others): tokens and TTFT / TPOT. `before_batch_ms` is the
+  // request's time from submission to its batch's start (preprocess + queue).
+  void record_generation(const engine::ModelOutput& output, int64_t prompt_tokens, double before_batch_ms);
   // Adds the change since `before` of one executor's caches (an engine thread publishes its own executor's).
   void add_cache_delta(const std::vector<engine::CacheStats>& before, const std::vector<engine::CacheStats>& now);
   Gauge& queue_depth() { return *queue_depth_; }
@@ -99,6 +110,8 @@ class ModelMetrics {
   std::string model_;
   std::array<Histogram*, engine::kBatchSlots> slot_batches_{};
   Counter* audio_seconds_ = nullptr;
+  Counter *prompt_tokens_ = nullptr, *generation_tokens_ = nullptr;
+  Histogram *ttft_ = nullptr, *tpot_ = nullptr;
   Gauge* queue_depth_;
   Gauge* inflight_;
 };

@@ -114,7 +114,11 @@ TEST_F(LlamaStories, BrokenFilesAreRefusedAndNothingIsWritten) {
     EXPECT_NE(s.message().find(bad.string()), std::string::npos) << s.message();
     EXPECT_FALSE(fs::exists(dir_));
   }
-  for (const std::string& broken : {tok.substr(0, 2), tok.substr(0, tok.size() - 3), tok + "extra"}) {
+  std::string bad_utf8 = tok;
+  const size_t piece = bad_utf8.find("he");  // token 260 ("he"): its first byte becomes a lone continuation byte
+  ASSERT_NE(piece, std::string::npos);
+  bad_utf8[piece] = static_cast<char>(0x80);
+  for (const std::string& broken : {tok.substr(0, 2), tok.substr(0, tok.size() - 3), tok + "extra", bad_utf8}) {
     write(broken);
     const Status s = convert_llama2c(fixture("stories260K.bin"), bad.string(), dir_.string());
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "frontends/text/unicode_text.h"
 
 // stories260K.bin and tok512.bin (assets/llama2c), embedded by llama_demo_assets.S.
 extern "C" const char mmserve_stories_begin[], mmserve_stories_end[];
@@ -69,6 +70,10 @@ StatusOr<Vocab> read_vocab(const std::string& bytes, const std::string& path, in
   }
   std::map<std::string, int32_t> seen;  // tokenizer.json's vocab maps pieces to ids: a repeat would lose an id
   for (int32_t id = 0; id < vocab_size; ++id) {
+    // tokenizer.json is JSON text: a piece must be UTF-8 (SentencePiece's are; byte tokens are "<0xNN>").
+    if (Status utf8 = text::validate_utf8(v.pieces[id]); !utf8.ok()) {
+      return invalid_argument(path + ": token " + std::to_string(id) + " is not valid UTF-8 (" + utf8.message() + ")");
+    }
     auto [it, fresh] = seen.emplace(v.pieces[id], id);
     if (!fresh) {
       return invalid_argument(path + ": token " + std::to_string(id) + " repeats token " +
