@@ -169,6 +169,10 @@ struct BatchHooks {
   double chunk_budget_ms = 0;
   // The batch may be retried elsewhere: leave the inputs intact.
   bool keep_inputs = false;
+  // Continuous batching (generating families): up to `max_items` requests queued meanwhile, handed to the running
+  // batch; they take the next indices (the batch's size, then on) for finish(). Set only for such families; may
+  // return none.
+  std::function<std::vector<BatchItem>(int64_t max_items)> admit;
 };
 
 // What a batch ran, for the batch-size histograms.

@@ -114,7 +114,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->prompt_ids = s.input->prompt;
     out->ids = s.ids;
     out->finish_reason = reason;
-    out->batch_size = static_cast<int64_t>(batch.size());
+    out->batch_size = static_cast<int64_t>(live.size());
     out->first_ms = s.first_ms;
     out->last_ms = s.last_ms;
     // Without a stop string the text is HF's decode of the ids; the stream's tail is flushed to the callback.
@@ -129,12 +129,13 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     }
     finish(s, std::shared_ptr<const ModelOutput>(std::move(out)));
   };
-  // Prefill each sequence.
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const auto* input = dynamic_cast<const LlamaInput*>(batch[i].input);
+  // The batch's items, and those admitted while it runs (continuous batching: hooks.admit between steps).
+  std::vector<BatchItem> items = batch;
+  auto start_sequence = [&](size_t i) {
+    const auto* input = dynamic_cast<const LlamaInput*>(items[i].input);
     if (input == nullptr) {
       hooks.finish(i, internal_error("a Llama executor was given another family's input"), 0);
-      continue;
+      return;
     }
     auto s = std::make_unique<Sequence>();
     s->index = i;
@@ -145,7 +146,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     StatusOr<models::LlamaKvCache> cache = model_->new_cache(length + std::max<int64_t>(s->budget, 0));
     if (!cache.ok() || s->budget <= 0) {
       finish(*s, cache.ok() ? invalid_argument("the prompt leaves no room to generate") : cache.status());
-      continue;
+      return;
     }
     s->cache = std::move(*cache);
     s->logits.resize(static_cast<size_t>(vocab));
@@ -153,21 +154,26 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     s->compute_ms += ms_since(t0);
     if (!prefill.ok()) {
       finish(*s, prefill);
-      continue;
+      return;
     }
     s->sampler = std::make_unique<TokenSampler>(input->sampling);
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
     live.push_back(std::move(s));
-  }
-  stats.slot_items[0] = static_cast<int64_t>(live.size());
-  // Decode: one token per live sequence per round.
+  };
+  for (size_t i = 0; i < items.size(); ++i) start_sequence(i);
+  auto running = [&] {
+    return static_cast<int64_t>(std::count_if(live.begin(), live.end(), [](const auto& s) { return !s->done; }));
+  };
+  // Decode: one token per live sequence per round; between rounds, requests queued meanwhile join (up to
+  // batch_size_max live sequences) and finished sequences leave.
   auto last_yield = std::chrono::steady_clock::now();
-  while (std::any_of(live.begin(), live.end(), [](const auto& s) { return !s->done; })) {
-    for (const std::unique_ptr<Sequence>& sp : live) {
-      Sequence& s = *sp;
+  int64_t most = running();
+  while (running() > 0) {
+    for (size_t k = 0; k < live.size(); ++k) {
+      Sequence& s = *live[k];
       if (s.done) continue;
-      if (batch[s.index].cancelled && batch[s.index].cancelled()) {
+      if (items[s.index].cancelled && items[s.index].cancelled()) {
         finish(s, Status(StatusCode::kCancelled, "the client went away"));
         continue;
       }
@@ -214,13 +220,24 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       s.compute_ms += ms_since(t0);
       if (!step.ok()) finish(s, step);
     }
-    if (hooks.between_chunks && hooks.chunk_budget_ms > 0 && ms_since(last_yield) >= hooks.chunk_budget_ms) {
+    if (hooks.admit) {
+      const int64_t room = options_.batch_size_max - running();
+      if (room > 0) {
+        for (BatchItem& item : hooks.admit(room)) {
+          items.push_back(std::move(item));
+          start_sequence(items.size() - 1);
+        }
+      }
+      live.erase(std::remove_if(live.begin(), live.end(), [](const auto& s) { return s->done; }), live.end());
+    } else if (hooks.between_chunks && hooks.chunk_budget_ms > 0 && ms_since(last_yield) >= hooks.chunk_budget_ms) {
       const auto paused = std::chrono::steady_clock::now();
       hooks.between_chunks();
       preempted_ms += ms_since(paused);
       last_yield = std::chrono::steady_clock::now();
     }
+    most = std::max(most, running());
   }
+  stats.slot_items[0] = most;
   stats.compute_ms = ms_since(start) - preempted_ms;
   return stats;
 }

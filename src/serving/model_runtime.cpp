@@ -264,9 +264,11 @@ void ModelRuntime::engine_loop(engine::Executor* executor, Replica* replica) {
   }
 }
 
-void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const std::vector<PendingRequestPtr>& batch,
+void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const std::vector<PendingRequestPtr>& first,
                              bool preemptible) {
   const Clock::time_point picked = Clock::now();
+  // The batch grows while it runs when the family admits requests between its steps (continuous batching).
+  std::vector<PendingRequestPtr> batch = first;
   // The best own priority in this batch (one under qos): queued requests of a strictly better own priority may
   // run between chunks. Not the aged class: aging decides when queued work starts (request_queue.h), and a
   // flood's batch that aged to class 1 must stay preemptible by a genuinely urgent request.
@@ -292,6 +294,31 @@ void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const
   std::vector<std::optional<StatusOr<std::shared_ptr<const engine::ModelOutput>>>> results(batch.size());
   std::vector<double> compute_ms(batch.size(), 0.0);
   std::vector<bool> finished(batch.size(), false);
+  if (preemptible && executor.info().generates) {
+    // A decoder batch takes the requests queued meanwhile between its steps, up to max_batch_size live ones; they
+    // are this batch's requests from then on (the same finish, fault and retry handling).
+    hooks.admit = [&](int64_t max_items) {
+      std::vector<engine::BatchItem> items;
+      if (max_items <= 0 || !in_rotation(replica)) return items;
+      BatchLimits limits;
+      limits.items_max = std::min<int64_t>(max_items, config_.max_batch_size);
+      const Clock::time_point now = Clock::now();
+      for (PendingRequestPtr& r : queue_.pop_ready(limits)) {
+        r->dequeued = true;
+        r->times.queue_ms = std::max(0.0, ms_between(r->submitted, now) - r->times.preprocess_ms);
+        engine::BatchItem item;
+        item.input = r->input.get();
+        item.mutable_input = r->input.get();
+        item.cancelled = r->cancelled;
+        items.push_back(std::move(item));
+        batch.push_back(std::move(r));
+        results.emplace_back();
+        compute_ms.push_back(0.0);
+        finished.push_back(false);
+      }
+      return items;
+    };
+  }
   std::optional<Status> fault = take_injected_fault(replica);
   // A request finishes as soon as its executor says so (text-only CLIP requests before the image tower), unless
   // it failed with kInternal: that may be a device fault, known only when the batch returns.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace mmserve::serving {
 
@@ -212,6 +213,20 @@ std::vector<PendingRequestPtr> RequestQueue::pop_urgent(int priority_below, cons
   }
   deliver(dropped);
   return urgent;
+}
+
+std::vector<PendingRequestPtr> RequestQueue::pop_ready(const BatchLimits& limits) {
+  std::vector<Dropped> dropped;
+  std::vector<PendingRequestPtr> ready;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (closed_) return {};
+    const Clock::time_point now = Clock::now();
+    sweep_locked(now, dropped);
+    ready = take_locked(now, limits, std::numeric_limits<int>::max());
+  }
+  deliver(dropped);
+  return ready;
 }
 
 std::vector<PendingRequestPtr> RequestQueue::pop_batch(const BatchLimits& limits) {

@@ -98,6 +98,9 @@ class RequestQueue {
   // (their nested batch would run whole, unpreemptible), and a batch of aged work stays preemptible; it still
   // advances one chunk per urgent batch, so aging's starvation bound holds for work that started.
   std::vector<PendingRequestPtr> pop_urgent(int priority_below, const BatchLimits& limits);
+  // Whatever is queued now, up to `limits` (either policy, every priority, no waiting): what a running decoder
+  // batch admits between its steps (continuous batching, engine::BatchHooks::admit).
+  std::vector<PendingRequestPtr> pop_ready(const BatchLimits& limits);
 
   // Refuses further pushes with `reason`, hands every queued request to on_drop with `reason`, and wakes
   // pop_batch callers (which return empty). Idempotent.

@@ -4,6 +4,10 @@
 // request on a model without a chat template is kInvalidArgument with a message.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 #include "engine/llama_executor.h"
 #include "models/llama/llama2c.h"
 #include "server_test_util.h"
@@ -65,6 +69,52 @@ TEST_F(LlamaServing, CompletionsAndTheirGenerationMetrics) {
   // A request with neither inputs nor params is still refused by serving.
   auto empty = server.infer(request("stories", {}));
   EXPECT_EQ(empty.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Continuous batching: a short request submitted while a long one runs joins the running batch between steps and
+// finishes first, and both get exactly the tokens they get alone.
+TEST_F(LlamaServing, AShortRequestJoinsARunningBatchAndFinishesFirst) {
+  add_stories("stories");
+  InferenceServer& server = start();
+  auto params = [](int64_t max_tokens) {
+    auto p = std::make_shared<engine::LlamaParams>();
+    p->sampling.temperature = 0;
+    p->max_tokens = max_tokens;
+    p->ignore_eos = true;
+    p->prompt_ids = std::vector<int32_t>{1};
+    return p;
+  };
+  auto alone = [&](int64_t max_tokens) {
+    RequestSpec spec = request("stories", {});
+    spec.params = params(max_tokens);
+    auto r = server.infer(std::move(spec));
+    EXPECT_TRUE(r.ok());
+    return engine::output_as<engine::LlamaOutput>(r->output)->ids;
+  };
+  const std::vector<int32_t> long_ids = alone(400), short_ids = alone(3);
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<std::string> order;
+  std::vector<std::vector<int32_t>> got(2);
+  auto submit = [&](int which, int64_t max_tokens) {
+    RequestSpec spec = request("stories", {});
+    spec.params = params(max_tokens);
+    server.submit(std::move(spec), [&, which](StatusOr<ResponseData> r) {
+      std::lock_guard<std::mutex> lock(mutex);
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      got[which] = engine::output_as<engine::LlamaOutput>(r->output)->ids;
+      order.push_back(which == 0 ? "long" : "short");
+      done.notify_all();
+    });
+  };
+  submit(0, 400);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the long one is running (400 steps take longer)
+  submit(1, 3);
+  std::unique_lock<std::mutex> lock(mutex);
+  ASSERT_TRUE(done.wait_for(lock, std::chrono::seconds(60), [&] { return order.size() == 2; }));
+  EXPECT_EQ(order, (std::vector<std::string>{"short", "long"}));
+  EXPECT_EQ(got[0], long_ids);
+  EXPECT_EQ(got[1], short_ids);
 }
 
 }  // namespace
