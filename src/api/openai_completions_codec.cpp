@@ -128,6 +128,13 @@ StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bo
   if (seed) p.sampling.seed = static_cast<uint64_t>(*seed);
   RETURN_IF_ERROR(engine::validate_sampling(p.sampling));
   ASSIGN_OR_RETURN(p.ignore_eos, boolean(root, "ignore_eos", false));
+  ASSIGN_OR_RETURN(std::optional<int64_t> min_tokens, integer(root, "min_tokens"));
+  if (min_tokens) {
+    if (*min_tokens < 0 || *min_tokens > p.max_tokens) {
+      return invalid_argument("'min_tokens' must be in [0, max_tokens]");
+    }
+    p.min_tokens = *min_tokens;
+  }
   if (const auto stop = root.find("stop"); stop != root.end() && !stop->is_null()) {
     if (stop->is_string()) {
       p.stop.push_back(stop->get<std::string>());

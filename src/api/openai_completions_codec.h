@@ -1,7 +1,7 @@
 // The OpenAI text-generation bodies: POST /v1/completions and /v1/chat/completions requests into engine::LlamaParams
 // (plus the prompt), and the responses, non-streamed and as server-sent event chunks, in OpenAI's shapes (what the
 // official `openai` client parses). vLLM's extra sampling fields are taken too (top_k, min_p, repetition_penalty,
-// ignore_eos). What is refused, with a 400 naming the field: n != 1, best_of != 1, logprobs / top_logprobs,
+// ignore_eos, min_tokens). What is refused, with a 400 naming the field: n != 1, best_of != 1, logprobs / top_logprobs,
 // echo, suffix, tools, several prompts in one request, unknown roles' shapes are left to the chat template.
 // Tests: tests/unit/api/openai_completions_codec_test.cpp; fuzz: fuzz/openai_completions_fuzz.cpp.
 #pragma once

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "core/json_config.h"
 #include "engine/families.h"
@@ -178,11 +179,17 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
         continue;
       }
       const auto t0 = std::chrono::steady_clock::now();
+      const bool early = static_cast<int64_t>(s.ids.size()) < s.input->min_tokens;
+      if (early) {  // HF's MinNewTokensLogitsProcessor / vLLM's min_tokens: no EOS before min_tokens
+        for (int32_t eos : eos_ids_) {
+          if (eos >= 0 && eos < vocab) s.logits[eos] = -std::numeric_limits<float>::infinity();
+        }
+      }
       const int32_t next = s.sampler->sample(s.logits, s.input->prompt, s.ids);
       s.ids.push_back(next);
       s.last_ms = ms_since(start);
       if (s.first_ms < 0) s.first_ms = s.last_ms;
-      if (!s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), next) != eos_ids_.end()) {
+      if (!early && !s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), next) != eos_ids_.end()) {
         s.compute_ms += ms_since(t0);
         complete(s, "stop");
         continue;
@@ -192,7 +199,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       const size_t before = s.text.size();
       s.text += add;
       bool stopped = false;
-      for (const std::string& stop : s.input->stop) {
+      for (const std::string& stop : early ? std::vector<std::string>() : s.input->stop) {
         // Only where the new text can complete a stop string.
         const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
         const size_t at = stop.empty() ? std::string::npos : s.text.find(stop, from);
@@ -265,6 +272,9 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   if (p == nullptr) p = &defaults;
   RETURN_IF_ERROR(validate_sampling(p->sampling));
   if (p->max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (p->min_tokens < 0 || p->min_tokens > p->max_tokens) {
+    return invalid_argument("min_tokens must be in [0, max_tokens], got " + std::to_string(p->min_tokens));
+  }
   auto input = std::make_unique<LlamaInput>();
   const text::HfTokenizer& tokenizer = executor_->tokenizer();
   const int forms = (p->prompt_ids ? 1 : 0) + (p->messages ? 1 : 0) + (inputs.empty() ? 0 : 1);
@@ -300,6 +310,7 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   }
   input->sampling = p->sampling;
   input->max_tokens = p->max_tokens;
+  input->min_tokens = p->min_tokens;
   input->stop = p->stop;
   input->ignore_eos = p->ignore_eos;
   input->on_text = p->on_text;

@@ -32,6 +32,7 @@ namespace mmserve::engine {
 struct LlamaParams : virtual RequestParams {
   SamplingParams sampling;
   int64_t max_tokens = 16;
+  int64_t min_tokens = 0;  // vLLM's: before this many tokens EOS is never sampled and stop strings do not stop
   std::vector<std::string> stop;  // matched on the detokenised text; the text ends before the first found
   bool ignore_eos = false;
   std::optional<std::vector<int32_t>> prompt_ids;
@@ -44,6 +45,7 @@ struct LlamaInput : ModelInput {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
   int64_t max_tokens = 16;
+  int64_t min_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
   std::function<bool(const std::string& text)> on_text;

@@ -71,6 +71,12 @@ StatusOr<AddedToken> parse_added_token(const json& j, const std::string& label, 
   return t;
 }
 
+std::string component_type(const json& j) {
+  if (!j.is_object()) return "";
+  const auto it = j.find("type");
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 StatusOr<int32_t> parse_id(const json& j, const std::string& label) {
   if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX) {
     return invalid_argument(label + ": expected a non-negative integer id");

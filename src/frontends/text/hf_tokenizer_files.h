@@ -29,6 +29,8 @@ bool bool_or(const nlohmann::json& j, const char* key, bool fallback);
 // An AddedToken in any of HF's serialized forms: "text", or {"content": "text", "lstrip": ..., ...}.
 // Defaults follow tokenizers' AddedToken: normalized = !special. The id is left at -1.
 StatusOr<AddedToken> parse_added_token(const nlohmann::json& j, const std::string& label, bool special_default);
+// A tokenizer.json component's "type" string ("" when `j` is not an object or has none).
+std::string component_type(const nlohmann::json& j);
 // A non-negative integer that fits an int32.
 StatusOr<int32_t> parse_id(const nlohmann::json& j, const std::string& label);
 

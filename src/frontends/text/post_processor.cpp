@@ -7,23 +7,14 @@
 #include <map>
 #include <utility>
 
+#include "frontends/text/hf_tokenizer_files.h"
+
 namespace mmserve::text {
 namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) {
-  if (!j.is_object()) return "";
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
-StatusOr<int32_t> parse_id(const json& j, const std::string& label) {
-  if (!j.is_number_integer() || j.get<int64_t>() < 0 || j.get<int64_t>() > INT32_MAX) {
-    return invalid_argument(label + ": expected a non-negative integer id");
-  }
-  return static_cast<int32_t>(j.get<int64_t>());
-}
 
 // BertProcessing / RobertaProcessing's "sep" / "cls": ["token", id].
 StatusOr<int32_t> token_pair_id(const json& j, const char* key, const std::string& label) {
@@ -31,7 +22,7 @@ StatusOr<int32_t> token_pair_id(const json& j, const char* key, const std::strin
   if (it == j.end() || !it->is_array() || it->size() != 2 || !(*it)[0].is_string()) {
     return invalid_argument(label + ": \"" + key + "\" must be [\"token\", id]");
   }
-  return parse_id((*it)[1], label + ": " + key);
+  return hf::parse_id((*it)[1], label + ": " + key);
 }
 
 using SpecialIds = std::map<std::string, std::vector<int32_t>, std::less<>>;
@@ -110,7 +101,7 @@ StatusOr<PostProcessor> PostProcessor::from_json(const json& j, const std::strin
 }
 
 Status PostProcessor::add_from_json(const json& j, const std::string& label, PostProcessor& p) {
-  const std::string type = type_of(j);
+  const std::string type = hf::component_type(j);
   const auto claim = [&p, &label]() -> Status {
     if (p.has_template_) return unimplemented(label + ": more than one post-processor adding special tokens");
     p.has_template_ = true;
@@ -135,7 +126,7 @@ Status PostProcessor::add_from_json(const json& j, const std::string& label, Pos
         if (ids == value.end() || !ids->is_array()) return invalid_argument(where + ": needs an \"ids\" array");
         std::vector<int32_t>& out = specials[name];
         for (const json& id : *ids) {
-          ASSIGN_OR_RETURN(const int32_t parsed, parse_id(id, where));
+          ASSIGN_OR_RETURN(const int32_t parsed, hf::parse_id(id, where));
           out.push_back(parsed);
         }
       }

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "frontends/text/byte_level.h"
+#include "frontends/text/hf_tokenizer_files.h"
 #include "frontends/text/unicode_text.h"
 
 namespace mmserve::text {
@@ -22,11 +23,6 @@ using nlohmann::json;
 
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-std::string type_of(const json& j) {
-  if (!j.is_object()) return "";
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 // j[key] as a boolean: `fallback` when absent or null, InvalidArgument when of another type.
 StatusOr<bool> get_bool(const json& j, const char* key, bool fallback, const std::string& label) {
@@ -195,7 +191,7 @@ StatusOr<Normalizer> Normalizer::from_json(const json& j, const std::string& lab
 }
 
 Status Normalizer::add_from_json(const json& j, const std::string& label, std::vector<Step>& steps) {
-  const std::string type = type_of(j);
+  const std::string type = hf::component_type(j);
   if (type == "Sequence") {
     const auto list = j.find("normalizers");
     if (list == j.end() || !list->is_array()) return invalid_argument(label + ": Sequence needs \"normalizers\"");
@@ -334,7 +330,7 @@ StatusOr<PreTokenizer> PreTokenizer::from_json(const json& j, const std::string&
 }
 
 Status PreTokenizer::add_from_json(const json& j, const std::string& label, std::vector<Step>& steps) {
-  const std::string type = type_of(j);
+  const std::string type = hf::component_type(j);
   const auto add_split = [&steps](const char* pattern, Behavior behavior, bool invert) {
     Step step;
     step.pattern = fixed_regex(pattern);

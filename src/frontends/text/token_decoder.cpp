@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "frontends/text/byte_level.h"
+#include "frontends/text/hf_tokenizer_files.h"
 #include "frontends/text/unicode_text.h"
 
 namespace mmserve::text {
@@ -16,11 +17,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) {
-  if (!j.is_object()) return "";
-  const auto it = j.find("type");
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
-}
 
 StatusOr<std::string> get_string(const json& j, const char* key, const std::string& label) {
   const auto it = j.find(key);
@@ -105,7 +101,7 @@ StatusOr<TokenDecoder> TokenDecoder::sequence(const std::vector<json>& steps, co
 }
 
 Status TokenDecoder::add_from_json(const json& j, const std::string& label, std::vector<Step>& steps) {
-  const std::string type = type_of(j);
+  const std::string type = hf::component_type(j);
   Step step{Kind::kFuse, nullptr, "", ""};
   if (type == "Sequence") {
     const auto list = j.find("decoders");

@@ -16,7 +16,7 @@ using nlohmann::json;
 TEST(OpenAiCompletionsCodec, ReadsPromptsSamplingAndStreamOptions) {
   auto r = parse_completion_request(R"({"model": "m", "prompt": "Once", "max_tokens": 7, "temperature": 0.5,
       "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 3, "stop": ["\n", "end"], "ignore_eos": true,
-      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "stream": true,
+      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "min_tokens": 3, "stream": true,
       "stream_options": {"include_usage": true}, "n": 1, "logprobs": null})",
                                     false);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -34,6 +34,7 @@ TEST(OpenAiCompletionsCodec, ReadsPromptsSamplingAndStreamOptions) {
   EXPECT_EQ(p.sampling.repetition_penalty, 1.1);
   EXPECT_EQ(p.stop, (std::vector<std::string>{"\n", "end"}));
   EXPECT_TRUE(p.ignore_eos);
+  EXPECT_EQ(p.min_tokens, 3);
   EXPECT_TRUE(r->stream);
   EXPECT_TRUE(r->include_usage);
   auto ids = parse_completion_request(R"({"model": "m", "prompt": [[1, 2, 3]], "stop": "x"})", false);
@@ -69,6 +70,7 @@ TEST(OpenAiCompletionsCodec, RefusesWithMessages) {
       {R"({"model": "m", "prompt": "a", "top_p": 2})", "top_p"},
       {R"({"model": "m", "prompt": "a", "stop": [1]})", "'stop'"},
       {R"({"model": "m", "prompt": "a", "n": 2})", "'n'"},
+      {R"({"model": "m", "prompt": "a", "max_tokens": 4, "min_tokens": 5})", "min_tokens"},
       {R"({"model": "m", "prompt": "a", "logprobs": 3})", "logprobs"},
       {R"({"model": "m", "prompt": "a", "echo": true})", "echo"},
       {R"({"model": "m", "prompt": "a", "stream": "yes"})", "boolean"},

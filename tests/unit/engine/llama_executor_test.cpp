@@ -116,6 +116,31 @@ TEST_F(LlamaExecutorTest, ABatchGivesEachRequestWhatItGetsAlone) {
   EXPECT_EQ(b->text.rfind(c->text, 0), 0u) << "the stopped text is a prefix of the longer run";
 }
 
+// min_tokens: a stop string found before min_tokens does not stop (and EOS is never sampled before it).
+TEST_F(LlamaExecutorTest, MinTokensHoldsStopsBack) {
+  auto run_one = [&](int64_t min_tokens) {
+    LlamaParams p;
+    p.sampling.temperature = 0;
+    p.max_tokens = 40;
+    p.min_tokens = min_tokens;
+    p.stop = {"there"};  // ", there was ..." : found at the second token
+    auto prepared = prepare(p, "Once upon a time");
+    EXPECT_TRUE(prepared.ok());
+    std::vector<BatchItem> batch(1);
+    batch[0].input = prepared->input.get();
+    std::shared_ptr<const ModelOutput> out;
+    BatchHooks hooks;
+    hooks.finish = [&](size_t, StatusOr<std::shared_ptr<const ModelOutput>> o, double) { out = *o; };
+    executor_->run(batch, hooks);
+    return *output_as<LlamaOutput>(out);
+  };
+  const LlamaOutput early = run_one(0), held = run_one(10);
+  EXPECT_EQ(early.finish_reason, "stop");
+  EXPECT_LT(early.ids.size(), 5u);
+  EXPECT_GE(held.ids.size(), 10u);  // the stop string came before token 10: it did not stop there
+  EXPECT_NE(held.text.find("there"), std::string::npos) << held.text;
+}
+
 TEST_F(LlamaExecutorTest, ACancelledRequestEndsCancelled) {
   LlamaParams params;
   params.prompt_ids = std::vector<int32_t>{1};
@@ -156,6 +181,10 @@ TEST_F(LlamaExecutorTest, BadRequestsAreRefusedWithAMessage) {
   LlamaParams zero;
   zero.max_tokens = 0;
   refused(zero, "a", "max_tokens");
+  LlamaParams too_few;
+  too_few.max_tokens = 3;
+  too_few.min_tokens = 4;
+  refused(too_few, "a", "min_tokens");
 }
 
 }  // namespace
