@@ -78,10 +78,10 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
     return events;
   });
   // Engine thread only (one sequence's callback): the first chunk of a chat stream says the role.
-  parsed->params->on_text = [stream, r, id, created, first = true](const std::string& text) mutable {
+  parsed->params->on_delta = [stream, r, id, created, first = true](const engine::TextDelta& delta) mutable {
     const bool was_first = first;
     first = false;
-    return stream->push(encode_completion_chunk(r, id, created, text, was_first));
+    return stream->push(encode_completion_chunk(r, id, created, delta.text, was_first));
   };
   spec.params = parsed->params;
   env.server.submit(std::move(spec),

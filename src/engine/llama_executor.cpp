@@ -22,6 +22,8 @@ struct Sequence {
   models::LlamaKvCache cache;
   std::vector<float> logits;
   std::vector<int32_t> ids;
+  std::vector<TokenLogprob> logprobs;
+  TextDelta pending;  // ids (and logprobs) not yet handed to on_delta
   std::string text;
   std::unique_ptr<text::IncrementalDetokenizer> stream;
   std::unique_ptr<TokenSampler> sampler;
@@ -114,6 +116,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     auto out = std::make_shared<LlamaOutput>();
     out->prompt_ids = s.input->prompt;
     out->ids = s.ids;
+    out->logprobs = s.logprobs;
     out->finish_reason = reason;
     out->batch_size = static_cast<int64_t>(live.size());
     out->first_ms = s.first_ms;
@@ -124,8 +127,10 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     } else {
       StatusOr<std::string> text = tokenizer_->decode(s.ids, /*skip_special_tokens=*/true);
       out->text = text.ok() ? *text : s.text;
-      if (s.input->on_text && out->text.size() > s.text.size() && out->text.compare(0, s.text.size(), s.text) == 0) {
-        s.input->on_text(out->text.substr(s.text.size()));
+      if (s.input->on_delta && out->text.size() > s.text.size() && out->text.compare(0, s.text.size(), s.text) == 0) {
+        TextDelta tail;
+        tail.text = out->text.substr(s.text.size());
+        s.input->on_delta(tail);
       }
     }
     finish(s, std::shared_ptr<const ModelOutput>(std::move(out)));
@@ -185,8 +190,15 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
           if (eos >= 0 && eos < vocab) s.logits[eos] = -std::numeric_limits<float>::infinity();
         }
       }
+      std::optional<std::vector<float>> raw;
+      if (s.input->logprobs >= 0) raw = s.logits;
       const int32_t next = s.sampler->sample(s.logits, s.input->prompt, s.ids);
       s.ids.push_back(next);
+      s.pending.ids.push_back(next);
+      if (raw) {
+        s.logprobs.push_back(token_logprob(*raw, next, s.input->logprobs));
+        s.pending.logprobs.push_back(s.logprobs.back());
+      }
       s.last_ms = ms_since(start);
       if (s.first_ms < 0) s.first_ms = s.last_ms;
       if (!early && !s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), next) != eos_ids_.end()) {
@@ -208,10 +220,15 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
           stopped = true;
         }
       }
-      if (s.input->on_text && s.text.size() > before && !s.input->on_text(s.text.substr(before))) {
-        s.compute_ms += ms_since(t0);
-        finish(s, Status(StatusCode::kCancelled, "the client went away"));
-        continue;
+      if (s.input->on_delta && s.text.size() > before) {
+        s.pending.text = s.text.substr(before);
+        const bool keep = s.input->on_delta(s.pending);
+        s.pending = TextDelta();
+        if (!keep) {
+          s.compute_ms += ms_since(t0);
+          finish(s, Status(StatusCode::kCancelled, "the client went away"));
+          continue;
+        }
       }
       if (stopped) {
         s.compute_ms += ms_since(t0);
@@ -272,6 +289,9 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   if (p == nullptr) p = &defaults;
   RETURN_IF_ERROR(validate_sampling(p->sampling));
   if (p->max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+  if (p->logprobs < -1 || p->logprobs > 20) {
+    return invalid_argument("logprobs must be in [0, 20], got " + std::to_string(p->logprobs));
+  }
   if (p->min_tokens < 0 || p->min_tokens > p->max_tokens) {
     return invalid_argument("min_tokens must be in [0, max_tokens], got " + std::to_string(p->min_tokens));
   }
@@ -313,12 +333,13 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   input->min_tokens = p->min_tokens;
   input->stop = p->stop;
   input->ignore_eos = p->ignore_eos;
-  input->on_text = p->on_text;
+  input->logprobs = p->logprobs;
+  input->on_delta = p->on_delta;
   Prepared prepared;
   prepared.tokens = static_cast<int64_t>(input->prompt.size());
   prepared.items = {1, 0};
   prepared.score = qos_score(0, 0, static_cast<double>(input->prompt.size()), options_.qos);
-  prepared.retriable = !p->on_text;
+  prepared.retriable = !p->on_delta;
   prepared.input = std::move(input);
   return prepared;
 }

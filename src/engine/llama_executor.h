@@ -5,7 +5,7 @@
 // This is the first, one-shot form of the decoder engine: run() prefills every sequence of the batch, then steps
 // the live ones one token at a time (round robin, each with its own contiguous KV cache) until each stops (EOS,
 // a stop string, max_tokens, the model's length), finishing it at once; between steps it yields to the engine
-// loop's preemption hook every chunk_budget_ms. A request's tokens are streamed through LlamaParams::on_text as
+// loop's preemption hook every chunk_budget_ms. A request's tokens are streamed through LlamaParams::on_delta as
 // they are detokenised (IncrementalDetokenizer, never a broken UTF-8 sequence). What is not here yet (issue 14
 // item 4): a paged KV cache shared by all sequences, sequences joining a running batch (continuous batching),
 // prefix caching, the GPU path.
@@ -27,6 +27,15 @@
 
 namespace mmserve::engine {
 
+// What a streaming request receives as generation goes on (engine thread): the text that became final since the
+// last delta (never a broken UTF-8 sequence, never text a stop string may still claim), the ids generated since
+// the last delta, and their log-probabilities when the request asked for them (one per id).
+struct TextDelta {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::vector<TokenLogprob> logprobs;
+};
+
 // Per request (the OpenAI codecs fill it). Exactly one prompt form: prompt ids, chat messages, or the request's
 // text input (tokenised as HF's tokenizer(text)).
 struct LlamaParams : virtual RequestParams {
@@ -37,8 +46,10 @@ struct LlamaParams : virtual RequestParams {
   bool ignore_eos = false;
   std::optional<std::vector<int32_t>> prompt_ids;
   std::optional<nlohmann::ordered_json> messages;  // chat: rendered with the model's template + generation prompt
+  // -1: none; N in [0, 20]: each generated token's log-probability and the N most likely (TokenLogprob).
+  int64_t logprobs = -1;
   // Engine thread, as text completes; returning false cancels the request (the client left).
-  std::function<bool(const std::string& text)> on_text;
+  std::function<bool(const TextDelta& delta)> on_delta;
 };
 
 struct LlamaInput : ModelInput {
@@ -48,11 +59,13 @@ struct LlamaInput : ModelInput {
   int64_t min_tokens = 0;
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  std::function<bool(const std::string& text)> on_text;
+  int64_t logprobs = -1;
+  std::function<bool(const TextDelta& delta)> on_delta;
 };
 
 struct LlamaOutput : ModelOutput {
   std::vector<int32_t> prompt_ids, ids;
+  std::vector<TokenLogprob> logprobs;  // one per id when the request asked for them
   std::string text;
   std::string finish_reason;  // "stop" | "length"
   double first_ms = -1, last_ms = -1;  // from the batch's start to the first / last generated token

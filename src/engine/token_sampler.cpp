@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -102,6 +103,34 @@ int32_t TokenSampler::sample(std::span<float> logits, std::span<const int32_t> p
     if (u < acc) return order_[i];
   }
   return order_[keep - 1];
+}
+
+}  // namespace mmserve::engine
+
+namespace mmserve::engine {
+
+TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int64_t top) {
+  // log-softmax in double: max-shifted log-sum-exp over the whole row.
+  double max = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max = std::max(max, static_cast<double>(x));
+  double sum = 0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max);
+  const double log_z = max + std::log(sum);
+  TokenLogprob out;
+  out.id = id;
+  out.logprob = static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_z);
+  const int64_t n = std::min<int64_t>(top, static_cast<int64_t>(logits.size()));
+  if (n > 0) {
+    std::vector<int32_t> order(logits.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+    std::partial_sort(order.begin(), order.begin() + n, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int64_t i = 0; i < n; ++i) {
+      out.top.emplace_back(order[i], static_cast<float>(static_cast<double>(logits[order[i]]) - log_z));
+    }
+  }
+  return out;
 }
 
 }  // namespace mmserve::engine

@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -32,6 +33,18 @@ struct SamplingParams {
 
 // kInvalidArgument naming the field and its allowed range.
 Status validate_sampling(const SamplingParams& p);
+
+// One generated token's log-probability (log-softmax of the model's raw logits, before penalties, temperature and
+// filtering: vLLM's default `raw_logprobs`), and the `top` most likely tokens with theirs, most likely first (ties
+// to the lower id).
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// log-softmax(logits)[id] and the `top` highest (id, log-probability) pairs, highest first, ties to the lower id.
+TokenLogprob token_logprob(std::span<const float> logits, int32_t id, int64_t top);
 
 class TokenSampler {
  public:

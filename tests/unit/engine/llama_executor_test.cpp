@@ -65,8 +65,8 @@ TEST_F(LlamaExecutorTest, ABatchGivesEachRequestWhatItGetsAlone) {
   story.max_tokens = 256;
   story.ignore_eos = true;
   std::string streamed;
-  story.on_text = [&](const std::string& piece) {
-    streamed += piece;
+  story.on_delta = [&](const TextDelta& delta) {
+    streamed += delta.text;
     return true;
   };
   LlamaParams text_prompt;
