@@ -68,7 +68,8 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   std::unique_ptr<LlamaExecutor> e(new LlamaExecutor());
   e->options_ = options;
   ASSIGN_OR_RETURN(e->model_, models::LlamaModel::load(model_dir));
-  ASSIGN_OR_RETURN(e->tokenizer_, text::HfTokenizer::from_model_dir(model_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(model_dir));
+  e->tokenizer_ = std::move(tokenizer);
   e->eos_ids_ = llama_eos_ids(model_dir, e->model_->config(), *e->tokenizer_);
   e->info_.platform = "mmserve_llama";
   e->info_.slot_names = {"sequence", ""};
@@ -117,6 +118,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->prompt_ids = s.input->prompt;
     out->ids = s.ids;
     out->logprobs = s.logprobs;
+    out->tokenizer = tokenizer_;
     out->finish_reason = reason;
     out->batch_size = static_cast<int64_t>(live.size());
     out->first_ms = s.first_ms;

@@ -67,6 +67,7 @@ struct LlamaOutput : ModelOutput {
   std::vector<int32_t> prompt_ids, ids;
   std::vector<TokenLogprob> logprobs;  // one per id when the request asked for them
   std::string text;
+  std::shared_ptr<const text::HfTokenizer> tokenizer;  // the model's: token strings for logprobs
   std::string finish_reason;  // "stop" | "length"
   double first_ms = -1, last_ms = -1;  // from the batch's start to the first / last generated token
   int64_t generated_tokens() const override { return static_cast<int64_t>(ids.size()); }
@@ -96,7 +97,7 @@ class LlamaExecutor final : public Executor {
  private:
   LlamaExecutor() = default;
   std::unique_ptr<models::LlamaModel> model_;
-  std::unique_ptr<text::HfTokenizer> tokenizer_;
+  std::shared_ptr<const text::HfTokenizer> tokenizer_;  // shared with the outputs (their token strings)
   std::vector<int32_t> eos_ids_;
   ExecutorOptions options_;
   FamilyInfo info_;
