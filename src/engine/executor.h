@@ -79,7 +79,8 @@ struct ModelOutput {
   // Seconds of audio this output covers (speech families; the mmserve_audio_seconds_total counter).
   virtual double audio_seconds() const { return 0.0; }
   // Generating families (the mmserve_generation_tokens_total counter and the TTFT / TPOT histograms): the tokens
-  // generated, and the milliseconds from the start of the engine batch to the first one and to the last (< 0: none).
+  // generated, and the milliseconds from the request joining the engine batch (its queue time ends there) to the
+  // first one and to the last (< 0: none).
   virtual int64_t generated_tokens() const { return 0; }
   virtual double first_token_ms() const { return -1.0; }
   virtual double last_token_ms() const { return -1.0; }
@@ -154,6 +155,13 @@ struct CacheStats {
   int64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity_bytes = 0;
 };
 
+// A generating family's sequences (vLLM's gauges): mmserve_num_requests_running / _waiting, mmserve_num_preemptions_total,
+// mmserve_kv_cache_usage_ratio. Read from other threads (the metrics scrape): executors keep them in atomics.
+struct SequenceStats {
+  int64_t running = 0, waiting = 0, preemptions = 0;
+  double kv_cache_usage = 0;  // blocks held by sequences / the pool's blocks
+};
+
 struct BatchItem {
   const ModelInput* input = nullptr;
   ModelInput* mutable_input = nullptr;  // the same, for executors that release buffers when !keep_inputs
@@ -173,6 +181,9 @@ struct BatchHooks {
   // batch; they take the next indices (the batch's size, then on) for finish(). Set only for such families; may
   // return none.
   std::function<std::vector<BatchItem>(int64_t max_items)> admit;
+  // Long-running batches (generating families) call this between steps, at most about every 50 ms, so the runtime
+  // publishes caches() and sequences() while the batch goes on. May be empty.
+  std::function<void()> progress;
 };
 
 // What a batch ran, for the batch-size histograms.
@@ -197,6 +208,7 @@ class Executor {
   virtual Status warm() = 0;
   virtual BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) = 0;
   virtual std::vector<CacheStats> caches() const { return {}; }
+  virtual std::optional<SequenceStats> sequences() const { return std::nullopt; }
 };
 
 // Options every family's executor takes. Family-specific ones come as each family's own struct (ClipOptions,

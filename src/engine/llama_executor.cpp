@@ -4,9 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <random>
 
 #include "core/json_config.h"
+#include "engine/decoder_backend.h"
+#include "engine/decoder_scheduler.h"
 #include "engine/families.h"
+#include "engine/kv_block_manager.h"
+#if MMSERVE_HAS_CUDA
+#include "engine/llama_cuda_backend.h"
+#endif
 
 namespace mmserve::engine {
 namespace {
@@ -15,22 +22,65 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// One live sequence of a batch.
-struct Sequence {
-  size_t index = 0;  // in the batch
+// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, TokenSampler per row.
+class LlamaCpuBackend final : public DecoderBackend {
+ public:
+  LlamaCpuBackend(std::unique_ptr<models::LlamaModel> model, models::LlamaKvPool pool)
+      : model_(std::move(model)), pool_(std::move(pool)) {}
+  std::string describe() const override { return "cpu f32"; }
+  int64_t num_blocks() const override { return pool_.num_blocks; }
+  int64_t block_size() const override { return pool_.block_size; }
+  int64_t pool_bytes() const override { return pool_.bytes(); }
+  int64_t memory_bytes() const override { return static_cast<int64_t>(model_->weight_bytes()) + pool_.bytes(); }
+  Status forward(const models::DecoderStep& step) override {
+    rows_ = static_cast<int64_t>(step.logit_rows.size());
+    logits_.resize(static_cast<size_t>(rows_ * model_->config().vocab_size));
+    return model_->forward_step(step, pool_, logits_.data());
+  }
+  Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
+    const int64_t vocab = model_->config().vocab_size;
+    if (static_cast<int64_t>(rows.size()) != rows_) return internal_error("sample() rows differ from the step's");
+    out.assign(rows.size(), SampledToken());
+    std::vector<float> raw;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      std::span<float> logits(logits_.data() + r * vocab, static_cast<size_t>(vocab));
+      if (rows[r].logprobs >= 0) raw.assign(logits.begin(), logits.end());  // the sampler changes them
+      for (int32_t id : rows[r].banned) {
+        if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+      }
+      out[r].id = rows[r].sampler->sample(logits, rows[r].prompt, rows[r].generated);
+      if (rows[r].logprobs >= 0) out[r].logprob = token_logprob(raw, out[r].id, rows[r].logprobs);
+    }
+    return ok_status();
+  }
+
+ private:
+  std::unique_ptr<models::LlamaModel> model_;
+  models::LlamaKvPool pool_;
+  std::vector<float> logits_;  // [rows_, vocab] of the last forward
+  int64_t rows_ = 0;
+};
+
+// One request in the engine.
+struct Live {
+  size_t index = 0;  // in run()'s items
   const LlamaInput* input = nullptr;
-  models::LlamaKvCache cache;
-  std::vector<float> logits;
-  std::vector<int32_t> ids;
+  DecoderSequence seq;
+  int64_t prompt_len = 0;
+  int64_t budget = 0;  // tokens it may generate in all
+  std::unique_ptr<TokenSampler> sampler;
+  uint64_t seed = 0;
+  std::unique_ptr<text::IncrementalDetokenizer> stream;
   std::vector<TokenLogprob> logprobs;
   TextDelta pending;  // ids (and logprobs) not yet handed to on_delta
   std::string text;
-  std::unique_ptr<text::IncrementalDetokenizer> stream;
-  std::unique_ptr<TokenSampler> sampler;
-  int64_t budget = 0;  // tokens it may still generate in all
-  bool done = false;
   double compute_ms = 0;
-  double first_ms = -1, last_ms = -1;  // since the batch started
+  std::chrono::steady_clock::time_point admitted;  // first_ms / last_ms count from here (its queue time ends here)
+  double first_ms = -1, last_ms = -1;
+  bool done = false;
+  std::span<const int32_t> generated() const {
+    return std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(prompt_len));
+  }
 };
 
 }  // namespace
@@ -54,28 +104,69 @@ std::vector<int32_t> llama_eos_ids(const std::string& model_dir, const models::L
   return ids;
 }
 
+LlamaExecutor::~LlamaExecutor() = default;
+
 StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string& model_dir,
-                                                               const ExecutorOptions& options) {
-  if (!options.device.is_cpu()) {
-    return unimplemented("the Llama family runs on the CPU only so far (device " + options.device.to_string() + ")");
-  }
-  if (options.dtype && *options.dtype != DType::kF32) {
-    return unimplemented(std::string("the Llama family's CPU path computes in f32, not ") + dtype_name(*options.dtype));
-  }
+                                                               const ExecutorOptions& options,
+                                                               const LlamaOptions& llama) {
   if (!options.tp_devices.empty() || !options.pipeline_devices.empty()) {
     return unimplemented("tensor and pipeline parallel are not written for the Llama family");
   }
+  if (llama.block_size <= 0 || llama.block_size > 1024 || llama.max_num_seqs <= 0 ||
+      llama.max_num_batched_tokens <= 0 || llama.max_model_len < 0 || llama.kv_cache_bytes < 0 ||
+      !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
+    return invalid_argument("Llama-family options: block_size 1..1024, max_num_seqs and max_num_batched_tokens "
+                            "positive, max_model_len and kv_cache_bytes >= 0, gpu_memory_utilization in (0, 1]");
+  }
   std::unique_ptr<LlamaExecutor> e(new LlamaExecutor());
   e->options_ = options;
-  ASSIGN_OR_RETURN(e->model_, models::LlamaModel::load(model_dir));
+  e->llama_ = llama;
   ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(model_dir));
   e->tokenizer_ = std::move(tokenizer);
-  e->eos_ids_ = llama_eos_ids(model_dir, e->model_->config(), *e->tokenizer_);
+  if (options.device.is_cpu()) {
+    if (options.dtype && *options.dtype != DType::kF32) {
+      return unimplemented(std::string("the Llama family's CPU path computes in f32, not ") +
+                           dtype_name(*options.dtype));
+    }
+    ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> model, models::LlamaModel::load(model_dir));
+    e->config_ = model->config();
+    e->max_model_len_ = llama.max_model_len > 0 ? std::min(llama.max_model_len, model->max_length())
+                                                : model->max_length();
+    // The pool: the bytes asked for, else what max_num_seqs sequences of max_model_len need, at most 1 GiB
+    // (calloc'ed: unused pages cost nothing).
+    const int64_t per_token = model->kv_bytes_per_token();
+    const int64_t need = llama.max_num_seqs * e->max_model_len_ * per_token;
+    const int64_t bytes = llama.kv_cache_bytes > 0 ? llama.kv_cache_bytes : std::min<int64_t>(need, int64_t{1} << 30);
+    const int64_t blocks = bytes / (per_token * llama.block_size);
+    if (blocks < KvBlockManager::blocks_for(e->max_model_len_, llama.block_size)) {
+      return invalid_argument("kv_cache_bytes " + std::to_string(bytes) + " holds " + std::to_string(blocks) +
+                              " blocks; one sequence of max_model_len " + std::to_string(e->max_model_len_) +
+                              " needs " + std::to_string(KvBlockManager::blocks_for(e->max_model_len_, llama.block_size)));
+    }
+    ASSIGN_OR_RETURN(models::LlamaKvPool pool, model->new_pool(blocks, llama.block_size));
+    e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));
+  } else {
+#if MMSERVE_HAS_CUDA
+    ASSIGN_OR_RETURN(e->backend_, make_llama_cuda_backend(model_dir, options, llama, e->config_, e->max_model_len_,
+                                                          e->dtype_));
+#else
+    return unimplemented("this build has no CUDA backend (device " + options.device.to_string() + ")");
+#endif
+  }
+  e->eos_ids_ = llama_eos_ids(model_dir, e->config_, *e->tokenizer_);
+  e->blocks_ = std::make_unique<KvBlockManager>(e->backend_->num_blocks(), e->backend_->block_size(),
+                                                llama.enable_prefix_caching);
+  SchedulerConfig sc;
+  sc.max_num_seqs = std::min(llama.max_num_seqs, options.batch_size_max);
+  sc.max_num_batched_tokens = llama.max_num_batched_tokens;
+  sc.chunked_prefill = llama.enable_chunked_prefill;
+  sc.table_ld = KvBlockManager::blocks_for(e->max_model_len_, e->backend_->block_size());
+  e->scheduler_ = std::make_unique<DecoderScheduler>(sc, *e->blocks_);
   e->info_.platform = "mmserve_llama";
   e->info_.slot_names = {"sequence", ""};
   e->info_.inputs = {{"text_input", "BYTES", {1}}};
   e->info_.outputs = {{"text_output", "BYTES", {1}}};
-  e->info_.max_text_tokens = e->model_->max_length();
+  e->info_.max_text_tokens = e->max_model_len_;
   e->info_.generates = true;
   return e;
 }
@@ -83,187 +174,286 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
 StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::string& model_dir,
                                                                      const ExecutorOptions& options,
                                                                      const nlohmann::json& family_config) {
-  RETURN_IF_ERROR(check_known_keys(family_config, {}, "Llama-family"));
-  ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options));
+  RETURN_IF_ERROR(check_known_keys(family_config,
+                                   {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
+                                    "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
+                                    "enable_chunked_prefill"},
+                                   "Llama-family"));
+  LlamaOptions llama;
+  if (family_config.is_object()) {
+    ASSIGN_OR_RETURN(JsonObject o, JsonObject::wrap(family_config, "mmserve.yaml options"));
+    ASSIGN_OR_RETURN(llama.block_size, o.get_int_or("block_size", llama.block_size));
+    ASSIGN_OR_RETURN(llama.kv_cache_bytes, o.get_int_or("kv_cache_bytes", llama.kv_cache_bytes));
+    ASSIGN_OR_RETURN(llama.gpu_memory_utilization, o.get_double_or("gpu_memory_utilization", llama.gpu_memory_utilization));
+    ASSIGN_OR_RETURN(llama.max_num_seqs, o.get_int_or("max_num_seqs", llama.max_num_seqs));
+    ASSIGN_OR_RETURN(llama.max_num_batched_tokens, o.get_int_or("max_num_batched_tokens", llama.max_num_batched_tokens));
+    ASSIGN_OR_RETURN(llama.max_model_len, o.get_int_or("max_model_len", llama.max_model_len));
+    ASSIGN_OR_RETURN(llama.enable_prefix_caching, o.get_bool_or("enable_prefix_caching", llama.enable_prefix_caching));
+    ASSIGN_OR_RETURN(llama.enable_chunked_prefill, o.get_bool_or("enable_chunked_prefill", llama.enable_chunked_prefill));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options, llama));
   return std::unique_ptr<Executor>(std::move(e));
 }
 
+int64_t LlamaExecutor::memory_bytes() const { return backend_->memory_bytes(); }
+
 std::string LlamaExecutor::describe() const {
-  const models::LlamaConfig& c = model_->config();
-  return "cpu f32: " + c.architecture + ", " + std::to_string(c.num_hidden_layers) + " layers, hidden " +
-         std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + ", max length " +
-         std::to_string(model_->max_length());
+  const models::LlamaConfig& c = config_;
+  return backend_->describe() + ": " + c.architecture + ", " + std::to_string(c.num_hidden_layers) + " layers, hidden " +
+         std::to_string(c.hidden_size) + ", vocab " + std::to_string(c.vocab_size) + ", max_model_len " +
+         std::to_string(max_model_len_) + ", KV pool " + std::to_string(backend_->num_blocks()) + " blocks of " +
+         std::to_string(backend_->block_size()) + " (" + std::to_string(backend_->pool_bytes() >> 20) + " MiB)" +
+         (llama_.enable_prefix_caching ? ", prefix caching" : "");
+}
+
+std::vector<CacheStats> LlamaExecutor::caches() const {
+  CacheStats prefix;
+  prefix.name = "prefix";
+  prefix.hits = prefix_hits_.load();
+  prefix.misses = prefix_queries_.load() - prefix.hits;
+  const int64_t block_bytes = backend_->pool_bytes() / std::max<int64_t>(backend_->num_blocks(), 1);
+  prefix.entries = cached_blocks_.load();
+  prefix.bytes = prefix.entries * block_bytes;
+  prefix.capacity_bytes = backend_->pool_bytes();
+  return {prefix};
+}
+
+std::optional<SequenceStats> LlamaExecutor::sequences() const {
+  SequenceStats s;
+  s.running = running_.load();
+  s.waiting = waiting_.load();
+  s.preemptions = preemptions_.load();
+  s.kv_cache_usage = static_cast<double>(used_blocks_.load()) / static_cast<double>(std::max<int64_t>(backend_->num_blocks(), 1));
+  return s;
 }
 
 Status LlamaExecutor::warm() {
-  ASSIGN_OR_RETURN(models::LlamaKvCache cache, model_->new_cache(2));
-  std::vector<float> logits(static_cast<size_t>(model_->config().vocab_size));
-  const int32_t bos = static_cast<int32_t>(std::clamp<int64_t>(model_->config().bos_token_id, 0,
-                                                                model_->config().vocab_size - 1));
-  return model_->forward(&bos, 1, cache, logits.data());
+  // One token through a block of its own: touches every weight (and captures the CUDA backend's graphs).
+  KvBlockTable table;
+  if (!blocks_->grow(table, 1)) return internal_error("the KV pool has no block");
+  models::DecoderStep step;
+  step.tokens = {static_cast<int32_t>(std::clamp<int64_t>(config_.bos_token_id, 0, config_.vocab_size - 1))};
+  step.positions = {0};
+  step.slots = {static_cast<int32_t>(table.blocks[0] * blocks_->block_size())};
+  step.query_start = {0, 1};
+  step.seq_lens = {1};
+  step.table_ld = scheduler_->config().table_ld;
+  step.block_tables.assign(static_cast<size_t>(step.table_ld), table.blocks[0]);
+  step.logit_rows = {0};
+  step.max_seq_len = step.max_query_len = 1;
+  Status s = backend_->forward(step);
+  blocks_->release(table);
+  return s;
 }
 
 BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) {
   BatchStats stats;
   const auto start = std::chrono::steady_clock::now();
   double preempted_ms = 0;
-  const int64_t vocab = model_->config().vocab_size;
-  std::vector<std::unique_ptr<Sequence>> live;
-  auto finish = [&](Sequence& s, StatusOr<std::shared_ptr<const ModelOutput>> out) {
+  std::vector<BatchItem> items = batch;  // and those admitted while it runs (hooks.admit)
+  std::vector<std::unique_ptr<Live>> live;
+  auto publish = [&] {
+    running_ = scheduler_->running();
+    waiting_ = scheduler_->waiting();
+    preemptions_ = scheduler_->preemptions();
+    const KvBlockStats b = blocks_->stats();
+    used_blocks_ = b.used_blocks;
+    cached_blocks_ = b.cached_blocks;
+    prefix_queries_ = b.prefix_queries;
+    prefix_hits_ = b.prefix_hits;
+  };
+  auto finish = [&](Live& s, StatusOr<std::shared_ptr<const ModelOutput>> out) {
     s.done = true;
+    scheduler_->remove(&s.seq);
     hooks.finish(s.index, std::move(out), s.compute_ms);
   };
-  auto complete = [&](Sequence& s, const std::string& reason) {
+  auto complete = [&](Live& s, const std::string& reason) {
     auto out = std::make_shared<LlamaOutput>();
-    out->prompt_ids = s.input->prompt;
-    out->ids = s.ids;
-    out->logprobs = s.logprobs;
+    out->prompt_ids.assign(s.seq.tokens.begin(), s.seq.tokens.begin() + s.prompt_len);
+    out->ids.assign(s.generated().begin(), s.generated().end());
+    out->logprobs = std::move(s.logprobs);
     out->tokenizer = tokenizer_;
     out->finish_reason = reason;
-    out->batch_size = static_cast<int64_t>(live.size());
+    out->batch_size = stats.slot_items[0];
     out->first_ms = s.first_ms;
     out->last_ms = s.last_ms;
     // Without a stop string the text is HF's decode of the ids; the stream's tail is flushed to the callback.
-    if (reason == "stop" && !s.ids.empty() && std::find(eos_ids_.begin(), eos_ids_.end(), s.ids.back()) == eos_ids_.end()) {
+    const bool stop_string = reason == "stop" && !out->ids.empty() &&
+                             std::find(eos_ids_.begin(), eos_ids_.end(), out->ids.back()) == eos_ids_.end();
+    if (stop_string) {
       out->text = s.text;
     } else {
-      StatusOr<std::string> text = tokenizer_->decode(s.ids, /*skip_special_tokens=*/true);
+      StatusOr<std::string> text = tokenizer_->decode(out->ids, /*skip_special_tokens=*/true);
       out->text = text.ok() ? *text : s.text;
-      if (s.input->on_delta && out->text.size() > s.text.size() && out->text.compare(0, s.text.size(), s.text) == 0) {
-        TextDelta tail;
+    }
+    if (s.input->on_delta) {
+      TextDelta tail = std::move(s.pending);
+      if (out->text.size() > s.text.size() && out->text.compare(0, s.text.size(), s.text) == 0) {
         tail.text = out->text.substr(s.text.size());
-        s.input->on_delta(tail);
       }
+      if (!tail.text.empty() || !tail.ids.empty()) s.input->on_delta(tail);
     }
     finish(s, std::shared_ptr<const ModelOutput>(std::move(out)));
   };
-  // The batch's items, and those admitted while it runs (continuous batching: hooks.admit between steps).
-  std::vector<BatchItem> items = batch;
   auto start_sequence = [&](size_t i) {
     const auto* input = dynamic_cast<const LlamaInput*>(items[i].input);
     if (input == nullptr) {
       hooks.finish(i, internal_error("a Llama executor was given another family's input"), 0);
       return;
     }
-    auto s = std::make_unique<Sequence>();
+    const int64_t length = static_cast<int64_t>(input->prompt.size());
+    const int64_t budget = std::min<int64_t>(input->max_tokens, max_model_len_ - length);
+    if (budget <= 0 || length <= 0) {
+      hooks.finish(i, invalid_argument("the prompt has " + std::to_string(length) + " tokens; max_model_len is " +
+                                       std::to_string(max_model_len_) + ": no room to generate"), 0);
+      return;
+    }
+    auto s = std::make_unique<Live>();
     s->index = i;
     s->input = input;
-    const int64_t length = static_cast<int64_t>(input->prompt.size());
-    s->budget = std::min<int64_t>(input->max_tokens, model_->max_length() - length);
-    const auto t0 = std::chrono::steady_clock::now();
-    StatusOr<models::LlamaKvCache> cache = model_->new_cache(length + std::max<int64_t>(s->budget, 0));
-    if (!cache.ok() || s->budget <= 0) {
-      finish(*s, cache.ok() ? invalid_argument("the prompt leaves no room to generate") : cache.status());
-      return;
-    }
-    s->cache = std::move(*cache);
-    s->logits.resize(static_cast<size_t>(vocab));
-    Status prefill = model_->forward(input->prompt.data(), length, s->cache, s->logits.data());
-    s->compute_ms += ms_since(t0);
-    if (!prefill.ok()) {
-      finish(*s, prefill);
-      return;
-    }
+    s->prompt_len = length;
+    s->budget = budget;
+    s->seq.tokens = input->prompt;
+    s->admitted = std::chrono::steady_clock::now();
     s->sampler = std::make_unique<TokenSampler>(input->sampling);
+    s->seed = input->sampling.seed.value_or(std::random_device{}());
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
+    scheduler_->add(&s->seq);
     live.push_back(std::move(s));
   };
-  for (size_t i = 0; i < items.size(); ++i) start_sequence(i);
-  auto running = [&] {
-    return static_cast<int64_t>(std::count_if(live.begin(), live.end(), [](const auto& s) { return !s->done; }));
-  };
-  // Decode: one token per live sequence per round; between rounds, requests queued meanwhile join (up to
-  // batch_size_max live sequences) and finished sequences leave.
-  auto last_yield = std::chrono::steady_clock::now();
-  int64_t most = running();
-  while (running() > 0) {
-    for (size_t k = 0; k < live.size(); ++k) {
-      Sequence& s = *live[k];
-      if (s.done) continue;
-      if (items[s.index].cancelled && items[s.index].cancelled()) {
-        finish(s, Status(StatusCode::kCancelled, "the client went away"));
-        continue;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      const bool early = static_cast<int64_t>(s.ids.size()) < s.input->min_tokens;
-      if (early) {  // HF's MinNewTokensLogitsProcessor / vLLM's min_tokens: no EOS before min_tokens
-        for (int32_t eos : eos_ids_) {
-          if (eos >= 0 && eos < vocab) s.logits[eos] = -std::numeric_limits<float>::infinity();
-        }
-      }
-      std::optional<std::vector<float>> raw;
-      if (s.input->logprobs >= 0) raw = s.logits;
-      const int32_t next = s.sampler->sample(s.logits, s.input->prompt, s.ids);
-      s.ids.push_back(next);
-      s.pending.ids.push_back(next);
-      if (raw) {
-        s.logprobs.push_back(token_logprob(*raw, next, s.input->logprobs));
-        s.pending.logprobs.push_back(s.logprobs.back());
-      }
-      s.last_ms = ms_since(start);
-      if (s.first_ms < 0) s.first_ms = s.last_ms;
-      if (!early && !s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), next) != eos_ids_.end()) {
-        s.compute_ms += ms_since(t0);
-        complete(s, "stop");
-        continue;
-      }
-      StatusOr<std::string> piece = s.stream->step(next);
-      std::string add = piece.ok() ? *piece : std::string();
-      const size_t before = s.text.size();
-      s.text += add;
-      bool stopped = false;
-      for (const std::string& stop : early ? std::vector<std::string>() : s.input->stop) {
-        // Only where the new text can complete a stop string.
-        const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
-        const size_t at = stop.empty() ? std::string::npos : s.text.find(stop, from);
-        if (at != std::string::npos && at < s.text.size()) {
-          s.text.resize(at);
-          stopped = true;
-        }
-      }
-      if (s.input->on_delta && s.text.size() > before) {
-        s.pending.text = s.text.substr(before);
-        const bool keep = s.input->on_delta(s.pending);
-        s.pending = TextDelta();
-        if (!keep) {
-          s.compute_ms += ms_since(t0);
-          finish(s, Status(StatusCode::kCancelled, "the client went away"));
-          continue;
-        }
-      }
-      if (stopped) {
-        s.compute_ms += ms_since(t0);
-        complete(s, "stop");
-        continue;
-      }
-      if (static_cast<int64_t>(s.ids.size()) >= s.budget) {
-        s.compute_ms += ms_since(t0);
-        complete(s, "length");
-        continue;
-      }
-      Status step = model_->forward(&next, 1, s.cache, s.logits.data());
-      s.compute_ms += ms_since(t0);
-      if (!step.ok()) finish(s, step);
+  // Handles the token sampled for `s`; false when the request finished.
+  auto take_token = [&](Live& s, const SampledToken& t) {
+    const bool early = static_cast<int64_t>(s.generated().size()) < s.input->min_tokens;
+    s.seq.tokens.push_back(t.id);
+    s.pending.ids.push_back(t.id);
+    if (t.logprob) {
+      s.logprobs.push_back(*t.logprob);
+      s.pending.logprobs.push_back(*t.logprob);
     }
-    if (hooks.admit) {
-      const int64_t room = options_.batch_size_max - running();
+    s.last_ms = ms_since(s.admitted);
+    if (s.first_ms < 0) s.first_ms = s.last_ms;
+    if (!early && !s.input->ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), t.id) != eos_ids_.end()) {
+      complete(s, "stop");
+      return;
+    }
+    StatusOr<std::string> piece = s.stream->step(t.id);
+    const size_t before = s.text.size();
+    s.text += piece.ok() ? *piece : std::string();
+    bool stopped = false;
+    for (const std::string& stop : early ? std::vector<std::string>() : s.input->stop) {
+      // Only where the new text can complete a stop string.
+      const size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+      const size_t at = stop.empty() ? std::string::npos : s.text.find(stop, from);
+      if (at != std::string::npos && at < s.text.size()) {
+        s.text.resize(at);
+        stopped = true;
+      }
+    }
+    if (s.input->on_delta && s.text.size() > before) {
+      s.pending.text = s.text.substr(before);
+      const bool keep = s.input->on_delta(s.pending);
+      s.pending = TextDelta();
+      if (!keep) {
+        finish(s, Status(StatusCode::kCancelled, "the client went away"));
+        return;
+      }
+    }
+    if (stopped) {
+      complete(s, "stop");
+    } else if (static_cast<int64_t>(s.generated().size()) >= s.budget) {
+      complete(s, "length");
+    }
+  };
+
+  for (size_t i = 0; i < items.size(); ++i) start_sequence(i);
+  auto last_yield = std::chrono::steady_clock::now(), last_progress = last_yield;
+  std::vector<SampleRow> rows;
+  std::vector<SampledToken> sampled;
+  std::vector<Live*> sampling;
+  while (true) {
+    for (auto& s : live) {  // clients that left: their sequences stop now, their blocks go back
+      if (!s->done && items[s->index].cancelled && items[s->index].cancelled()) {
+        finish(*s, Status(StatusCode::kCancelled, "the client went away"));
+      }
+    }
+    live.erase(std::remove_if(live.begin(), live.end(), [](const auto& s) { return s->done; }), live.end());
+    if (hooks.admit) {  // continuous batching: requests queued meanwhile join
+      const int64_t room = scheduler_->config().max_num_seqs - static_cast<int64_t>(live.size());
       if (room > 0) {
         for (BatchItem& item : hooks.admit(room)) {
           items.push_back(std::move(item));
           start_sequence(items.size() - 1);
         }
       }
-      live.erase(std::remove_if(live.begin(), live.end(), [](const auto& s) { return s->done; }), live.end());
-    } else if (hooks.between_chunks && hooks.chunk_budget_ms > 0 && ms_since(last_yield) >= hooks.chunk_budget_ms) {
+    }
+    if (live.empty()) break;
+    const auto t0 = std::chrono::steady_clock::now();
+    StepPlan plan = scheduler_->schedule();
+    if (plan.empty()) {  // cannot happen with the admission checks; never spin
+      for (auto& s : live) finish(*s, internal_error("the scheduler found no room for this sequence"));
+      break;
+    }
+    Status step = backend_->forward(plan.step);
+    if (!step.ok()) {
+      if (step.code() == StatusCode::kInternal) stats.device_fault = step;
+      for (auto& s : live) {
+        if (!s->done) finish(*s, step);
+      }
+      break;
+    }
+    scheduler_->complete(plan);
+    rows.clear();
+    sampling.clear();
+    std::vector<int32_t> no_eos;
+    for (const StepEntry& e : plan.entries) {
+      if (!e.wants_logits) continue;
+      Live* s = nullptr;
+      for (auto& l : live) {
+        if (&l->seq == e.seq) s = l.get();
+      }
+      SampleRow row;
+      row.params = &s->input->sampling;
+      row.sampler = s->sampler.get();
+      row.seed = s->seed;
+      row.step = static_cast<uint64_t>(s->generated().size());
+      row.prompt = std::span<const int32_t>(s->seq.tokens).first(static_cast<size_t>(s->prompt_len));
+      row.generated = s->generated();
+      // HF's MinNewTokensLogitsProcessor / vLLM's min_tokens: no EOS before min_tokens.
+      if (static_cast<int64_t>(s->generated().size()) < s->input->min_tokens) row.banned = eos_ids_;
+      row.logprobs = s->input->logprobs;
+      rows.push_back(row);
+      sampling.push_back(s);
+    }
+    Status sample = backend_->sample(rows, sampled);
+    const double step_ms = ms_since(t0);
+    for (const StepEntry& e : plan.entries) {  // each entry's share of the step, by its tokens
+      for (auto& l : live) {
+        if (&l->seq == e.seq) l->compute_ms += step_ms * static_cast<double>(e.count) / plan.step.num_tokens();
+      }
+    }
+    if (!sample.ok()) {
+      for (auto& s : live) {
+        if (!s->done) finish(*s, sample);
+      }
+      break;
+    }
+    for (size_t r = 0; r < sampling.size(); ++r) take_token(*sampling[r], sampled[r]);
+    stats.slot_items[0] = std::max<int64_t>(stats.slot_items[0], static_cast<int64_t>(plan.entries.size()));
+    publish();
+    if (hooks.progress && ms_since(last_progress) >= 50) {
+      hooks.progress();
+      last_progress = std::chrono::steady_clock::now();
+    }
+    if (!hooks.admit && hooks.between_chunks && hooks.chunk_budget_ms > 0 &&
+        ms_since(last_yield) >= hooks.chunk_budget_ms) {
       const auto paused = std::chrono::steady_clock::now();
       hooks.between_chunks();
       preempted_ms += ms_since(paused);
       last_yield = std::chrono::steady_clock::now();
     }
-    most = std::max(most, running());
   }
-  stats.slot_items[0] = most;
+  publish();
   stats.compute_ms = ms_since(start) - preempted_ms;
   return stats;
 }
@@ -319,7 +509,7 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
     ASSIGN_OR_RETURN(input->prompt, tokenizer.encode(inputs[0].text, /*add_special_tokens=*/true));
   }
   if (input->prompt.empty()) return invalid_argument("the prompt has no tokens");
-  const int64_t vocab = executor_->model().config().vocab_size, max_length = executor_->model().max_length();
+  const int64_t vocab = executor_->config().vocab_size, max_length = executor_->max_model_len();
   for (int32_t id : input->prompt) {
     if (id < 0 || id >= vocab) {
       return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary (size " +

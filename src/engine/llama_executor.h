@@ -2,16 +2,17 @@
 // prompt (text, token ids or chat messages through the model's chat template) into a LlamaInput; LlamaExecutor
 // generates for a batch of them on the CPU.
 //
-// This is the first, one-shot form of the decoder engine: run() prefills every sequence of the batch, then steps
-// the live ones one token at a time (round robin, each with its own contiguous KV cache) until each stops (EOS,
-// a stop string, max_tokens, the model's length), finishing it at once; between steps it yields to the engine
-// loop's preemption hook every chunk_budget_ms. A request's tokens are streamed through LlamaParams::on_delta as
-// they are detokenised (IncrementalDetokenizer, never a broken UTF-8 sequence). What is not here yet (issue 14
-// item 4): a paged KV cache shared by all sequences, sequences joining a running batch (continuous batching),
-// prefix caching, the GPU path.
+// The decoder engine: the executor keeps a paged KV pool (DecoderBackend: CPU f32 or CUDA), its block manager
+// (prefix caching) and a continuous-batching scheduler (decoder_scheduler.h) for as long as it lives. run() takes
+// a batch, then every step: admits requests queued meanwhile (BatchHooks::admit, up to max_num_seqs), schedules
+// decode tokens first and prefill chunks under the token budget, runs one forward over all of them, samples,
+// streams text through LlamaParams::on_delta as it is detokenised (IncrementalDetokenizer, never a broken UTF-8
+// sequence), and finishes each request as soon as it stops (EOS, a stop string, max_tokens, max_model_len). A
+// request whose client left is dropped at the next step and its blocks freed. It returns when no sequence is left.
 // Tests: tests/unit/engine/llama_executor_test.cpp; tests/e2e/server_test.cpp (the OpenAI completions routes).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -69,34 +70,64 @@ struct LlamaOutput : ModelOutput {
   std::string text;
   std::shared_ptr<const text::HfTokenizer> tokenizer;  // the model's: token strings for logprobs
   std::string finish_reason;  // "stop" | "length"
-  double first_ms = -1, last_ms = -1;  // from the batch's start to the first / last generated token
+  double first_ms = -1, last_ms = -1;  // from the request's admission to the engine to its first / last token
   int64_t generated_tokens() const override { return static_cast<int64_t>(ids.size()); }
   double first_token_ms() const override { return first_ms; }
   double last_token_ms() const override { return last_ms; }
 };
 
+// The engine's settings (mmserve.yaml `options:` of a Llama-family model, vLLM's names).
+struct LlamaOptions {
+  int64_t block_size = 16;               // tokens per KV block
+  int64_t kv_cache_bytes = 0;            // the pool's bytes; 0: memory_fraction of the GPU, or 1 GiB on the CPU
+  double gpu_memory_utilization = 0.85;  // CUDA: the share of the GPU's memory weights, workspaces and pool may use
+  int64_t max_num_seqs = 256;            // sequences running at once
+  int64_t max_num_batched_tokens = 2048;  // tokens per step
+  int64_t max_model_len = 0;             // longest sequence (prompt + output); 0: the model's own length
+  bool enable_prefix_caching = true;
+  bool enable_chunked_prefill = true;
+};
+
+class DecoderBackend;
+class DecoderScheduler;
+class KvBlockManager;
+
 class LlamaExecutor final : public Executor {
  public:
-  static StatusOr<std::unique_ptr<LlamaExecutor>> create(const std::string& model_dir, const ExecutorOptions& options);
-  // engine/families.h. No family options yet (any key is refused by name).
+  static StatusOr<std::unique_ptr<LlamaExecutor>> create(const std::string& model_dir, const ExecutorOptions& options,
+                                                         const LlamaOptions& llama = {});
+  ~LlamaExecutor() override;
+  // engine/families.h: the LlamaOptions keys of mmserve.yaml, each checked.
   static StatusOr<std::unique_ptr<Executor>> create_for_server(const std::string& model_dir,
                                                                const ExecutorOptions& options,
                                                                const nlohmann::json& family_config);
-  Device device() const override { return Device::cpu(); }
-  DType dtype() const override { return DType::kF32; }
-  int64_t memory_bytes() const override { return static_cast<int64_t>(model_->weight_bytes()); }
+  Device device() const override { return options_.device; }
+  DType dtype() const override { return dtype_; }
+  int64_t memory_bytes() const override;
   std::string describe() const override;
   const FamilyInfo& info() const override { return info_; }
   Status warm() override;
   BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
+  std::vector<CacheStats> caches() const override;
+  std::optional<SequenceStats> sequences() const override;
 
-  const models::LlamaModel& model() const { return *model_; }
+  const models::LlamaConfig& config() const { return config_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  const LlamaOptions& llama_options() const { return llama_; }
   const text::HfTokenizer& tokenizer() const { return *tokenizer_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
 
  private:
   LlamaExecutor() = default;
-  std::unique_ptr<models::LlamaModel> model_;
+  models::LlamaConfig config_;
+  DType dtype_ = DType::kF32;
+  LlamaOptions llama_;
+  int64_t max_model_len_ = 0;
+  std::unique_ptr<DecoderBackend> backend_;
+  std::unique_ptr<KvBlockManager> blocks_;
+  std::unique_ptr<DecoderScheduler> scheduler_;
+  std::atomic<int64_t> running_{0}, waiting_{0}, preemptions_{0}, used_blocks_{0}, cached_blocks_{0};
+  std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
   std::shared_ptr<const text::HfTokenizer> tokenizer_;  // shared with the outputs (their token strings)
   std::vector<int32_t> eos_ids_;
   ExecutorOptions options_;

@@ -365,6 +365,7 @@ void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const
       items[i].cancelled = batch[i]->cancelled;
     }
     hooks.finish = complete;
+    hooks.progress = [&] { publish_caches(executor, replica); };
     stats = executor.run(items, hooks);
     fault = stats.device_fault;
     publish_caches(executor, replica);
@@ -397,6 +398,9 @@ void ModelRuntime::run_batch(engine::Executor& executor, Replica& replica, const
 }
 
 void ModelRuntime::publish_caches(const engine::Executor& executor, Replica& replica) {
+  std::optional<engine::SequenceStats> sequences = executor.sequences();
+  metrics_.add_sequence_delta(replica.sequences, sequences, static_cast<int>(replicas_.size()));
+  replica.sequences = sequences;
   std::vector<engine::CacheStats> now = executor.caches();
   if (now.empty() && replica.caches.empty()) return;
   metrics_.add_cache_delta(replica.caches, now);

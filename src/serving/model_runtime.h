@@ -120,6 +120,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
     std::string fault;                       // why it left the rotation
     int injected_faults = 0;                 // test seam: batches left to fail (-1: all)
     std::vector<engine::CacheStats> caches;  // the executor's, when last published (its engine thread only)
+    std::optional<engine::SequenceStats> sequences;  // likewise, for generating families
   };
 
   ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family);

@@ -79,6 +79,17 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
                                       "Submit to the first generated token (queue, preprocess, prefill).", {"model"})),
       time_per_output_token(r.histogram("mmserve_time_per_output_token_seconds",
                                         "Time between generated tokens after the first, per request.", {"model"})),
+      requests_running(r.gauge("mmserve_num_requests_running",
+                               "Sequences a generating model is running (in its continuous batch), over the replicas.",
+                               {"model"})),
+      requests_waiting(r.gauge("mmserve_num_requests_waiting",
+                               "Sequences admitted to a generating model's engine that wait for KV blocks or budget.",
+                               {"model"})),
+      preemptions(r.counter("mmserve_num_preemptions_total",
+                            "Sequences preempted (blocks freed, recomputed later) when the KV pool ran out.", {"model"})),
+      kv_cache_usage(r.gauge("mmserve_kv_cache_usage_ratio",
+                             "Share of the KV pool's blocks held by running sequences (mean over replicas).",
+                             {"model"})),
       cache_hits(r.counter("mmserve_cache_hits_total", "Lookups an executor's cache answered.", {"model", "cache"})),
       cache_misses(
           r.counter("mmserve_cache_misses_total", "Lookups an executor's cache could not answer.", {"model", "cache"})),
@@ -139,6 +150,19 @@ void ModelMetrics::record_generation(const engine::ModelOutput& output, int64_t 
   if (generated > 1 && output.last_token_ms() >= output.first_token_ms()) {
     tpot_->observe((output.last_token_ms() - output.first_token_ms()) / 1000.0 / static_cast<double>(generated - 1));
   }
+}
+
+void ModelMetrics::add_sequence_delta(const std::optional<engine::SequenceStats>& before,
+                                      const std::optional<engine::SequenceStats>& now, int replicas) {
+  if (!now) return;
+  const engine::SequenceStats old = before.value_or(engine::SequenceStats());
+  const std::vector<std::string> labels = {model_};
+  families_->requests_running.with(labels).add(static_cast<double>(now->running - old.running));
+  families_->requests_waiting.with(labels).add(static_cast<double>(now->waiting - old.waiting));
+  if (now->preemptions > old.preemptions) {
+    families_->preemptions.with(labels).inc(static_cast<double>(now->preemptions - old.preemptions));
+  }
+  families_->kv_cache_usage.with(labels).add((now->kv_cache_usage - old.kv_cache_usage) / std::max(replicas, 1));
 }
 
 void ModelMetrics::add_cache_delta(const std::vector<engine::CacheStats>& before,

@@ -61,6 +61,10 @@ struct ServingMetrics {
   Family<Counter>& generation_tokens;
   Family<Histogram>& time_to_first_token;
   Family<Histogram>& time_per_output_token;
+  Family<Gauge>& requests_running;  // generating families (engine::SequenceStats)
+  Family<Gauge>& requests_waiting;
+  Family<Counter>& preemptions;
+  Family<Gauge>& kv_cache_usage;
   Family<Counter>& cache_hits;
   Family<Counter>& cache_misses;
   Family<Gauge>& cache_bytes;
@@ -99,6 +103,9 @@ class ModelMetrics {
   void record_generation(const engine::ModelOutput& output, int64_t prompt_tokens, double before_batch_ms);
   // Adds the change since `before` of one executor's caches (an engine thread publishes its own executor's).
   void add_cache_delta(const std::vector<engine::CacheStats>& before, const std::vector<engine::CacheStats>& now);
+  // The same for a generating family's sequence gauges (the usage ratio is averaged over `replicas`).
+  void add_sequence_delta(const std::optional<engine::SequenceStats>& before,
+                          const std::optional<engine::SequenceStats>& now, int replicas);
   Gauge& queue_depth() { return *queue_depth_; }
   Gauge& inflight() { return *inflight_; }
 

@@ -7,10 +7,10 @@
 #include <cstring>
 
 #include "core/json_config.h"
-#include "kernels/attention/attention_kv.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/swiglu/swiglu.h"
 
@@ -247,6 +247,25 @@ int64_t LlamaModel::max_length() const {
   return c.max_position_embeddings;
 }
 
+StatusOr<LlamaKvPool> LlamaModel::new_pool(int64_t num_blocks, int64_t block_size) const {
+  if (num_blocks <= 0 || block_size <= 0 || num_blocks * block_size > (int64_t{1} << 31)) {
+    return invalid_argument("a KV pool of " + std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) +
+                            " slots");
+  }
+  LlamaKvPool pool;
+  pool.num_blocks = num_blocks;
+  pool.block_size = block_size;
+  pool.layers = config_.num_hidden_layers;
+  pool.kv_size = config_.kv_size();
+  const size_t n = static_cast<size_t>(pool.layers * pool.slots() * pool.kv_size);
+  pool.k.reset(static_cast<float*>(std::calloc(n, sizeof(float))));
+  pool.v.reset(static_cast<float*>(std::calloc(n, sizeof(float))));
+  if (pool.k == nullptr || pool.v == nullptr) {
+    return resource_exhausted("a KV pool of " + std::to_string(2 * n * sizeof(float)) + " bytes");
+  }
+  return pool;
+}
+
 StatusOr<LlamaKvCache> LlamaModel::new_cache(int64_t capacity) const {
   if (capacity <= 0 || capacity > max_length()) {
     return invalid_argument("a KV cache of " + std::to_string(capacity) + " tokens (the model takes 1.." +
@@ -254,75 +273,146 @@ StatusOr<LlamaKvCache> LlamaModel::new_cache(int64_t capacity) const {
   }
   LlamaKvCache cache;
   cache.capacity = capacity;
-  cache.layers = config_.num_hidden_layers;
-  cache.kv_size = config_.kv_size();
-  const size_t n = static_cast<size_t>(cache.layers * capacity * cache.kv_size);
-  cache.k.assign(n, 0.0f);
-  cache.v.assign(n, 0.0f);
+  ASSIGN_OR_RETURN(cache.pool, new_pool(1, capacity));
   return cache;
 }
 
 Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
                            float* all_logits) const {
-  const LlamaConfig& c = config_;
   if (n <= 0) return invalid_argument("forward needs at least one token");
-  if (cache.layers != c.num_hidden_layers || cache.kv_size != c.kv_size()) {
+  if (cache.pool.layers != config_.num_hidden_layers || cache.pool.kv_size != config_.kv_size()) {
     return invalid_argument("the KV cache was made for another model");
   }
   if (cache.length + n > cache.capacity) {
     return invalid_argument("the sequence would reach " + std::to_string(cache.length + n) +
                             " tokens; its KV cache holds " + std::to_string(cache.capacity));
   }
+  // One sequence whose one block is the whole cache.
+  DecoderStep step;
+  step.tokens.assign(tokens, tokens + n);
   for (int64_t t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c.vocab_size) {
-      return invalid_argument("token id " + std::to_string(tokens[t]) + " is outside the vocabulary (size " +
+    step.positions.push_back(static_cast<int32_t>(cache.length + t));
+    step.slots.push_back(static_cast<int32_t>(cache.length + t));
+  }
+  step.query_start = {0, static_cast<int32_t>(n)};
+  step.seq_lens = {static_cast<int32_t>(cache.length + n)};
+  step.block_tables = {0};
+  step.table_ld = 1;
+  step.max_seq_len = cache.length + n;
+  step.max_query_len = n;
+  const int64_t first = all_logits != nullptr ? 0 : n - 1;
+  for (int64_t t = first; t < n; ++t) step.logit_rows.push_back(static_cast<int32_t>(t));
+  std::vector<float> logits(static_cast<size_t>((n - first) * config_.vocab_size));
+  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data()));
+  cache.length += n;
+  if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
+  if (last_logits != nullptr) {
+    std::memcpy(last_logits, logits.data() + (n - 1 - first) * config_.vocab_size, config_.vocab_size * sizeof(float));
+  }
+  return ok_status();
+}
+
+namespace {
+
+// The step's arrays against each other and the pool, before anything is written.
+Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaConfig& c, int64_t max_length) {
+  const int64_t t = step.num_tokens(), s = step.num_seqs();
+  if (t <= 0 || s <= 0) return invalid_argument("a decoder step needs at least one token");
+  if (static_cast<int64_t>(step.positions.size()) != t || static_cast<int64_t>(step.slots.size()) != t ||
+      static_cast<int64_t>(step.query_start.size()) != s + 1 || step.table_ld <= 0 ||
+      static_cast<int64_t>(step.block_tables.size()) != s * step.table_ld || step.query_start.back() != t) {
+    return invalid_argument("a decoder step's arrays disagree in length");
+  }
+  if (pool.layers != c.num_hidden_layers || pool.kv_size != c.kv_size()) {
+    return invalid_argument("the KV pool was made for another model");
+  }
+  for (int64_t i = 0; i < t; ++i) {
+    if (step.tokens[i] < 0 || step.tokens[i] >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(step.tokens[i]) + " is outside the vocabulary (size " +
                               std::to_string(c.vocab_size) + ")");
     }
+    if (step.positions[i] < 0 || step.positions[i] >= max_length) {
+      return invalid_argument("position " + std::to_string(step.positions[i]) + " is past the model's length (" +
+                              std::to_string(max_length) + ")");
+    }
+    if (step.slots[i] < 0 || step.slots[i] >= pool.slots()) {
+      return invalid_argument("slot " + std::to_string(step.slots[i]) + " is outside the KV pool");
+    }
   }
-  const int64_t h = c.hidden_size, qs = c.q_size(), kvs = c.kv_size(), past = cache.length, total = past + n;
-  std::vector<int32_t> positions(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) positions[t] = static_cast<int32_t>(past + t);
-  // Dynamic NTK scaling depends on the longest position seen (HF recomputes its frequencies per forward).
-  const std::vector<float> dynamic_freq =
-      c.rope_scaling.type == "dynamic"
-          ? kernels::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling,
-                                   c.rope_scaling.original_max_position_embeddings, total)
-          : std::vector<float>();
-  const float* inv_freq = dynamic_freq.empty() ? inv_freq_.data() : dynamic_freq.data();
+  for (int32_t row : step.logit_rows) {
+    if (row < 0 || row >= t) return invalid_argument("a logit row outside the step's tokens");
+  }
+  return ok_status();  // tables and lengths: paged_attention_cpu checks them
+}
+
+}  // namespace
+
+Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits) const {
+  const LlamaConfig& c = config_;
+  RETURN_IF_ERROR(check_step(step, pool, c, max_length()));
+  const int64_t n = step.num_tokens(), h = c.hidden_size, qs = c.q_size(), kvs = c.kv_size();
+  // Dynamic NTK scaling depends on the sequence's length (HF recomputes its frequencies per forward): one set of
+  // frequencies per sequence then.
+  std::vector<std::vector<float>> dynamic_freq;
+  if (c.rope_scaling.type == "dynamic") {
+    for (int64_t s = 0; s < step.num_seqs(); ++s) {
+      dynamic_freq.push_back(kernels::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling,
+                                                    c.rope_scaling.original_max_position_embeddings,
+                                                    step.seq_lens[s]));
+    }
+  }
+  auto rope = [&](float* x, int64_t ld, int64_t heads) {
+    if (dynamic_freq.empty()) {
+      kernels::apply_rope(x, n, ld, heads, c.head_dim, step.positions.data(), inv_freq_.data());
+      return;
+    }
+    for (int64_t s = 0; s < step.num_seqs(); ++s) {
+      const int64_t first = step.query_start[s], rows = step.query_start[s + 1] - first;
+      kernels::apply_rope(x + first * ld, rows, ld, heads, c.head_dim, step.positions.data() + first,
+                          dynamic_freq[s].data());
+    }
+  };
 
   std::vector<float> x(static_cast<size_t>(n * h)), normed(x.size()), q(static_cast<size_t>(n * qs)),
-      attn(q.size()), gate(static_cast<size_t>(n * c.intermediate_size)), up(gate.size());
+      k(static_cast<size_t>(n * kvs)), v(k.size()), attn(q.size()), gate(static_cast<size_t>(n * c.intermediate_size)),
+      up(gate.size());
   Tensor xt(x.data(), DType::kF32, {n, h}), normed_t(normed.data(), DType::kF32, {n, h});
   Tensor qt(q.data(), DType::kF32, {n, qs}), attn_t(attn.data(), DType::kF32, {n, qs});
+  Tensor kt(k.data(), DType::kF32, {n, kvs}), vt(v.data(), DType::kF32, {n, kvs});
   Tensor gate_t(gate.data(), DType::kF32, {n, c.intermediate_size}), up_t(up.data(), DType::kF32, {n, c.intermediate_size});
   auto bias = [](const Tensor& b) { return b.data() != nullptr ? &b : nullptr; };
-  kernels::embedding(embed_, tokens, n, xt);
+  kernels::embedding(embed_, step.tokens.data(), n, xt);
   const float eps = static_cast<float>(c.rms_norm_eps);
+  kernels::PagedAttentionArgs a;
+  a.q = q.data(), a.q_ld = qs, a.out = attn.data(), a.out_ld = qs, a.dtype = DType::kF32;
+  a.block_tables = step.block_tables.data(), a.block_table_ld = step.table_ld;
+  a.seq_lens = step.seq_lens.data(), a.query_start = step.query_start.data();
+  a.num_seqs = step.num_seqs(), a.num_tokens = n, a.heads = c.num_attention_heads, a.kv_heads = c.num_key_value_heads;
+  a.head_dim = c.head_dim, a.block_size = pool.block_size, a.num_blocks = pool.num_blocks;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), a.window = c.sliding_window;
+  a.max_seq_len = step.max_seq_len, a.max_query_len = step.max_query_len;
+  kernels::PagedKvWriteArgs write;
+  write.k = k.data(), write.v = v.data(), write.src_ld = kvs, write.dtype = DType::kF32;
+  write.slot_mapping = step.slots.data(), write.num_tokens = n, write.width = kvs, write.num_slots = pool.slots();
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x.data(), h, w.input_norm.data_as<float>(), n, h, eps, normed.data(), h);
-    // Keys and values go straight into the cache rows of this step's positions.
-    float* k_rows = cache.k_layer(l) + past * kvs;
-    float* v_rows = cache.v_layer(l) + past * kvs;
-    Tensor kt(k_rows, DType::kF32, {n, kvs}), vt(v_rows, DType::kF32, {n, kvs});
     kernels::linear(normed_t, w.q, bias(w.q_bias), qt);
     kernels::linear(normed_t, w.k, bias(w.k_bias), kt);
     kernels::linear(normed_t, w.v, bias(w.v_bias), vt);
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim values, before the rotation
       kernels::rms_norm(q.data(), c.head_dim, w.q_norm.data_as<float>(), n * c.num_attention_heads, c.head_dim, eps,
                         q.data(), c.head_dim);
-      kernels::rms_norm(k_rows, c.head_dim, w.k_norm.data_as<float>(), n * c.num_key_value_heads, c.head_dim, eps,
-                        k_rows, c.head_dim);
+      kernels::rms_norm(k.data(), c.head_dim, w.k_norm.data_as<float>(), n * c.num_key_value_heads, c.head_dim, eps,
+                        k.data(), c.head_dim);
     }
-    kernels::apply_rope(q.data(), n, qs, c.num_attention_heads, c.head_dim, positions.data(), inv_freq);
-    kernels::apply_rope(k_rows, n, kvs, c.num_key_value_heads, c.head_dim, positions.data(), inv_freq);
-    kernels::AttentionKvArgs a;
-    a.q = q.data(), a.q_ld = qs, a.k = cache.k_layer(l), a.v = cache.v_layer(l), a.kv_ld = kvs;
-    a.kv_batch_stride = cache.capacity, a.out = attn.data(), a.out_ld = qs, a.dtype = DType::kF32;
-    a.batch = 1, a.q_len = n, a.kv_len = total, a.heads = c.num_attention_heads, a.head_dim = c.head_dim;
-    a.kv_heads = c.num_key_value_heads, a.causal = true, a.window = c.sliding_window;
-    a.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-    RETURN_IF_ERROR(kernels::attention_kv_cpu(a));
+    rope(q.data(), qs, c.num_attention_heads);
+    rope(k.data(), kvs, c.num_key_value_heads);
+    // This step's keys and values into their slots, then attention over each sequence's blocks.
+    write.k_cache = pool.k_layer(l), write.v_cache = pool.v_layer(l);
+    RETURN_IF_ERROR(kernels::paged_kv_write_cpu(write));
+    a.k_cache = pool.k_layer(l), a.v_cache = pool.v_layer(l);
+    RETURN_IF_ERROR(kernels::paged_attention_cpu(a));
     kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
     kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);
@@ -331,17 +421,15 @@ Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache
                     c.intermediate_size);
     kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
   }
-  cache.length = total;
-  // Final norm, then logits for the rows asked for.
-  const int64_t first = all_logits != nullptr ? 0 : n - 1, rows = n - first;
-  kernels::rms_norm(x.data() + first * h, h, final_norm_.data_as<float>(), rows, h, eps, normed.data(), h);
-  std::vector<float> logits(static_cast<size_t>(rows * c.vocab_size));
-  Tensor in(normed.data(), DType::kF32, {rows, h}), out(logits.data(), DType::kF32, {rows, c.vocab_size});
-  kernels::linear(in, lm_head_, nullptr, out);
-  if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
-  if (last_logits != nullptr) {
-    std::memcpy(last_logits, logits.data() + (rows - 1) * c.vocab_size, c.vocab_size * sizeof(float));
+  // Final norm of the rows asked for, then their logits.
+  const int64_t rows = static_cast<int64_t>(step.logit_rows.size());
+  if (rows == 0) return ok_status();
+  for (int64_t r = 0; r < rows; ++r) {
+    kernels::rms_norm(x.data() + step.logit_rows[r] * h, h, final_norm_.data_as<float>(), 1, h, eps,
+                      normed.data() + r * h, h);
   }
+  Tensor in(normed.data(), DType::kF32, {rows, h}), out(logits, DType::kF32, {rows, c.vocab_size});
+  kernels::linear(in, lm_head_, nullptr, out);
   return ok_status();
 }
 

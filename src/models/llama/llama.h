@@ -10,12 +10,15 @@
 // llama3 are computed (kernels/rope.h), others (yarn, longrope, ...) are kUnimplemented naming the type.
 // Weights of any stored dtype (f32, f16, bf16; sharded) are checked against the table for the architecture
 // (all problems reported at once) and upcast to f32: the CPU path computes in f32.
-// Sequences keep a contiguous KV cache each (LlamaKvCache); forward() appends `n` tokens at the cache's length.
+// The forward is one engine step over a paged KV pool (forward_step: models/common/decoder_step.h, the sequences
+// of a continuous batch, prefill chunks and decode tokens mixed); forward() is the same for one sequence with a
+// cache of its own (LlamaKvCache: one block as long as the sequence), which the conformance tests use.
 // Tests: tests/conformance/llama_stories_test.cpp (llama2.c's stories260K converted by `mmserve convert-llama2c`:
 // greedy text equal to run.c's), tests/unit/models/llama_model_test.cpp (config keys, broken checkpoints).
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +28,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "kernels/rope/rope.h"
+#include "models/common/decoder_step.h"
 #include "models/common/weight_table.h"
 
 namespace mmserve::models {
@@ -59,12 +63,25 @@ struct LlamaConfig {
 // architectures, activations and rope types not supported).
 StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::string& label);
 
-// One sequence's keys and values: [layers, capacity, kv_size] each, f32; `length` tokens written.
+// The paged KV pool of the CPU path: per layer, [num_blocks * block_size, kv_size] f32 for K and for V (slot s of
+// layer l at (l * slots + s) * kv_size), the layout of kernels/paged_attention.h.
+// The memory comes from calloc: pages nobody writes stay unbacked, so a large pool costs what is used.
+struct LlamaKvPool {
+  int64_t num_blocks = 0, block_size = 16, layers = 0, kv_size = 0;
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float, Free> k, v;
+  int64_t slots() const { return num_blocks * block_size; }
+  int64_t bytes() const { return 2 * layers * slots() * kv_size * static_cast<int64_t>(sizeof(float)); }
+  float* k_layer(int64_t l) { return k.get() + l * slots() * kv_size; }
+  float* v_layer(int64_t l) { return v.get() + l * slots() * kv_size; }
+};
+
+// One sequence's own cache: a pool of one block of `capacity` slots; `length` tokens written.
 struct LlamaKvCache {
-  int64_t length = 0, capacity = 0, layers = 0, kv_size = 0;
-  std::vector<float> k, v;
-  float* k_layer(int64_t l) { return k.data() + l * capacity * kv_size; }
-  float* v_layer(int64_t l) { return v.data() + l * capacity * kv_size; }
+  int64_t length = 0, capacity = 0;
+  LlamaKvPool pool;
 };
 
 class LlamaModel {
@@ -77,6 +94,15 @@ class LlamaModel {
   int64_t max_length() const;
   // An empty cache for up to `capacity` tokens (at most max_length()).
   StatusOr<LlamaKvCache> new_cache(int64_t capacity) const;
+  // A zeroed pool of num_blocks blocks of block_size slots; kInvalidArgument for sizes that are not positive.
+  StatusOr<LlamaKvPool> new_pool(int64_t num_blocks, int64_t block_size) const;
+  // Bytes of K and V one token takes in the pool (all layers), for sizing pools from a byte budget.
+  int64_t kv_bytes_per_token() const { return 2 * config_.num_hidden_layers * config_.kv_size() * 4; }
+
+  // One engine step: writes the K/V of step.tokens into their slots and the logits of step.logit_rows into
+  // `logits` [logit_rows, vocab]. kInvalidArgument for ids outside the vocabulary, positions past max_length(),
+  // tables or slots outside the pool (checked before anything is written).
+  Status forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits) const;
   // Appends tokens[0, n) to the sequence in `cache` (positions cache.length ...). Writes the logits of the last
   // token to `last_logits` [vocab] when non-null, and of every token to `all_logits` [n, vocab] when non-null.
   // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).

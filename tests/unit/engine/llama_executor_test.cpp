@@ -12,6 +12,7 @@
 
 #include "../../conformance/golden.h"
 #include "engine/families.h"
+#include "models/llama/llama.h"
 #include "models/llama/llama2c.h"
 
 namespace mmserve::engine {
@@ -28,8 +29,10 @@ class LlamaExecutorTest : public ::testing::Test {
                     .ok());
   }
   static void TearDownTestSuite() { fs::remove_all(dir_); }
-  void SetUp() override {
-    auto executor = LlamaExecutor::create_for_server(dir_, {}, nlohmann::json::object());
+  void SetUp() override { make(nlohmann::json::object()); }
+  // An executor with these mmserve.yaml options.
+  void make(const nlohmann::json& family_options) {
+    auto executor = LlamaExecutor::create_for_server(dir_, {}, family_options);
     ASSERT_TRUE(executor.ok()) << executor.status().to_string();
     executor_ = std::move(*executor);
     ASSERT_TRUE(executor_->warm().ok());
@@ -107,7 +110,9 @@ TEST_F(LlamaExecutorTest, ABatchGivesEachRequestWhatItGetsAlone) {
   auto ids = exec.tokenizer().encode("Once upon a time");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(b->prompt_ids, *ids);
-  auto alone = exec.model().greedy(*ids, 20, /*ignore_eos=*/true);
+  auto model = models::LlamaModel::load(dir_);
+  ASSERT_TRUE(model.ok());
+  auto alone = (*model)->greedy(*ids, 20, /*ignore_eos=*/true);
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ(b->ids, *alone);
   EXPECT_EQ(b->finish_reason, "length");
@@ -156,6 +161,149 @@ TEST_F(LlamaExecutorTest, ACancelledRequestEndsCancelled) {
   hooks.finish = [&](size_t, StatusOr<std::shared_ptr<const ModelOutput>> out, double) { code = out.status().code(); };
   executor_->run(batch, hooks);
   EXPECT_EQ(code, StatusCode::kCancelled);
+}
+
+// Runs `params` (with their text prompts) as one batch; outputs in order.
+std::vector<LlamaOutput> run_batch(LlamaExecutorTest& t, Executor& executor, std::vector<Prepared>& prepared) {
+  std::vector<BatchItem> batch(prepared.size());
+  for (size_t i = 0; i < prepared.size(); ++i) batch[i].input = prepared[i].input.get();
+  std::vector<LlamaOutput> outputs(batch.size());
+  BatchHooks hooks;
+  hooks.finish = [&](size_t i, StatusOr<std::shared_ptr<const ModelOutput>> out, double) {
+    ASSERT_TRUE(out.ok()) << out.status().to_string();
+    outputs[i] = *output_as<LlamaOutput>(*out);
+  };
+  executor.run(batch, hooks);
+  return outputs;
+}
+
+// The engine's settings change how a batch is scheduled, never what each request gets: a pool so small that
+// sequences are preempted and recomputed, a 5-token step budget (chunked prefill), and prefix caching of a
+// shared prompt all give each request its greedy run alone.
+TEST_F(LlamaExecutorTest, PreemptionChunkingAndPrefixCachingChangeNothing) {
+  auto model = models::LlamaModel::load(dir_);
+  ASSERT_TRUE(model.ok());
+  const auto& exec = dynamic_cast<const LlamaExecutor&>(*executor_);
+  const std::string lily = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+  const std::vector<std::string> prompts = {lily + " She", lily + " One day",
+                                            "The dog", lily + " She"};
+  std::vector<std::vector<int32_t>> alone;
+  for (const std::string& text : prompts) {
+    auto ids = exec.tokenizer().encode(text);
+    ASSERT_TRUE(ids.ok());
+    auto out = (*model)->greedy(*ids, 40, /*ignore_eos=*/true);
+    ASSERT_TRUE(out.ok());
+    alone.push_back(*out);
+  }
+  const int64_t per_token = (*model)->kv_bytes_per_token();
+  for (const nlohmann::json& options :
+       {nlohmann::json{{"kv_cache_bytes", per_token * 16 * 40}, {"block_size", 16}},  // 40 blocks: 640 slots
+        nlohmann::json{{"max_num_batched_tokens", 5}}, nlohmann::json{{"block_size", 4}},
+        nlohmann::json{{"enable_prefix_caching", false}, {"enable_chunked_prefill", false}}}) {
+    SCOPED_TRACE(options.dump());
+    make(options);
+    std::vector<Prepared> prepared;
+    for (const std::string& text : prompts) {
+      LlamaParams p;
+      p.sampling.temperature = 0;
+      p.max_tokens = 40;
+      p.ignore_eos = true;
+      auto one = prepare(p, text);
+      ASSERT_TRUE(one.ok());
+      prepared.push_back(std::move(*one));
+    }
+    std::vector<LlamaOutput> outputs = run_batch(*this, *executor_, prepared);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outputs[i].ids, alone[i]) << prompts[i];
+    // The same requests again: their prompts' full blocks are cached now.
+    prepared.clear();
+    for (const std::string& text : prompts) {
+      LlamaParams p;
+      p.sampling.temperature = 0;
+      p.max_tokens = 40;
+      p.ignore_eos = true;
+      auto one = prepare(p, text);
+      ASSERT_TRUE(one.ok());
+      prepared.push_back(std::move(*one));
+    }
+    outputs = run_batch(*this, *executor_, prepared);
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outputs[i].ids, alone[i]) << "again: " << prompts[i];
+    const CacheStats prefix = executor_->caches()[0];
+    if (options.contains("enable_prefix_caching")) {
+      EXPECT_EQ(prefix.hits, 0);
+    } else {
+      EXPECT_GT(prefix.hits, 0) << "the repeated prompts share blocks";
+    }
+  }
+}
+
+// A pool that holds two sequences at a time for four requests: the scheduler preempts, and counts it.
+TEST_F(LlamaExecutorTest, ASmallPoolPreemptsAndRecomputes) {
+  auto model = models::LlamaModel::load(dir_);
+  ASSERT_TRUE(model.ok());
+  make({{"kv_cache_bytes", (*model)->kv_bytes_per_token() * 16 * 34}, {"enable_prefix_caching", false}});
+  std::vector<Prepared> prepared;
+  for (int i = 0; i < 4; ++i) {
+    LlamaParams p;
+    p.sampling.temperature = 0;
+    p.prompt_ids = std::vector<int32_t>{1};
+    p.max_tokens = 256;
+    p.ignore_eos = true;
+    auto one = prepare(p);
+    ASSERT_TRUE(one.ok());
+    prepared.push_back(std::move(*one));
+  }
+  std::vector<LlamaOutput> outputs = run_batch(*this, *executor_, prepared);
+  std::ifstream golden(testing::fixture("llama2c/stories260K_golden_t0.txt"));
+  const std::string story = trim(std::string(std::istreambuf_iterator<char>(golden), {}));
+  for (const LlamaOutput& o : outputs) {
+    EXPECT_EQ(o.ids.size(), 256u);
+    EXPECT_EQ(trim(o.text), story);
+  }
+  EXPECT_GT(executor_->sequences()->preemptions, 0);
+  EXPECT_EQ(executor_->sequences()->running, 0);
+}
+
+// logprobs: greedy takes the most likely token, whose raw log-probability heads the top list.
+TEST_F(LlamaExecutorTest, LogprobsOfGreedyTokensHeadTheirTopLists) {
+  LlamaParams p;
+  p.sampling.temperature = 0;
+  p.max_tokens = 12;
+  p.logprobs = 3;
+  std::vector<TextDelta> deltas;
+  p.on_delta = [&](const TextDelta& d) {
+    deltas.push_back(d);
+    return true;
+  };
+  auto one = prepare(p, "Once upon a time");
+  ASSERT_TRUE(one.ok());
+  std::vector<Prepared> prepared;
+  prepared.push_back(std::move(*one));
+  const LlamaOutput out = run_batch(*this, *executor_, prepared)[0];
+  ASSERT_EQ(out.logprobs.size(), out.ids.size());
+  size_t streamed = 0;
+  for (const TextDelta& d : deltas) {
+    EXPECT_EQ(d.ids.size(), d.logprobs.size());
+    streamed += d.ids.size();
+  }
+  EXPECT_EQ(streamed, out.ids.size());
+  for (size_t i = 0; i < out.ids.size(); ++i) {
+    const TokenLogprob& lp = out.logprobs[i];
+    EXPECT_EQ(lp.id, out.ids[i]);
+    ASSERT_EQ(lp.top.size(), 3u);
+    EXPECT_EQ(lp.top[0].first, out.ids[i]);
+    EXPECT_FLOAT_EQ(lp.top[0].second, lp.logprob);
+    EXPECT_LE(lp.logprob, 0.0f);
+    EXPECT_GE(lp.top[0].second, lp.top[1].second);
+    EXPECT_GE(lp.top[1].second, lp.top[2].second);
+  }
+}
+
+TEST_F(LlamaExecutorTest, BadOptionsAreRefusedByName) {
+  EXPECT_FALSE(LlamaExecutor::create_for_server(dir_, {}, {{"block_sise", 16}}).ok());
+  EXPECT_FALSE(LlamaExecutor::create_for_server(dir_, {}, {{"block_size", 0}}).ok());
+  auto tiny = LlamaExecutor::create_for_server(dir_, {}, {{"kv_cache_bytes", 1000}});
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_NE(tiny.status().message().find("max_model_len"), std::string::npos) << tiny.status().message();
 }
 
 TEST_F(LlamaExecutorTest, BadRequestsAreRefusedWithAMessage) {

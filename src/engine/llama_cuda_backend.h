@@ -1,0 +1,26 @@
+// The Llama family on the GPU behind DecoderBackend (see decoder_backend.h): models/llama/llama_cuda's forward over
+// a device KV pool sized from gpu_memory_utilization (or kv_cache_bytes), decode steps replayed as CUDA graphs per
+// batch bucket, sampling on the GPU (kernels/sampling). Built only with MMSERVE_CUDA.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "engine/decoder_backend.h"
+#include "engine/executor.h"
+#include "models/llama/llama.h"
+
+namespace mmserve::engine {
+
+struct LlamaOptions;
+
+// Loads the model onto options.device in options.dtype (bf16 by default); fills `config`, `max_model_len`
+// (llama.max_model_len or the model's) and `dtype`.
+StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::string& model_dir,
+                                                                  const ExecutorOptions& options,
+                                                                  const LlamaOptions& llama,
+                                                                  models::LlamaConfig& config, int64_t& max_model_len,
+                                                                  DType& dtype);
+
+}  // namespace mmserve::engine

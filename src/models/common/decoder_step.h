@@ -1,0 +1,32 @@
+// One engine step of a decoder over a paged KV cache (issue 14): the new tokens of every scheduled sequence,
+// concatenated, with where each one's keys and values go and where each sequence's past lives. The scheduler
+// (engine/decoder_scheduler.h) builds it; every decoder model (CPU and CUDA, Llama, and the decoders of LLaVA and
+// Mixtral) runs it. The arrays are exactly kernels/paged_attention.h's PagedAttentionArgs / PagedKvWriteArgs.
+//
+// A step mixes sequences decoding one token and prefill chunks of many (chunked prefill); a sequence whose chunk
+// finishes its prompt (or any decoding one) wants the logits of its last new token: `logit_rows` lists those token
+// rows, and the model returns logits in that order.
+// Tests: through the models' tests (tests/unit/models/llama_paged_test.cpp) and the scheduler's.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace mmserve::models {
+
+struct DecoderStep {
+  std::vector<int32_t> tokens;       // [T] new token ids, sequence by sequence
+  std::vector<int32_t> positions;    // [T] their positions in their sequences
+  std::vector<int32_t> slots;        // [T] cache slot (block * block_size + offset) of each token's K/V
+  std::vector<int32_t> query_start;  // [S + 1] sequence s's tokens are rows [query_start[s], query_start[s + 1])
+  std::vector<int32_t> seq_lens;     // [S] keys of sequence s after the step (past + new)
+  std::vector<int32_t> block_tables;  // [S, table_ld] block ids of each sequence (unused entries 0)
+  int64_t table_ld = 0;
+  std::vector<int32_t> logit_rows;  // token rows whose logits are wanted, in output order
+  int64_t max_seq_len = 0, max_query_len = 0;
+
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
+  int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+};
+
+}  // namespace mmserve::models
