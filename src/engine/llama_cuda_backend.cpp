@@ -1,14 +1,227 @@
-// LlamaCudaBackend (see llama_cuda_backend.h).
+// LlamaCudaBackend (see llama_cuda_backend.h): LlamaCudaModel plus sampling on the GPU (kernels/sampling), which
+// copies back only the ids and the logprobs asked for.
 #include "engine/llama_cuda_backend.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/cuda/cuda_status.h"
+#include "core/cuda/device_memory.h"
 #include "engine/llama_executor.h"
+#include "kernels/sampling/sampling_cuda.h"
+#include "models/llama/llama_cuda.h"
 
 namespace mmserve::engine {
+namespace {
 
-StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::string&, const ExecutorOptions& options,
-                                                                  const LlamaOptions&, models::LlamaConfig&, int64_t&,
-                                                                  DType&) {
-  return unimplemented("the Llama family's CUDA path is being written (device " + options.device.to_string() + ")");
+class LlamaCudaBackend final : public DecoderBackend {
+ public:
+  explicit LlamaCudaBackend(std::unique_ptr<models::LlamaCudaModel> model) : model_(std::move(model)) {}
+  ~LlamaCudaBackend() override {
+    for (void* p : {d_params_, d_ids_, d_logprobs_, d_top_ids_, d_top_logprobs_, d_seen_offsets_, d_seen_ids_,
+                    d_prompt_lens_, d_scratch_}) {
+      if (p != nullptr) cudaFree(p);
+    }
+  }
+
+  Status init() {
+    const int64_t rows = max_rows();
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_params_, rows * sizeof(kernels::SamplingRowParams)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_ids_, rows * sizeof(int32_t)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_logprobs_, rows * sizeof(float)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_top_ids_, rows * kernels::kSamplingTopNMax * sizeof(int32_t)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_top_logprobs_, rows * kernels::kSamplingTopNMax * sizeof(float)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_seen_offsets_, (rows + 1) * sizeof(int32_t)));
+    CUDA_RETURN_IF_ERROR(cudaMalloc(&d_prompt_lens_, rows * sizeof(int32_t)));
+    // Host side: params, then the outputs, then the seen ids (grown on demand).
+    return host_.init(rows * (sizeof(kernels::SamplingRowParams) + 2 * sizeof(int32_t) + sizeof(float) +
+                              kernels::kSamplingTopNMax * (sizeof(int32_t) + sizeof(float)) + 8) + 64);
+  }
+
+  std::string describe() const override {
+    return std::string("cuda:") + std::to_string(device_) + " " + dtype_name(model_->dtype()) +
+           (model_->graphs() ? ", decode CUDA graphs" : ", no CUDA graphs");
+  }
+  int64_t num_blocks() const override { return model_->num_blocks(); }
+  int64_t block_size() const override { return model_->block_size(); }
+  int64_t pool_bytes() const override { return model_->pool_bytes(); }
+  int64_t memory_bytes() const override { return model_->memory_bytes(); }
+  Status forward(const models::DecoderStep& step) override {
+    rows_ = static_cast<int64_t>(step.logit_rows.size());
+    return model_->forward(step);
+  }
+
+  Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
+    const int64_t n = static_cast<int64_t>(rows.size());
+    if (n != rows_) return internal_error("sample() rows differ from the step's");
+    const int64_t vocab = model_->config().vocab_size;
+    cudaStream_t s = model_->stream();
+    float* logits = const_cast<float*>(model_->logits());
+    // Host staging layout: params [n], then ids, logprobs, top ids, top logprobs come back into the same buffer.
+    auto* params = host_.data_as<kernels::SamplingRowParams>();
+    bool penalties = false;
+    int64_t top_n = 0;
+    bool logprobs = false;
+    for (int64_t r = 0; r < n; ++r) {
+      const SamplingParams& p = *rows[r].params;
+      kernels::SamplingRowParams& k = params[r];
+      k = kernels::SamplingRowParams();
+      k.temperature = static_cast<float>(p.temperature);
+      k.top_k = static_cast<int32_t>(p.top_k);
+      k.top_p = static_cast<float>(p.top_p);
+      k.min_p = static_cast<float>(p.min_p);
+      k.repetition_penalty = static_cast<float>(p.repetition_penalty);
+      k.presence_penalty = static_cast<float>(p.presence_penalty);
+      k.frequency_penalty = static_cast<float>(p.frequency_penalty);
+      k.seed = rows[r].seed;
+      k.step = rows[r].step;
+      penalties = penalties || p.repetition_penalty != 1.0 || p.presence_penalty != 0 || p.frequency_penalty != 0;
+      if (rows[r].logprobs >= 0) {
+        logprobs = true;
+        top_n = std::max(top_n, rows[r].logprobs);
+      }
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params_, params, n * sizeof(kernels::SamplingRowParams),
+                                         cudaMemcpyHostToDevice, s));
+    // EOS before min_tokens: those logits to -inf (the raw logprobs then see the ban too, as vLLM's do).
+    static const float kMinusInf = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < n; ++r) {
+      for (int32_t id : rows[r].banned) {
+        if (id >= 0 && id < vocab) {
+          CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits + r * vocab + id, &kMinusInf, sizeof(float),
+                                               cudaMemcpyHostToDevice, s));
+        }
+      }
+    }
+    kernels::SamplingArgs a;
+    a.logits = logits, a.rows = n, a.vocab = vocab, a.vocab_ld = vocab, a.params = d_params_;
+    a.ids = d_ids_;
+    if (logprobs) {
+      a.logprobs = d_logprobs_;
+      a.top_n = top_n;
+      if (top_n > 0) a.top_ids = d_top_ids_, a.top_logprobs = d_top_logprobs_;
+    }
+    if (penalties) RETURN_IF_ERROR(stage_seen(rows, a));
+    RETURN_IF_ERROR(kernels::sample_tokens_cuda(a, s));
+    // Back: ids, and the logprobs when asked.
+    uint8_t* back = host_.data_as<uint8_t>() + n * sizeof(kernels::SamplingRowParams);
+    int32_t* ids = reinterpret_cast<int32_t*>(back);
+    float* lp = reinterpret_cast<float*>(ids + n);
+    int32_t* top_ids = reinterpret_cast<int32_t*>(lp + n);
+    float* top_lp = reinterpret_cast<float*>(top_ids + n * top_n);
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ids, d_ids_, n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+    if (logprobs) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lp, d_logprobs_, n * sizeof(float), cudaMemcpyDeviceToHost, s));
+      if (top_n > 0) {
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_ids, d_top_ids_, n * top_n * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+        CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_lp, d_top_logprobs_, n * top_n * sizeof(float), cudaMemcpyDeviceToHost, s));
+      }
+    }
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    out.assign(static_cast<size_t>(n), SampledToken());
+    for (int64_t r = 0; r < n; ++r) {
+      out[r].id = ids[r];
+      if (rows[r].logprobs < 0) continue;
+      TokenLogprob t;
+      t.id = ids[r];
+      t.logprob = lp[r];
+      for (int64_t i = 0; i < rows[r].logprobs; ++i) t.top.emplace_back(top_ids[r * top_n + i], top_lp[r * top_n + i]);
+      out[r].logprob = std::move(t);
+    }
+    return ok_status();
+  }
+
+  int device_ = 0;
+
+ private:
+  int64_t max_rows() const { return max_seqs_; }
+
+  // The tokens each row has seen (prompt, then generated) as CSR on the device, and the zeroed scratch the
+  // penalty kernel needs ([rows, vocab] words, allocated at the first penalised step).
+  Status stage_seen(std::span<const SampleRow> rows, kernels::SamplingArgs& a) {
+    cudaStream_t s = model_->stream();
+    const int64_t n = static_cast<int64_t>(rows.size()), vocab = model_->config().vocab_size;
+    seen_offsets_.assign(1, 0);
+    seen_ids_.clear();
+    prompt_lens_.clear();
+    for (const SampleRow& r : rows) {
+      seen_ids_.insert(seen_ids_.end(), r.prompt.begin(), r.prompt.end());
+      seen_ids_.insert(seen_ids_.end(), r.generated.begin(), r.generated.end());
+      seen_offsets_.push_back(static_cast<int32_t>(seen_ids_.size()));
+      prompt_lens_.push_back(static_cast<int32_t>(r.prompt.size()));
+    }
+    if (seen_ids_.size() > seen_capacity_) {
+      if (d_seen_ids_ != nullptr) cudaFree(d_seen_ids_);
+      seen_capacity_ = std::max<size_t>(seen_ids_.size() * 2, 4096);
+      CUDA_RETURN_IF_ERROR(cudaMalloc(&d_seen_ids_, seen_capacity_ * sizeof(int32_t)));
+    }
+    if (d_scratch_ == nullptr) {
+      const size_t bytes = static_cast<size_t>(max_seqs_ * vocab) * sizeof(uint64_t);
+      CUDA_RETURN_IF_ERROR(cudaMalloc(&d_scratch_, bytes));
+      CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_scratch_, 0, bytes, s));
+    }
+    // Synchronous copies from pageable vectors (penalised steps are the rare case).
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_offsets_, seen_offsets_.data(), (n + 1) * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_ids_, seen_ids_.data(), seen_ids_.size() * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_prompt_lens_, prompt_lens_.data(), n * sizeof(int32_t),
+                                         cudaMemcpyHostToDevice, s));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    a.seen_offsets = d_seen_offsets_;
+    a.seen_ids = d_seen_ids_;
+    a.prompt_lens = d_prompt_lens_;
+    a.scratch = d_scratch_;
+    return ok_status();
+  }
+
+ public:
+  int64_t max_seqs_ = 256;
+
+ private:
+  std::unique_ptr<models::LlamaCudaModel> model_;
+  int64_t rows_ = 0;
+  PinnedBuffer host_;
+  kernels::SamplingRowParams* d_params_ = nullptr;
+  int32_t* d_ids_ = nullptr;
+  float* d_logprobs_ = nullptr;
+  int32_t* d_top_ids_ = nullptr;
+  float* d_top_logprobs_ = nullptr;
+  int32_t *d_seen_offsets_ = nullptr, *d_seen_ids_ = nullptr, *d_prompt_lens_ = nullptr;
+  uint64_t* d_scratch_ = nullptr;
+  size_t seen_capacity_ = 0;
+  std::vector<int32_t> seen_offsets_, seen_ids_, prompt_lens_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::string& model_dir,
+                                                                  const ExecutorOptions& options,
+                                                                  const LlamaOptions& llama,
+                                                                  models::LlamaConfig& config, int64_t& max_model_len,
+                                                                  DType& dtype) {
+  std::string why;
+  if (!cuda_device_available(&why)) return Status(StatusCode::kUnavailable, "no CUDA device for " + options.device.to_string() + ": " + why);
+  models::LlamaCudaOptions o;
+  o.device = options.device.index;
+  o.dtype = options.dtype.value_or(DType::kBF16);
+  o.block_size = llama.block_size;
+  o.kv_cache_bytes = llama.kv_cache_bytes;
+  o.memory_utilization = llama.gpu_memory_utilization;
+  o.max_num_tokens = llama.max_num_batched_tokens;
+  o.max_num_seqs = std::min(llama.max_num_seqs, options.batch_size_max);
+  o.max_model_len = llama.max_model_len;
+  o.graphs = options.cuda_graphs;
+  ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaCudaModel> model, models::LlamaCudaModel::load(model_dir, o));
+  config = model->config();
+  max_model_len = model->max_model_len();
+  dtype = model->dtype();
+  auto backend = std::make_unique<LlamaCudaBackend>(std::move(model));
+  backend->device_ = o.device;
+  backend->max_seqs_ = o.max_num_seqs;
+  RETURN_IF_ERROR(backend->init());
+  return std::unique_ptr<DecoderBackend>(std::move(backend));
 }
 
 }  // namespace mmserve::engine

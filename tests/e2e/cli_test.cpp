@@ -412,7 +412,10 @@ TEST(Cli, GenerateRefusesBadArguments) {
   expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--top-p", "0"}), "top_p");
   expect_user_error(run({"generate", "--model", dir.string(), "--prompt-ids", "1,x"}), "not a token id");
   expect_user_error(run({"generate", "--model", dir.string(), "--prompt-ids", "1,600"}), "outside the vocabulary");
-  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--device", "cuda:0"}), "CPU only");
+  // The CPU path computes in f32; on a machine without a GPU, cuda:0 says why it cannot run.
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "a", "--dtype", "bf16"}), "f32");
+  const Result gpu = run({"generate", "--model", dir.string(), "--prompt", "a", "--device", "cuda:0"});
+  if (gpu.exit_code != 0) expect_user_error(gpu, "CUDA");
   expect_user_error(run({"generate", "--model", fixture("clip-tiny-quickgelu-f32"), "--prompt", "a"}),
                     "needs a Llama-family model");
   const fs::path messages = dir / "bad.json";

@@ -1,0 +1,500 @@
+// LlamaCudaModel (see llama_cuda.h): the weight and buffer plan, the upload, and the forward of one step.
+#include "models/llama/llama_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/cuda/cuda_status.h"
+#include "core/json_config.h"
+#include "core/safetensors.h"
+#include "kernels/paged_attention/paged_attention_cuda.h"
+#include "kernels/rms_norm/rms_norm_cuda.h"
+#include "kernels/rope/rope_cuda.h"
+#include "kernels/swiglu/swiglu_cuda.h"
+#include "models/llama/llama_cuda_kernels.h"
+
+namespace mmserve::models {
+namespace {
+
+size_t bytes_of(DType d, int64_t n) { return static_cast<size_t>(n) * dtype_size(d); }
+
+}  // namespace
+
+LlamaCudaModel::~LlamaCudaModel() {
+  for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  if (gemm_workspace_ != nullptr) cudaFree(gemm_workspace_);
+}
+
+int64_t LlamaCudaModel::memory_bytes() const {
+  return static_cast<int64_t>(weights_.capacity() + buffers_.capacity() + graph_bytes_ +
+                              kernels::CublasLtGemm::kDefaultWorkspaceBytes);
+}
+
+Status LlamaCudaModel::init(const LlamaConfig& config, const LlamaCudaOptions& options) {
+  config_ = config;
+  options_ = options;
+  if (options.dtype != DType::kBF16 && options.dtype != DType::kF16 && options.dtype != DType::kF32) {
+    return invalid_argument(std::string("the Llama family on CUDA computes in bf16, f16 or f32, not ") +
+                            dtype_name(options.dtype));
+  }
+  if (options.block_size <= 0 || options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
+    return invalid_argument("block_size, max_num_tokens and max_num_seqs must be positive");
+  }
+  if (config.rope_scaling.type == "dynamic") {
+    dynamic_rope_ = true;
+    max_model_len_ = static_cast<int64_t>(static_cast<double>(config.rope_scaling.original_max_position_embeddings) *
+                                          config.rope_scaling.factor);
+  } else {
+    max_model_len_ = config.max_position_embeddings;
+    inv_freq_ = kernels::rope_inv_freq(config.head_dim, config.rope_theta, config.rope_scaling,
+                                       config.max_position_embeddings);
+  }
+  if (options.max_model_len > 0) max_model_len_ = std::min(max_model_len_, options.max_model_len);
+  table_ld_ = (max_model_len_ + options.block_size - 1) / options.block_size;
+  qkv_width_ = config.q_size() + 2 * config.kv_size();
+  CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
+  RETURN_IF_ERROR(stream_.init());
+  CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm_workspace_, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  ASSIGN_OR_RETURN(gemm_, kernels::CublasLtGemm::create(gemm_workspace_, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  // Decode buckets: powers of two up to max_num_seqs (and max_num_seqs itself).
+  for (int64_t b = 1; b < options.max_num_seqs; b *= 2) buckets_.push_back(b);
+  buckets_.push_back(options.max_num_seqs);
+  return ok_status();
+}
+
+Status LlamaCudaModel::plan_weights() {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
+  struct Want {
+    const void** slot;
+    size_t bytes;
+    std::vector<std::pair<std::string, int64_t>> parts;  // HF names and their element offsets in the slot
+    DType dtype;
+  };
+  std::vector<Want> wants;
+  layers_.assign(static_cast<size_t>(c.num_hidden_layers), Layer());
+  auto want = [&](const void** slot, DType dtype, int64_t n, std::vector<std::pair<std::string, int64_t>> parts) {
+    wants.push_back({slot, DeviceArena::aligned(bytes_of(dtype, n)), std::move(parts), dtype});
+  };
+  want(&embed_, d, c.vocab_size * h, {{"model.embed_tokens.weight", 0}});
+  if (!c.tie_word_embeddings) want(&lm_head_, d, c.vocab_size * h, {{"lm_head.weight", 0}});
+  want(&final_norm_, d, h, {{"model.norm.weight", 0}});
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    Layer& w = layers_[static_cast<size_t>(l)];
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    want(&w.qkv, d, qkv_width_ * h,
+         {{p + "self_attn.q_proj.weight", 0}, {p + "self_attn.k_proj.weight", q * h},
+          {p + "self_attn.v_proj.weight", (q + kv) * h}});
+    if (c.qkv_bias) {
+      want(&w.qkv_bias, d, qkv_width_,
+           {{p + "self_attn.q_proj.bias", 0}, {p + "self_attn.k_proj.bias", q}, {p + "self_attn.v_proj.bias", q + kv}});
+    }
+    want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
+    if (c.o_bias) want(reinterpret_cast<const void**>(&w.o_bias), DType::kF32, h, {{p + "self_attn.o_proj.bias", 0}});
+    want(&w.gate_up, d, 2 * i * h, {{p + "mlp.gate_proj.weight", 0}, {p + "mlp.up_proj.weight", i * h}});
+    if (c.mlp_bias) {
+      want(&w.gate_up_bias, d, 2 * i, {{p + "mlp.gate_proj.bias", 0}, {p + "mlp.up_proj.bias", i}});
+      want(reinterpret_cast<const void**>(&w.down_bias), DType::kF32, h, {{p + "mlp.down_proj.bias", 0}});
+    }
+    want(&w.down, d, h * i, {{p + "mlp.down_proj.weight", 0}});
+    want(&w.input_norm, d, h, {{p + "input_layernorm.weight", 0}});
+    want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
+    if (c.qk_norm) {
+      want(&w.q_norm, d, c.head_dim, {{p + "self_attn.q_norm.weight", 0}});
+      want(&w.k_norm, d, c.head_dim, {{p + "self_attn.k_norm.weight", 0}});
+    }
+  }
+  size_t total = 0;
+  for (const Want& w : wants) total += w.bytes;
+  RETURN_IF_ERROR(weights_.init(total));
+  weight_slots_.clear();
+  for (const Want& w : wants) {
+    ASSIGN_OR_RETURN(void* p, weights_.allocate(w.bytes));
+    *w.slot = p;
+    for (const auto& [name, offset] : w.parts) {
+      weight_slots_.emplace_back(name, static_cast<uint8_t*>(p) + bytes_of(w.dtype, offset));
+    }
+  }
+  if (c.tie_word_embeddings) lm_head_ = embed_;
+  return ok_status();
+}
+
+Status LlamaCudaModel::upload(const WeightStore& store) {
+  // Biases that write the f32 residual stream are f32; everything else is the compute dtype.
+  auto dtype_of = [&](const std::string& name) {
+    const bool f32_bias = name.find("o_proj.bias") != std::string::npos || name.find("down_proj.bias") != std::string::npos;
+    return f32_bias ? DType::kF32 : options_.dtype;
+  };
+  std::vector<float> f32;
+  std::vector<uint16_t> half;
+  for (const auto& [name, dst] : weight_slots_) {
+    const TensorInfo* t = store.find(name);
+    if (t == nullptr) return invalid_argument("the checkpoint has no " + name);  // check_weights ran before
+    const DType target = dtype_of(name);
+    const int64_t n = t->numel();
+    if (t->dtype == target) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, t->data, t->nbytes, cudaMemcpyHostToDevice));
+      continue;
+    }
+    f32.resize(static_cast<size_t>(n));
+    if (!convert_to_f32(t->dtype, t->data, f32.data(), n)) {
+      return unimplemented(name + ": stored as " + dtype_name(t->dtype) + " (f32, f16 or bf16 are read)");
+    }
+    if (target == DType::kF32) {
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, f32.data(), f32.size() * 4, cudaMemcpyHostToDevice));
+      continue;
+    }
+    half.resize(f32.size());
+    for (size_t k = 0; k < f32.size(); ++k) half[k] = target == DType::kBF16 ? f32_to_bf16(f32[k]) : f32_to_f16(f32[k]);
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
+  }
+  return ok_status();
+}
+
+Status LlamaCudaModel::randomise(uint64_t seed) {
+  cudaStream_t s = stream_.get();
+  uint64_t k = seed;
+  for (const auto& [name, dst] : weight_slots_) {
+    const bool norm = name.find("norm") != std::string::npos;
+    const bool f32_bias = name.find("o_proj.bias") != std::string::npos || name.find("down_proj.bias") != std::string::npos;
+    int64_t n = 0;
+    // Element counts from the spec table.
+    for (const WeightSpec& spec : llama_weight_specs(config_)) {
+      if (spec.name == name) {
+        n = 1;
+        for (int64_t dim : spec.shape) n *= dim;
+      }
+    }
+    RETURN_IF_ERROR(fill_weights(dst, f32_bias ? DType::kF32 : options_.dtype, n, ++k, norm ? 0.0f : 0.02f, 1.0f, s));
+  }
+  return stream_.synchronize();
+}
+
+Status LlamaCudaModel::plan_buffers() {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  const int64_t t = options_.max_num_tokens, s = options_.max_num_seqs, h = c.hidden_size;
+  kernels::PagedAttentionArgs bound;
+  bound.dtype = d, bound.num_seqs = s, bound.num_tokens = std::max(t, s), bound.heads = c.num_attention_heads;
+  bound.kv_heads = c.num_key_value_heads, bound.head_dim = c.head_dim, bound.block_size = options_.block_size;
+  bound.max_seq_len = max_model_len_, bound.max_query_len = std::max(t, s);
+  attn_workspace_bytes_ = kernels::paged_attention_cuda_workspace_bytes(bound);
+  const int64_t rows = std::max(t, s);  // a decode bucket may exceed the token budget
+  const int64_t half_dim = c.head_dim / 2;
+  const std::vector<size_t> sizes = {
+      bytes_of(DType::kF32, rows * h), bytes_of(d, rows * h), bytes_of(d, rows * qkv_width_),
+      bytes_of(d, rows * c.q_size()), bytes_of(d, rows * 2 * c.intermediate_size), bytes_of(d, rows * c.intermediate_size),
+      bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
+      bytes_of(DType::kI32, rows) * 3, bytes_of(DType::kI32, rows + 1), bytes_of(DType::kI32, rows) * 2,
+      bytes_of(DType::kI32, rows * table_ld_), bytes_of(DType::kF32, (s + 1) * half_dim)};
+  size_t buffer_bytes = 0;
+  for (size_t b : sizes) buffer_bytes += DeviceArena::aligned(b) + DeviceArena::kAlignment;
+  // The pool: what is asked for, else the memory share left after weights and buffers.
+  const int64_t per_block = 2 * c.num_hidden_layers * options_.block_size * c.kv_size() * dtype_size(d);
+  int64_t blocks = options_.num_blocks;
+  if (blocks <= 0 && options_.kv_cache_bytes > 0) blocks = options_.kv_cache_bytes / per_block;
+  if (blocks <= 0) {
+    size_t free = 0, total = 0;
+    CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free, &total));
+    const double budget = options_.memory_utilization * static_cast<double>(total) -
+                          static_cast<double>(total - free) - static_cast<double>(buffer_bytes) -
+                          512.0 * (1 << 20);  // graphs, cuBLAS, the sampler
+    blocks = static_cast<int64_t>(std::max(0.0, budget) / static_cast<double>(per_block));
+  }
+  if (blocks < table_ld_) {
+    return resource_exhausted("the KV pool holds " + std::to_string(blocks) + " blocks of " +
+                              std::to_string(options_.block_size) + " tokens; one sequence of max_model_len " +
+                              std::to_string(max_model_len_) + " needs " + std::to_string(table_ld_) +
+                              " (lower max_model_len or raise kv_cache_bytes / gpu_memory_utilization)");
+  }
+  num_blocks_ = blocks;
+  pool_bytes_ = blocks * per_block;
+  RETURN_IF_ERROR(buffers_.init(buffer_bytes + 2 * DeviceArena::aligned(static_cast<size_t>(pool_bytes_ / 2))));
+  ASSIGN_OR_RETURN(x_, buffers_.allocate_array<float>(rows * h));
+  ASSIGN_OR_RETURN(normed_, buffers_.allocate(bytes_of(d, rows * h)));
+  ASSIGN_OR_RETURN(qkv_, buffers_.allocate(bytes_of(d, rows * qkv_width_)));
+  ASSIGN_OR_RETURN(attn_, buffers_.allocate(bytes_of(d, rows * c.q_size())));
+  ASSIGN_OR_RETURN(gate_up_, buffers_.allocate(bytes_of(d, rows * 2 * c.intermediate_size)));
+  ASSIGN_OR_RETURN(act_, buffers_.allocate(bytes_of(d, rows * c.intermediate_size)));
+  ASSIGN_OR_RETURN(gathered_, buffers_.allocate_array<float>(s * h));
+  ASSIGN_OR_RETURN(logits_, buffers_.allocate_array<float>(s * c.vocab_size));
+  if (attn_workspace_bytes_ > 0) {
+    ASSIGN_OR_RETURN(attn_workspace_, buffers_.allocate(attn_workspace_bytes_));
+  }
+  ASSIGN_OR_RETURN(d_tokens_, buffers_.allocate_array<int32_t>(rows));
+  ASSIGN_OR_RETURN(d_positions_, buffers_.allocate_array<int32_t>(rows));
+  ASSIGN_OR_RETURN(d_slots_, buffers_.allocate_array<int32_t>(rows));
+  ASSIGN_OR_RETURN(d_query_start_, buffers_.allocate_array<int32_t>(rows + 1));
+  ASSIGN_OR_RETURN(d_seq_lens_, buffers_.allocate_array<int32_t>(rows));
+  ASSIGN_OR_RETURN(d_logit_rows_, buffers_.allocate_array<int32_t>(rows));
+  ASSIGN_OR_RETURN(d_tables_, buffers_.allocate_array<int32_t>(rows * table_ld_));
+  ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
+  ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
+  ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(k_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(v_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(d_tables_, 0, bytes_of(DType::kI32, rows * table_ld_)));
+  if (!inv_freq_.empty()) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(d_inv_freq_, inv_freq_.data(), inv_freq_.size() * 4, cudaMemcpyHostToDevice));
+  }
+  // Staging for the step's arrays (pinned: the copies are asynchronous).
+  RETURN_IF_ERROR(staging_.init(bytes_of(DType::kI32, rows * (6 + table_ld_) + 1) +
+                                bytes_of(DType::kF32, (s + 1) * half_dim)));
+  return ok_status();
+}
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string& model_dir,
+                                                               const LlamaCudaOptions& options) {
+  const std::string config_path = model_dir + "/config.json";
+  ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
+  ASSIGN_OR_RETURN(LlamaConfig config, parse_llama_config(json, config_path));
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
+  WeightCheckOptions check;
+  check.ignored_suffixes = {"rotary_emb.inv_freq"};
+  RETURN_IF_ERROR(check_weights(*store, llama_weight_specs(config), check).with_context(model_dir));
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
+  RETURN_IF_ERROR(m->init(config, options));
+  RETURN_IF_ERROR(m->plan_weights());
+  RETURN_IF_ERROR(m->upload(*store));
+  RETURN_IF_ERROR(m->plan_buffers());
+  if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
+  return m;
+}
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::random(const LlamaConfig& config,
+                                                                 const LlamaCudaOptions& options, uint64_t seed) {
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
+  RETURN_IF_ERROR(m->init(config, options));
+  RETURN_IF_ERROR(m->plan_weights());
+  RETURN_IF_ERROR(m->randomise(seed));
+  RETURN_IF_ERROR(m->plan_buffers());
+  if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
+  return m;
+}
+
+int64_t LlamaCudaModel::bucket_for(int64_t seqs) const {
+  for (int64_t b : buckets_) {
+    if (b >= seqs) return b;
+  }
+  return -1;
+}
+
+Status LlamaCudaModel::stage(const DecoderStep& step, int64_t rows) {
+  const int64_t n = step.num_seqs(), t = step.num_tokens(), r = static_cast<int64_t>(step.logit_rows.size());
+  const int64_t tokens = std::max(t, rows), seqs = std::max(n, rows);
+  RETURN_IF_ERROR(stream_.synchronize());  // the previous step's copies out of the staging buffer are done
+  int32_t* h = staging_.data_as<int32_t>();
+  // Layout in the pinned buffer: tokens, positions, slots, logit rows [tokens], query_start [seqs + 1],
+  // seq_lens [seqs], tables [seqs, table_ld]; padding rows (a decode bucket larger than the step) write nowhere
+  // and attend to one key of block 0.
+  int32_t* tok = h;
+  int32_t* pos = tok + tokens;
+  int32_t* slot = pos + tokens;
+  int32_t* lrow = slot + tokens;
+  int32_t* qs = lrow + tokens;
+  int32_t* lens = qs + seqs + 1;
+  int32_t* tab = lens + seqs;
+  std::copy(step.tokens.begin(), step.tokens.end(), tok);
+  std::copy(step.positions.begin(), step.positions.end(), pos);
+  std::copy(step.slots.begin(), step.slots.end(), slot);
+  std::copy(step.logit_rows.begin(), step.logit_rows.end(), lrow);
+  std::copy(step.query_start.begin(), step.query_start.end(), qs);
+  std::copy(step.seq_lens.begin(), step.seq_lens.end(), lens);
+  for (int64_t i = t; i < tokens; ++i) tok[i] = 0, pos[i] = 0, slot[i] = -1;
+  for (int64_t i = r; i < tokens; ++i) lrow[i] = static_cast<int32_t>(i);
+  for (int64_t i = n; i < seqs; ++i) qs[i + 1] = qs[i] + 1, lens[i] = 1;
+  if (step.table_ld != table_ld_) return invalid_argument("a step's block tables are not table_ld wide");
+  std::copy(step.block_tables.begin(), step.block_tables.end(), tab);
+  std::fill(tab + n * table_ld_, tab + seqs * table_ld_, 0);
+  cudaStream_t s = stream_.get();
+  auto copy = [&](int32_t* dst, const int32_t* src, int64_t count) {
+    return cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * 4, cudaMemcpyHostToDevice, s);
+  };
+  CUDA_RETURN_IF_ERROR(copy(d_tokens_, tok, tokens));
+  CUDA_RETURN_IF_ERROR(copy(d_positions_, pos, tokens));
+  CUDA_RETURN_IF_ERROR(copy(d_slots_, slot, tokens));
+  CUDA_RETURN_IF_ERROR(copy(d_logit_rows_, lrow, tokens));
+  CUDA_RETURN_IF_ERROR(copy(d_query_start_, qs, seqs + 1));
+  CUDA_RETURN_IF_ERROR(copy(d_seq_lens_, lens, seqs));
+  CUDA_RETURN_IF_ERROR(copy(d_tables_, tab, seqs * table_ld_));
+  if (dynamic_rope_) {  // one row of frequencies per sequence, after row 0
+    const int64_t half_dim = config_.head_dim / 2;
+    float* f = reinterpret_cast<float*>(tab + seqs * table_ld_);
+    for (int64_t i = 0; i < n; ++i) {
+      const std::vector<float> freq = kernels::rope_inv_freq(config_.head_dim, config_.rope_theta, config_.rope_scaling,
+                                                             config_.rope_scaling.original_max_position_embeddings,
+                                                             step.seq_lens[i]);
+      std::copy(freq.begin(), freq.end(), f + i * half_dim);
+    }
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_inv_freq_ + half_dim, f, static_cast<size_t>(n * half_dim) * 4,
+                                         cudaMemcpyHostToDevice, s));
+  }
+  return ok_status();
+}
+
+Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, int64_t max_query_len) {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  cudaStream_t s = stream_.get();
+  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), inter = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  auto gemm = [&](const void* a, int64_t lda, const void* w, int64_t n, int64_t k, void* out, DType out_dtype,
+                  const void* bias, float beta, int64_t m) {
+    kernels::GemmCudaArgs g;
+    g.m = m, g.n = n, g.k = k, g.a = a, g.lda = lda, g.w = w, g.ldw = k, g.in_dtype = d;
+    g.d = out, g.ldd = n, g.out_dtype = out_dtype, g.bias = bias, g.beta = beta;
+    return gemm_->run(g, s);
+  };
+  auto norm = [&](const void* x, DType x_dtype, int64_t x_ld, const void* weight, void* y, int64_t y_ld, int64_t rows,
+                  int64_t cols, int64_t segments) {
+    kernels::RmsNormArgs a;
+    a.x = x, a.x_dtype = x_dtype, a.x_ld = x_ld, a.weight = weight, a.y = y, a.y_dtype = d, a.y_ld = y_ld;
+    a.rows = rows, a.cols = cols, a.segments = segments, a.eps = eps;
+    return kernels::rms_norm_cuda(a, s);
+  };
+  RETURN_IF_ERROR(gather_rows_f32(embed_, d, c.vocab_size, h, d_tokens_, tokens, h, x_, s));
+  kernels::PagedAttentionArgs pa;
+  pa.q = qkv_, pa.q_ld = qkv_width_, pa.out = attn_, pa.out_ld = q, pa.dtype = d;
+  pa.block_tables = d_tables_, pa.block_table_ld = table_ld_, pa.seq_lens = d_seq_lens_;
+  pa.query_start = d_query_start_, pa.num_seqs = seqs, pa.num_tokens = tokens;
+  pa.heads = c.num_attention_heads, pa.kv_heads = c.num_key_value_heads, pa.head_dim = c.head_dim;
+  pa.block_size = options_.block_size, pa.num_blocks = num_blocks_;
+  pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), pa.window = c.sliding_window;
+  pa.max_seq_len = max_model_len_, pa.max_query_len = max_query_len;
+  pa.workspace = attn_workspace_, pa.workspace_bytes = attn_workspace_bytes_;
+  const int64_t layer_pool = num_blocks_ * options_.block_size * kv * dtype_size(d);  // bytes per layer
+  kernels::PagedKvWriteArgs wr;
+  wr.src_ld = qkv_width_, wr.dtype = d, wr.slot_mapping = d_slots_, wr.num_tokens = tokens, wr.width = kv;
+  wr.num_slots = num_blocks_ * options_.block_size;
+  wr.k = static_cast<uint8_t*>(qkv_) + bytes_of(d, q);
+  wr.v = static_cast<uint8_t*>(qkv_) + bytes_of(d, q + kv);
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const Layer& w = layers_[static_cast<size_t>(l)];
+    RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
+    RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
+    if (c.qk_norm) {  // Qwen3: per-head RMSNorm of q and of k, in place in the fused row
+      RETURN_IF_ERROR(norm(qkv_, d, qkv_width_, w.q_norm, qkv_, qkv_width_, tokens, c.head_dim, c.num_attention_heads));
+      void* k = static_cast<uint8_t*>(qkv_) + bytes_of(d, q);
+      RETURN_IF_ERROR(norm(k, d, qkv_width_, w.k_norm, k, qkv_width_, tokens, c.head_dim, c.num_key_value_heads));
+    }
+    kernels::RopeArgs rope;
+    rope.x = qkv_, rope.dtype = d, rope.rows = tokens, rope.ld = qkv_width_;
+    rope.heads = c.num_attention_heads + c.num_key_value_heads, rope.head_dim = c.head_dim;  // q then k
+    rope.positions = d_positions_, rope.inv_freq = d_inv_freq_;
+    if (!dynamic_rope_) {
+      RETURN_IF_ERROR(kernels::apply_rope_cuda(rope, s));
+    } else {
+      const DecoderStep& step = *eager_step_;
+      for (int64_t i = 0; i < step.num_seqs(); ++i) {
+        const int64_t first = step.query_start[i], rows = step.query_start[i + 1] - first;
+        rope.x = static_cast<uint8_t*>(qkv_) + bytes_of(d, first * qkv_width_);
+        rope.rows = rows;
+        rope.positions = d_positions_ + first;
+        rope.inv_freq = d_inv_freq_ + (i + 1) * (c.head_dim / 2);
+        RETURN_IF_ERROR(kernels::apply_rope_cuda(rope, s));
+      }
+    }
+    wr.k_cache = static_cast<uint8_t*>(k_pool_) + l * layer_pool;
+    wr.v_cache = static_cast<uint8_t*>(v_pool_) + l * layer_pool;
+    RETURN_IF_ERROR(kernels::paged_kv_write_cuda(wr, s));
+    pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
+    RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
+    RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
+    RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
+    RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
+    kernels::SwigluArgs sw;
+    sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
+    sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
+    RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
+    RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
+  }
+  // The logit rows: gathered, normed, projected.
+  RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, d_logit_rows_, logit_rows, h, gathered_, s));
+  RETURN_IF_ERROR(norm(gathered_, DType::kF32, h, final_norm_, normed_, h, logit_rows, h, 1));
+  RETURN_IF_ERROR(gemm(normed_, h, lm_head_, c.vocab_size, h, logits_, DType::kF32, nullptr, 0.0f, logit_rows));
+  return ok_status();
+}
+
+Status LlamaCudaModel::capture_graphs() {
+  if (dynamic_rope_) return ok_status();  // per-sequence frequencies: eager
+  cudaStream_t s = stream_.get();
+  // Every bucket once eagerly (kernels accept the shapes, cuBLASLt's plans are cached), then captured.
+  for (int64_t b : buckets_) {
+    DecoderStep step;  // b sequences of one token at position 0 writing nowhere
+    for (int64_t i = 0; i < b; ++i) {
+      step.tokens.push_back(0), step.positions.push_back(0), step.slots.push_back(-1);
+      step.query_start.push_back(static_cast<int32_t>(i)), step.seq_lens.push_back(1);
+      step.logit_rows.push_back(static_cast<int32_t>(i));
+    }
+    step.query_start.push_back(static_cast<int32_t>(b));
+    step.table_ld = table_ld_;
+    step.block_tables.assign(static_cast<size_t>(b * table_ld_), 0);
+    RETURN_IF_ERROR(stage(step, b));
+    RETURN_IF_ERROR(launch(b, b, b, 1));
+  }
+  RETURN_IF_ERROR(stream_.synchronize());
+  size_t free_before = 0, free_after = 0, total = 0;
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
+  for (int64_t b : buckets_) {
+    cudaGraph_t graph = nullptr;
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    Status forward = launch(b, b, b, 1);
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    if (!forward.ok()) {
+      if (graph) cudaGraphDestroy(graph);
+      return forward.with_context("capturing the decode graph of " + std::to_string(b) + " sequences");
+    }
+    CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_RETURN_IF_ERROR(instantiated);
+    graphs_[b] = exec;
+    CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+  }
+  RETURN_IF_ERROR(stream_.synchronize());
+  CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
+  graph_bytes_ = free_before > free_after ? free_before - free_after : 0;
+  return ok_status();
+}
+
+Status LlamaCudaModel::forward(const DecoderStep& step) {
+  const LlamaConfig& c = config_;
+  const int64_t t = step.num_tokens(), n = step.num_seqs();
+  if (t <= 0 || n <= 0) return invalid_argument("a decoder step needs at least one token");
+  if (t > options_.max_num_tokens && !(t == n && n <= options_.max_num_seqs)) {
+    return invalid_argument("a step of " + std::to_string(t) + " tokens (max_num_tokens " +
+                            std::to_string(options_.max_num_tokens) + ")");
+  }
+  if (n > options_.max_num_seqs || static_cast<int64_t>(step.logit_rows.size()) > options_.max_num_seqs) {
+    return invalid_argument("a step of " + std::to_string(n) + " sequences (max_num_seqs " +
+                            std::to_string(options_.max_num_seqs) + ")");
+  }
+  if (step.max_seq_len > max_model_len_) {
+    return invalid_argument("a sequence of " + std::to_string(step.max_seq_len) + " tokens (max_model_len " +
+                            std::to_string(max_model_len_) + ")");
+  }
+  for (int32_t id : step.tokens) {
+    if (id < 0 || id >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                              std::to_string(c.vocab_size) + ")");
+    }
+  }
+  const bool decode = t == n && static_cast<int64_t>(step.logit_rows.size()) == n;
+  const int64_t bucket = decode ? bucket_for(n) : -1;
+  auto graph = bucket > 0 ? graphs_.find(bucket) : graphs_.end();
+  if (graph != graphs_.end()) {
+    RETURN_IF_ERROR(stage(step, bucket));
+    CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->second, stream_.get()));
+    return ok_status();
+  }
+  RETURN_IF_ERROR(stage(step, 0));
+  eager_step_ = &step;
+  Status s = launch(t, n, static_cast<int64_t>(step.logit_rows.size()), step.max_query_len);
+  eager_step_ = nullptr;
+  return s;
+}
+
+}  // namespace mmserve::models

@@ -1,0 +1,129 @@
+// The Llama family (llama.h: Llama, Mistral, Qwen2, Qwen3) on an NVIDIA GPU, in bf16, f16 or f32: the same forward
+// as the CPU model, one engine step (DecoderStep) over a paged KV pool in device memory.
+//
+// Layout. Weights in the compute dtype, q/k/v fused into one [q + 2 kv, hidden] matrix and gate/up into one
+// [2 intermediate, hidden] (one GEMM each); the residual stream is f32 (the o and down projections write it with
+// beta = 1: the residual add is the GEMM's epilogue), RMSNorm reads it and writes the dtype. Per layer: RMSNorm ->
+// QKV GEMM (+bias) -> [Qwen3 q/k RMSNorm] -> RoPE on q and k in place -> K/V written to their slots -> paged
+// attention (split-K flash-decoding for one-token queries, tiled causal over pages for chunks) -> o GEMM into the
+// residual -> RMSNorm -> gate_up GEMM -> SwiGLU -> down GEMM into the residual. The final norm and lm_head run on
+// the step's logit rows only (gathered), logits in f32.
+//
+// CUDA graphs: a decode step of n sequences (every one a single token) is replayed from the graph of the smallest
+// bucket >= n (1, 2, 4, 8, 16, 32, 64, ... up to max_num_seqs), its padding rows writing nowhere (slot -1) and
+// attending to one key; the step's arrays are copied into the graph's fixed buffers first. Prefill and mixed
+// steps run eagerly (their launches are few next to their FLOPs). Dynamic NTK RoPE (frequencies that depend on each
+// sequence's length) runs eagerly too, one RoPE launch per sequence.
+// Sampling is not here: logits() stays on the device for kernels/sampling (engine/llama_cuda_backend.cpp).
+// Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
+// bench: bench/llama_gpu_bench.cpp.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/cuda/device_memory.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/gemm/gemm_cuda.h"
+#include "models/common/decoder_step.h"
+#include "models/llama/llama.h"
+
+namespace mmserve::models {
+
+struct LlamaCudaOptions {
+  int device = 0;
+  DType dtype = DType::kBF16;
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;       // the KV pool; 0: sized from kv_cache_bytes, else from memory_utilization
+  int64_t kv_cache_bytes = 0;
+  double memory_utilization = 0.85;  // share of the GPU's total memory weights + buffers + pool may take
+  int64_t max_num_tokens = 2048;     // tokens of one step (the scheduler's budget)
+  int64_t max_num_seqs = 256;        // sequences of one step
+  int64_t max_model_len = 0;         // 0: the model's max_length()
+  bool graphs = true;
+};
+
+class LlamaCudaModel {
+ public:
+  // From an HF directory (weights of any stored float dtype converted to options.dtype).
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> load(const std::string& model_dir, const LlamaCudaOptions& options);
+  // Random weights of `config`'s shapes (normal-ish, std 0.02; norms 1): benchmarks of shapes with no checkpoint.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> random(const LlamaConfig& config, const LlamaCudaOptions& options,
+                                                          uint64_t seed);
+  ~LlamaCudaModel();
+
+  const LlamaConfig& config() const { return config_; }
+  DType dtype() const { return options_.dtype; }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return options_.block_size; }
+  int64_t max_model_len() const { return max_model_len_; }
+  int64_t table_ld() const { return table_ld_; }
+  int64_t weight_bytes() const { return static_cast<int64_t>(weights_.used()); }
+  int64_t pool_bytes() const { return pool_bytes_; }
+  int64_t memory_bytes() const;  // weights + activations + pool + graphs
+  cudaStream_t stream() const { return stream_.get(); }
+  bool graphs() const { return !graphs_.empty(); }
+
+  // Captures the decode graphs (after a warm eager run of each bucket). Called by load()/random() when
+  // options.graphs.
+  Status capture_graphs();
+  // Runs the step on stream(); logits() [step.logit_rows.size(), vocab] f32 on the device when the stream is
+  // done. kInvalidArgument for ids outside the vocabulary and steps larger than the options allow (checked on the
+  // host before anything is launched). Table entries and slots come from the scheduler and are trusted.
+  Status forward(const DecoderStep& step);
+  const float* logits() const { return logits_; }
+
+ private:
+  struct Layer {
+    const void *qkv = nullptr, *qkv_bias = nullptr, *o = nullptr, *gate_up = nullptr, *gate_up_bias = nullptr,
+               *down = nullptr;
+    const float *o_bias = nullptr, *down_bias = nullptr;  // write the f32 residual: f32
+    const void *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  };
+  LlamaCudaModel() = default;
+  Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
+  Status plan_weights();  // sizes and places every weight in weights_
+  Status plan_buffers();  // activations, step arrays, pool
+  Status upload(const WeightStore& store);
+  Status randomise(uint64_t seed);
+  // Copies the step's arrays into the device buffers (padding decode steps to `rows` sequences).
+  Status stage(const DecoderStep& step, int64_t rows);
+  // The kernels of a step of `tokens` tokens, `seqs` sequences and `logit_rows` logit rows (graph-capturable
+  // when the step is a decode of a bucket's size).
+  Status launch(int64_t tokens, int64_t seqs, int64_t logit_rows, int64_t max_query_len);
+  int64_t bucket_for(int64_t seqs) const;
+
+  LlamaConfig config_;
+  LlamaCudaOptions options_;
+  int64_t max_model_len_ = 0, table_ld_ = 0, num_blocks_ = 0, pool_bytes_ = 0, qkv_width_ = 0;
+  CudaStream stream_;
+  DeviceArena weights_, buffers_;
+  void* gemm_workspace_ = nullptr;
+  std::unique_ptr<kernels::CublasLtGemm> gemm_;
+  const void *embed_ = nullptr, *lm_head_ = nullptr, *final_norm_ = nullptr;
+  std::vector<Layer> layers_;
+  std::vector<std::pair<std::string, void*>> weight_slots_;  // name -> device place (upload)
+  // Buffers.
+  float *x_ = nullptr, *logits_ = nullptr, *gathered_ = nullptr;
+  void *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
+  void *k_pool_ = nullptr, *v_pool_ = nullptr, *attn_workspace_ = nullptr;
+  size_t attn_workspace_bytes_ = 0;
+  int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_slots_ = nullptr, *d_query_start_ = nullptr,
+          *d_seq_lens_ = nullptr, *d_tables_ = nullptr, *d_logit_rows_ = nullptr;
+  float *d_inv_freq_ = nullptr;  // [max_num_seqs + 1, head_dim / 2]: row 0 the fixed frequencies
+  PinnedBuffer staging_;
+  std::vector<float> inv_freq_;
+  bool dynamic_rope_ = false;
+  const DecoderStep* eager_step_ = nullptr;  // the step being launched eagerly (dynamic RoPE reads its lengths)
+  std::vector<int64_t> buckets_;
+  std::map<int64_t, cudaGraphExec_t> graphs_;
+  size_t graph_bytes_ = 0;
+};
+
+}  // namespace mmserve::models
