@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/status.h"
+#include "kernels/common/cpu_elements.h"
 #include "kernels/common/parallel.h"
 #include "kernels/rope/rope.h"
 
@@ -83,6 +84,41 @@ void apply_rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_
       }
     }
   }
+}
+
+Status validate_rope(const RopeArgs& a) {
+  if (!cpu::is_float_dtype(a.dtype)) return unimplemented("apply_rope: x must be f32, f16 or bf16");
+  if (a.rows < 0 || a.heads <= 0 || a.head_dim <= 0 || a.head_dim % 2 != 0 || a.ld < a.heads * a.head_dim) {
+    return invalid_argument("apply_rope: need rows >= 0, heads > 0, even head_dim > 0, ld >= heads * head_dim");
+  }
+  if (a.rows > 0 && (a.x == nullptr || a.positions == nullptr || a.inv_freq == nullptr)) {
+    return invalid_argument("apply_rope: null x, positions or inv_freq");
+  }
+  return ok_status();
+}
+
+Status apply_rope(const RopeArgs& a) {
+  RETURN_IF_ERROR(validate_rope(a));
+  const int64_t half = a.head_dim / 2;
+#pragma omp parallel for schedule(static) num_threads(parallel_threads(a.rows * a.heads * a.head_dim * 8))
+  for (int64_t r = 0; r < a.rows; ++r) {
+    std::vector<float> cos_f(static_cast<size_t>(half)), sin_f(static_cast<size_t>(half));
+    const float pos = static_cast<float>(a.positions[r]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float f = pos * a.inv_freq[i];
+      cos_f[i] = std::cos(f);
+      sin_f[i] = std::sin(f);
+    }
+    for (int64_t h = 0; h < a.heads; ++h) {
+      const int64_t at = r * a.ld + h * a.head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = cpu::load_float(a.x, a.dtype, at + i), x2 = cpu::load_float(a.x, a.dtype, at + i + half);
+        cpu::store_float(a.x, a.dtype, at + i, x1 * cos_f[i] - x2 * sin_f[i]);
+        cpu::store_float(a.x, a.dtype, at + i + half, x2 * cos_f[i] + x1 * sin_f[i]);
+      }
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace mmserve::kernels

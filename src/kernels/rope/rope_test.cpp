@@ -1,7 +1,7 @@
 // RoPE against HF's formulas written out in double: the default frequencies, linear and dynamic NTK scaling, the
 // llama3 bands (low frequencies divided by the factor, high ones kept, the middle blended; checked on a Llama 3.1
 // configuration: theta 500000, factor 8, bands 1 / 4, original context 8192), and the rotate_half rotation over
-// several heads with a row stride and arbitrary positions.
+// several heads with a row stride and arbitrary positions; the dtype-generic entry (RopeArgs) against the f32 one.
 #include "kernels/rope/rope.h"
 
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/testing/kernel_test_util.h"
 
 namespace mmserve::kernels {
@@ -64,6 +65,47 @@ TEST(Rope, RotatesHalvesOfEveryHead) {
     }
     for (int64_t c = heads * head_dim; c < ld; ++c) EXPECT_EQ(x[r * ld + c], before[r * ld + c]) << "padding";
   }
+}
+
+// The generic entry applies apply_rope's f32 arithmetic to the decoded values and rounds once to the dtype.
+TEST(Rope, GenericDtypesMatchTheF32Rotation) {
+  const int64_t rows = 4, heads = 5, head_dim = 12, ld = heads * head_dim + 3;
+  const std::vector<int32_t> positions = {0, 9, 4095, 131071};
+  const std::vector<float> inv = rope_inv_freq(head_dim, 500000.0, {}, 8192);
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    std::vector<float> x = test_util::random_floats(static_cast<size_t>(rows * ld), 31, -2.0f, 2.0f);
+    std::vector<uint16_t> x16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x16[i] = dtype == DType::kBF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+      if (dtype != DType::kF32) x[i] = dtype == DType::kBF16 ? bf16_to_f32(x16[i]) : f16_to_f32(x16[i]);
+    }
+    std::vector<float> generic32 = x;
+    RopeArgs a;
+    a.x = dtype == DType::kF32 ? static_cast<void*>(generic32.data()) : x16.data();
+    a.dtype = dtype;
+    a.rows = rows;
+    a.ld = ld;
+    a.heads = heads;
+    a.head_dim = head_dim;
+    a.positions = positions.data();
+    a.inv_freq = inv.data();
+    ASSERT_TRUE(apply_rope(a).ok());
+    apply_rope(x.data(), rows, ld, heads, head_dim, positions.data(), inv.data());
+    const double rel = dtype == DType::kF32 ? 1e-6 : dtype == DType::kF16 ? 1.0 / 2048 : 1.0 / 256;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float got = dtype == DType::kF32 ? generic32[i]
+                        : dtype == DType::kBF16 ? bf16_to_f32(x16[i]) : f16_to_f32(x16[i]);
+      EXPECT_NEAR(got, x[i], rel * std::fabs(x[i]) + 1e-7) << dtype_name(dtype) << " at " << i;
+    }
+  }
+  RopeArgs bad;
+  bad.rows = 1;
+  bad.heads = 1;
+  bad.head_dim = 7;  // odd
+  bad.ld = 7;
+  EXPECT_FALSE(apply_rope(bad).ok());
+  bad.dtype = DType::kI8;
+  EXPECT_EQ(apply_rope(bad).code(), StatusCode::kUnimplemented);
 }
 
 }  // namespace

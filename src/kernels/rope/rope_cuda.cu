@@ -1,0 +1,91 @@
+// RoPE on the GPU (rope_cuda.h). A block per row: the first head_dim / 2 threads compute cos/sin of the row's
+// angles once into shared memory (sincosf, full precision), then the block rotates every (head, pack) pair, a
+// pack being kVec consecutive i of the first half with the matching kVec of the second half (16-byte accesses
+// when head_dim / 2, ld and the pointer allow it, checked on the host; else kVec = 1). Launches only.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_convert.cuh"
+#include "kernels/rope/rope_cuda.h"
+
+namespace mmserve::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kHeadDimMax = 1024;
+
+struct Params {
+  void* x;
+  int64_t rows, ld, heads, half;
+  const int32_t* positions;
+  const float* inv_freq;
+};
+
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads) rope_kernel(Params p) {
+  __shared__ float cos_f[kHeadDimMax / 2], sin_f[kHeadDimMax / 2];
+  const int64_t row = blockIdx.x;
+  const float pos = static_cast<float>(p.positions[row]);
+  for (int i = threadIdx.x; i < p.half; i += kThreads) sincosf(__fmul_rn(pos, p.inv_freq[i]), &sin_f[i], &cos_f[i]);
+  __syncthreads();
+  const int packs_per_head = static_cast<int>(p.half / kVec);
+  const int work = static_cast<int>(p.heads) * packs_per_head;
+  T* x = static_cast<T*>(p.x) + row * p.ld;
+  for (int w = threadIdx.x; w < work; w += kThreads) {
+    const int h = w / packs_per_head, i0 = (w % packs_per_head) * kVec;
+    T* first = x + static_cast<int64_t>(h) * 2 * p.half + i0;
+    T* second = first + p.half;
+    const Pack<T, kVec> a = *reinterpret_cast<const Pack<T, kVec>*>(first);
+    const Pack<T, kVec> b = *reinterpret_cast<const Pack<T, kVec>*>(second);
+    Pack<T, kVec> a_out, b_out;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float x1 = to_f32(a.v[k]), x2 = to_f32(b.v[k]), c = cos_f[i0 + k], s = sin_f[i0 + k];
+      a_out.v[k] = from_f32<T>(x1 * c - x2 * s);
+      b_out.v[k] = from_f32<T>(x2 * c + x1 * s);
+    }
+    *reinterpret_cast<Pack<T, kVec>*>(first) = a_out;
+    *reinterpret_cast<Pack<T, kVec>*>(second) = b_out;
+  }
+}
+
+template <typename T>
+Status launch_typed(const Params& p, cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(T);
+  const auto address = reinterpret_cast<uintptr_t>(p.x);
+  const unsigned blocks = static_cast<unsigned>(p.rows);
+  if (p.half % kWide == 0 && p.ld % kWide == 0 && address % 16 == 0) {
+    rope_kernel<T, kWide><<<blocks, kThreads, 0, stream>>>(p);
+  } else if (p.half % 2 == 0 && p.ld % 2 == 0 && address % (2 * sizeof(T)) == 0) {
+    rope_kernel<T, 2><<<blocks, kThreads, 0, stream>>>(p);
+  } else {
+    rope_kernel<T, 1><<<blocks, kThreads, 0, stream>>>(p);
+  }
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return ok_status();
+}
+
+}  // namespace
+
+Status apply_rope_cuda(const RopeArgs& a, cudaStream_t stream) {
+  RETURN_IF_ERROR(validate_rope(a));
+  if (a.rows == 0) return ok_status();
+  if (a.head_dim > kHeadDimMax) return invalid_argument("apply_rope_cuda: head_dim must be <= 1024");
+  if (a.rows > std::numeric_limits<int32_t>::max()) return invalid_argument("apply_rope_cuda: too many rows");
+  if (reinterpret_cast<uintptr_t>(a.x) % dtype_size(a.dtype) != 0 ||
+      reinterpret_cast<uintptr_t>(a.positions) % 4 != 0 || reinterpret_cast<uintptr_t>(a.inv_freq) % 4 != 0) {
+    return invalid_argument("apply_rope_cuda: a pointer is not aligned to its element size");
+  }
+  const Params p{a.x, a.rows, a.ld, a.heads, a.head_dim / 2, a.positions, a.inv_freq};
+  switch (a.dtype) {
+    case DType::kF32: return launch_typed<float>(p, stream);
+    case DType::kF16: return launch_typed<__half>(p, stream);
+    default: return launch_typed<__nv_bfloat16>(p, stream);
+  }
+}
+
+}  // namespace mmserve::kernels
