@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include <cuda_runtime.h>  // cudaMalloc for typed pointers
+
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/device_memory.h"
 #include "engine/llama_executor.h"
@@ -19,8 +21,8 @@ class LlamaCudaBackend final : public DecoderBackend {
  public:
   explicit LlamaCudaBackend(std::unique_ptr<models::LlamaCudaModel> model) : model_(std::move(model)) {}
   ~LlamaCudaBackend() override {
-    for (void* p : {d_params_, d_ids_, d_logprobs_, d_top_ids_, d_top_logprobs_, d_seen_offsets_, d_seen_ids_,
-                    d_prompt_lens_, d_scratch_}) {
+    for (void* p : std::initializer_list<void*>{d_params_, d_ids_, d_logprobs_, d_top_ids_, d_top_logprobs_,
+                                                d_seen_offsets_, d_seen_ids_, d_prompt_lens_, d_scratch_}) {
       if (p != nullptr) cudaFree(p);
     }
   }

@@ -27,7 +27,9 @@ namespace fs = std::filesystem;
 #define REQUIRE_GPU()                                                     \
   do {                                                                    \
     std::string why;                                                      \
-    if (!cuda_device_available(&why)) GTEST_SKIP() << "no GPU: " << why; \
+    if (!cuda_device_available(&why)) {                                   \
+      GTEST_SKIP() << "no GPU: " << why;                                  \
+    }                                                                     \
   } while (0)
 
 // max |got - want| over a row, relative to the row's largest |want| (at least 1).
@@ -103,7 +105,9 @@ void check_variant(const fs::path& dir, DType dtype, bool graphs, float toleranc
   EXPECT_LE(worst, tolerance) << dtype_name(dtype) << (graphs ? " graphs" : " eager");
   std::printf("[ llama_cuda ] %-26s %-4s %-6s max rel error %.2e, greedy %d/%zu\n", dir.filename().c_str(),
               dtype_name(dtype), graphs ? "graphs" : "eager", worst, agree, ids.size());
-  if (dtype == DType::kF32) EXPECT_EQ(agree, static_cast<int>(ids.size()));
+  if (dtype == DType::kF32) {
+    EXPECT_EQ(agree, static_cast<int>(ids.size()));
+  }
 }
 
 TEST(LlamaCuda, EveryVariantMatchesTransformers) {

@@ -1,0 +1,185 @@
+// The Llama family on the GPU at real checkpoints' shapes (random weights): decode tokens/s at each batch size and
+// the prefill time of one long prompt, with the engine's own pieces (LlamaCudaModel's steps, decode CUDA graphs,
+// the scheduler's block tables, greedy sampling on the GPU and the ids copied back every step, as the executor
+// does). bench/run_llama_gpu_bench.sh runs it beside bench/hf_llama_gpu.py (HF transformers, same shapes, same GPU,
+// same run) and prints the ratios.
+//
+//   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
+//                   [--prefill 2048] [--iters 3] [--no-graphs]
+// Decode tokens/s = B * (N - 1) / (time of the N - 1 decode steps after the prompts' prefill); prefill = one step
+// of --prefill tokens (median of --iters). One JSON object on stdout.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_status.h"
+#include "engine/decoder_scheduler.h"
+#include "engine/kv_block_manager.h"
+#include "kernels/sampling/sampling_cuda.h"
+#include "models/llama/llama_cuda.h"
+
+using namespace mmserve;
+
+namespace {
+
+// The shapes of meta-llama/Meta-Llama-3-8B and meta-llama/Llama-3.2-1B (as bench/hf_llama_gpu.py).
+models::LlamaConfig arch(const std::string& name) {
+  models::LlamaConfig c;
+  c.vocab_size = 128256;
+  c.num_attention_heads = 32;
+  c.num_key_value_heads = 8;
+  c.rope_theta = 500000.0;
+  c.rms_norm_eps = 1e-5;
+  if (name == "llama-3-8b") {
+    c.hidden_size = 4096, c.intermediate_size = 14336, c.num_hidden_layers = 32, c.head_dim = 128;
+    c.max_position_embeddings = 8192;
+  } else if (name == "llama-3.2-1b") {
+    c.hidden_size = 2048, c.intermediate_size = 8192, c.num_hidden_layers = 16, c.head_dim = 64;
+    c.max_position_embeddings = 8192;  // the bench's sequences are short; llama3 rope as the checkpoint has it
+    c.tie_word_embeddings = true;
+    c.rope_scaling.type = "llama3", c.rope_scaling.factor = 32, c.rope_scaling.original_max_position_embeddings = 8192;
+  } else {
+    std::fprintf(stderr, "unknown --arch %s\n", name.c_str());
+    std::exit(2);
+  }
+  return c;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+#define CHECK_OK(expr)                                                           \
+  do {                                                                           \
+    Status _s = (expr);                                                          \
+    if (!_s.ok()) {                                                              \
+      std::fprintf(stderr, "%s: %s\n", #expr, _s.to_string().c_str());          \
+      std::exit(1);                                                              \
+    }                                                                            \
+  } while (0)
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string name = "llama-3-8b", batches = "1,32";
+  int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
+  bool graphs = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
+    if (a == "--arch") name = next();
+    else if (a == "--batches") batches = next();
+    else if (a == "--prompt") prompt = std::stoll(next());
+    else if (a == "--new-tokens") new_tokens = std::stoll(next());
+    else if (a == "--prefill") prefill = std::stoll(next());
+    else if (a == "--iters") iters = std::stoll(next());
+    else if (a == "--no-graphs") graphs = false;
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (size_t p = 0; p < batches.size();) {
+    size_t q = batches.find(',', p);
+    sizes.push_back(std::stoll(batches.substr(p, q - p)));
+    p = q == std::string::npos ? batches.size() : q + 1;
+  }
+  const int64_t most = *std::max_element(sizes.begin(), sizes.end());
+  models::LlamaCudaOptions o;
+  o.dtype = DType::kBF16;
+  o.max_num_seqs = std::max<int64_t>(most, 1);
+  o.max_num_tokens = std::max<int64_t>(prefill, prompt);
+  o.max_model_len = std::max(prefill, prompt + new_tokens) + 16;
+  o.graphs = graphs;
+  const double t_load = now_s();
+  auto model = models::LlamaCudaModel::random(arch(name), o, 1);
+  CHECK_OK(model.status());
+  models::LlamaCudaModel& m = **model;
+  std::fprintf(stderr, "%s ready in %.1f s: weights %.2f GB, pool %.2f GB (%lld blocks)\n", name.c_str(),
+               now_s() - t_load, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
+  const int64_t vocab = m.config().vocab_size;
+  cudaStream_t s = m.stream();
+  kernels::SamplingRowParams* d_params = nullptr;
+  int32_t* d_ids = nullptr;
+  CHECK_OK(cuda_status(cudaMalloc(&d_params, most * sizeof(kernels::SamplingRowParams)), "malloc", __FILE__, __LINE__));
+  CHECK_OK(cuda_status(cudaMalloc(&d_ids, most * sizeof(int32_t)), "malloc", __FILE__, __LINE__));
+  std::vector<kernels::SamplingRowParams> greedy(static_cast<size_t>(most));
+  for (auto& p : greedy) p.temperature = 0;
+  cudaMemcpy(d_params, greedy.data(), greedy.size() * sizeof(greedy[0]), cudaMemcpyHostToDevice);
+  std::vector<int32_t> ids(static_cast<size_t>(most));
+
+  engine::KvBlockManager blocks(m.num_blocks(), m.block_size(), /*prefix_caching=*/false);
+  engine::SchedulerConfig sc;
+  sc.max_num_seqs = o.max_num_seqs;
+  sc.max_num_batched_tokens = o.max_num_tokens;
+  sc.table_ld = m.table_ld();
+  engine::DecoderScheduler scheduler(sc, blocks);
+  std::mt19937 rng(0);
+  // One engine step: forward, greedy on the GPU, the ids back; returns the plan's sequences that sampled.
+  auto step = [&](std::vector<engine::DecoderSequence*>& sampled) {
+    engine::StepPlan plan = scheduler.schedule();
+    CHECK_OK(m.forward(plan.step));
+    const int64_t rows = static_cast<int64_t>(plan.step.logit_rows.size());
+    kernels::SamplingArgs a;
+    a.logits = const_cast<float*>(m.logits()), a.rows = rows, a.vocab = vocab, a.vocab_ld = vocab;
+    a.params = d_params, a.ids = d_ids;
+    CHECK_OK(kernels::sample_tokens_cuda(a, s));
+    cudaMemcpyAsync(ids.data(), d_ids, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
+    cudaStreamSynchronize(s);
+    scheduler.complete(plan);
+    sampled.clear();
+    for (const engine::StepEntry& e : plan.entries) {
+      if (e.wants_logits) sampled.push_back(e.seq);
+    }
+    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(ids[r]);
+  };
+  nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
+  std::vector<engine::DecoderSequence*> sampled;
+  for (int64_t b : sizes) {
+    std::vector<double> rates;
+    for (int64_t it = 0; it <= iters; ++it) {  // the first is a warm-up
+      std::vector<engine::DecoderSequence> seqs(static_cast<size_t>(b));
+      for (auto& q : seqs) {
+        for (int64_t t = 0; t < prompt; ++t) q.tokens.push_back(static_cast<int32_t>(rng() % vocab));
+        scheduler.add(&q);
+      }
+      // Prefill until every sequence has its first token.
+      while (std::any_of(seqs.begin(), seqs.end(), [&](const auto& q) { return (int64_t)q.tokens.size() == prompt; })) {
+        step(sampled);
+      }
+      const double t0 = now_s();
+      for (int64_t n = 1; n < new_tokens; ++n) step(sampled);
+      const double t = now_s() - t0;
+      for (auto& q : seqs) scheduler.remove(&q);
+      if (it > 0) rates.push_back(static_cast<double>(b * (new_tokens - 1)) / t);
+    }
+    std::sort(rates.begin(), rates.end());
+    const double rate = rates[rates.size() / 2];
+    out["decode"].push_back({{"batch", b}, {"tokens_per_s", rate}});
+    std::fprintf(stderr, "batch %lld: %.1f tok/s\n", static_cast<long long>(b), rate);
+  }
+  std::vector<double> times;
+  for (int64_t it = 0; it <= iters; ++it) {
+    engine::DecoderSequence q;
+    for (int64_t t = 0; t < prefill; ++t) q.tokens.push_back(static_cast<int32_t>(rng() % vocab));
+    scheduler.add(&q);
+    const double t0 = now_s();
+    step(sampled);
+    const double t = now_s() - t0;
+    scheduler.remove(&q);
+    if (it > 0) times.push_back(1000 * t);
+  }
+  std::sort(times.begin(), times.end());
+  out["prefill"] = {{"tokens", prefill}, {"ms", times[times.size() / 2]}};
+  std::fprintf(stderr, "prefill %lld: %.1f ms\n", static_cast<long long>(prefill), times[times.size() / 2]);
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The Llama family on the GPU: mmserve (bf16) against HF transformers (bf16, static cache) at the shapes of
+# Llama-3-8B and Llama-3.2-1B, same GPU, one run (issue 14's performance section). Each side builds its own random
+# weights (timings depend on the shapes). Prints a markdown table with the ratios last.
+#
+#   bench/run_llama_gpu_bench.sh BIN_DIR RESULT_DIR
+# BIN_DIR holds llama_gpu_bench. Environment: ARCHS ("llama-3-8b llama-3.2-1b"), BATCHES (1,32), PROMPT (128),
+# NEW_TOKENS (128), PREFILL (2048), ITERS (3), CELL_TIMEOUT_S (300). Writes RESULT_DIR/{hf,mmserve}_<arch>.json.
+set -uo pipefail
+[ $# -eq 2 ] || { echo "usage: $0 BIN_DIR RESULT_DIR" >&2; exit 2; }
+BIN=$1
+RES=$2
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ARCHS=${ARCHS:-llama-3-8b llama-3.2-1b}
+ARGS=(--batches "${BATCHES:-1,32}" --prompt "${PROMPT:-128}" --new-tokens "${NEW_TOKENS:-128}" --prefill "${PREFILL:-2048}" --iters "${ITERS:-3}")
+T=${CELL_TIMEOUT_S:-300}
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+mkdir -p "$RES"
+for arch in $ARCHS; do
+  echo "[$SECONDS s] $arch: mmserve" >&2
+  timeout -k 10 "$T" "$BIN/llama_gpu_bench" --arch "$arch" "${ARGS[@]}" > "$RES/mmserve_$arch.json" 2> "$RES/mmserve_$arch.err" || tail -n 5 "$RES/mmserve_$arch.err" >&2
+  echo "[$SECONDS s] $arch: HF" >&2
+  timeout -k 10 "$T" python3 "$HERE/hf_llama_gpu.py" --arch "$arch" "${ARGS[@]}" > "$RES/hf_$arch.json" 2> "$RES/hf_$arch.err" || tail -n 5 "$RES/hf_$arch.err" >&2
+done
+python3 - "$RES" $ARCHS <<'PY'
+import json, sys
+res, archs = sys.argv[1], sys.argv[2:]
+print("| shapes | measure | mmserve | HF transformers | ratio |")
+print("|---|---|---|---|---|")
+for a in archs:
+    try:
+        m = json.load(open(f"{res}/mmserve_{a}.json")); h = json.load(open(f"{res}/hf_{a}.json"))
+    except Exception as e:
+        print(f"| {a} | missing ({e}) | | | |"); continue
+    for dm, dh in zip(m["decode"], h["decode"]):
+        print(f"| {a} | decode batch {dm['batch']} tok/s | {dm['tokens_per_s']:.1f} | {dh['tokens_per_s']:.1f} | {dm['tokens_per_s']/dh['tokens_per_s']:.2f}x |")
+    pm, ph = m["prefill"]["ms"], h["prefill"]["ms"]
+    print(f"| {a} | prefill {m['prefill']['tokens']} ms | {pm:.1f} | {ph:.1f} | {ph/pm:.2f}x faster |")
+PY
