@@ -76,7 +76,7 @@ void check_variant(const fs::path& dir, DType dtype, bool graphs, float toleranc
   o.dtype = dtype;
   o.graphs = graphs;
   o.max_model_len = 256;
-  o.max_num_seqs = 8;
+  o.max_num_seqs = 64;  // the prompt step asks for every prompt row's logits
   o.max_num_tokens = 256;
   o.kv_cache_bytes = 64 << 20;
   auto model = LlamaCudaModel::load(dir.string(), o);

@@ -145,6 +145,8 @@ Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
       args.k >= kGemmSmallMMinK) {
     return gemm_small_m_cuda(args, stream);
   }
+  // 16-bit inputs with 1..4 rows (decode steps): one weight stream instead of cuBLASLt's split-K pair.
+  if (gemm_small_m16_applies(args)) return gemm_small_m16_cuda(args, stream);
   // One lock over plan lookup, the bias pointer (an attribute of the shared descriptor) and the enqueue.
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(Plan * plan, plan_for(args));

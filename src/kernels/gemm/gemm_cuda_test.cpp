@@ -138,6 +138,24 @@ TEST_F(GemmCudaTest, SmallMFloat32) {
   }
 }
 
+// 16-bit inputs with M <= 4 and K, lda a multiple of 8 go through gemm_small_m16_cuda: the decoders' batch-1..4
+// projections (Llama-3-8B's o projection 1 x 4096 x 4096), K below one unrolled sweep (8, 264) and across several,
+// N not a multiple of the 8 columns of a CTA, bias (16-bit and f32 out) and beta; M = 5 and padded (misaligned)
+// rows are back on cuBLASLt.
+TEST_F(GemmCudaTest, SmallM16Bit) {
+  for (DType in : {DType::kBF16, DType::kF16}) {
+    for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+             {1, 4096, 4096}, {1, 33, 8}, {2, 19, 264}, {3, 100, 1032}, {4, 257, 2048}, {5, 64, 512}}) {
+      run_case(*gemm_, {m, n, k, in, in, false, 0.0f});
+      run_case(*gemm_, {m, n, k, in, in, true, 0.0f});
+      run_case(*gemm_, {m, n, k, in, DType::kF32, true, 1.0f});
+      run_case(*gemm_, {m, n, k, in, DType::kF32, false, 0.5f, 8});  // padded rows, still 16-byte aligned
+      run_case(*gemm_, {m, n, k, in, DType::kF32, true, 1.0f, 3});   // misaligned rows: cuBLASLt
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 TEST_F(GemmCudaTest, StridedOperands) {
   // Leading dimensions past the logical width (a slice of a fused [rows, 3H] projection, say); the
   // alignment of such rows can be below 16 bytes, which the plan cache must key on.

@@ -1,4 +1,9 @@
 // f32 GEMM for few rows (see gemm_small_m_cuda.h).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_align.h"
 #include "kernels/gemm/gemm_cuda.h"
@@ -70,7 +75,126 @@ __global__ void __launch_bounds__(32 * kWarps) gemm_small_m_kernel(Params p) {
   }
 }
 
+// 16-bit inputs, f32 accumulation, the decoders' batch-1..4 projections (see gemm_small_m_cuda.h). Warp `warp`
+// of CTA x computes column col = x * kWarps + warp for every row: its lanes stream the column's weight row once in
+// 16-byte loads (8 values), unrolled so that each lane has kUnroll loads in flight (a GEMV is a stream of the
+// weight: the loads in flight are what reach the bandwidth), then a butterfly reduction per row.
+template <typename T>
+__device__ __forceinline__ float2 to_float2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 to_float2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+template <typename TOut>
+__device__ __forceinline__ float load_out(const TOut* p) {
+  if constexpr (std::is_same_v<TOut, float>) return *p;
+  else if constexpr (std::is_same_v<TOut, __nv_bfloat16>) return __bfloat162float(*p);
+  else return __half2float(*p);
+}
+template <typename TOut>
+__device__ __forceinline__ void store_out(TOut* p, float v) {
+  if constexpr (std::is_same_v<TOut, float>) *p = v;
+  else if constexpr (std::is_same_v<TOut, __nv_bfloat16>) *p = __float2bfloat16(v);
+  else *p = __float2half(v);
+}
+
+struct Params16 {
+  const void* a;
+  const void* w;
+  void* d;
+  const void* bias;
+  int64_t lda, ldw, ldd;
+  int m, n, k;
+  float alpha, beta;
+};
+
+template <typename T, typename TOut, int kRows>
+__global__ void __launch_bounds__(32 * kWarps) gemv16_kernel(Params16 p) {
+  constexpr int kUnroll = 4;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = blockIdx.x * kWarps + warp;
+  if (col >= p.n) return;
+  const T* wrow = static_cast<const T*>(p.w) + static_cast<int64_t>(col) * p.ldw;
+  const T* a = static_cast<const T*>(p.a);
+  float acc[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  auto fma8 = [&](const uint4& w4, int k) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r < p.m) {
+        const uint4 a4 = *reinterpret_cast<const uint4*>(a + static_cast<int64_t>(r) * p.lda + k);
+        const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 wf = to_float2<T>(wv[j]), af = to_float2<T>(av[j]);
+          acc[r] = fmaf(af.x, wf.x, fmaf(af.y, wf.y, acc[r]));
+        }
+      }
+    }
+  };
+  constexpr int kStep = 32 * 8;  // elements a warp covers per load
+  int k = lane * 8;
+  for (; k + (kUnroll - 1) * kStep < p.k; k += kUnroll * kStep) {
+    uint4 w4[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) w4[u] = __ldg(reinterpret_cast<const uint4*>(wrow + k + u * kStep));
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fma8(w4[u], k + u * kStep);
+  }
+  for (; k < p.k; k += kStep) fma8(__ldg(reinterpret_cast<const uint4*>(wrow + k)), k);
+  float mine = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    float v = acc[r];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    if (lane == r) mine = v;
+  }
+  if (lane < p.m) {
+    TOut* out = static_cast<TOut*>(p.d) + static_cast<int64_t>(lane) * p.ldd + col;
+    float y = p.alpha * mine + (p.bias != nullptr ? load_out(static_cast<const TOut*>(p.bias) + col) : 0.0f);
+    if (p.beta != 0.0f) y = fmaf(p.beta, load_out(out), y);  // beta == 0 never reads D
+    store_out(out, y);
+  }
+}
+
+template <typename T, typename TOut>
+void launch_gemv16(const Params16& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.n + kWarps - 1) / kWarps));
+  if (p.m <= 1) {
+    gemv16_kernel<T, TOut, 1><<<grid, 32 * kWarps, 0, stream>>>(p);
+  } else {
+    gemv16_kernel<T, TOut, kGemmSmallM16MaxRows><<<grid, 32 * kWarps, 0, stream>>>(p);
+  }
+}
+
 }  // namespace
+
+bool gemm_small_m16_applies(const GemmCudaArgs& a) {
+  const bool half = a.in_dtype == DType::kBF16 || a.in_dtype == DType::kF16;
+  return half && a.m <= kGemmSmallM16MaxRows && a.k % 8 == 0 && a.lda % 8 == 0 && a.ldw % 8 == 0 &&
+         aligned16(a.a) && aligned16(a.w) && a.n <= (int64_t{1} << 30) && a.k <= (int64_t{1} << 30);
+}
+
+Status gemm_small_m16_cuda(const GemmCudaArgs& args, cudaStream_t stream) {
+  if (!gemm_small_m16_applies(args)) return internal_error("gemm_small_m16_cuda: shape outside its path");
+  Params16 p{args.a, args.w, args.d, args.bias, args.lda, args.ldw, args.ldd, static_cast<int>(args.m),
+             static_cast<int>(args.n), static_cast<int>(args.k), args.alpha, args.beta};
+  const bool f32_out = args.out_dtype == DType::kF32;
+  if (args.in_dtype == DType::kBF16) {
+    f32_out ? launch_gemv16<__nv_bfloat16, float>(p, stream) : launch_gemv16<__nv_bfloat16, __nv_bfloat16>(p, stream);
+  } else {
+    f32_out ? launch_gemv16<__half, float>(p, stream) : launch_gemv16<__half, __half>(p, stream);
+  }
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return ok_status();
+}
 
 Status gemm_small_m_cuda(const GemmCudaArgs& args, cudaStream_t stream) {
   if (args.m > kGemmSmallMMaxRows || args.n > (int64_t{1} << 30) || args.k > (int64_t{1} << 30)) {

@@ -73,5 +73,10 @@ void bench_kv_cache_cuda(CudaBench& bench);
 void bench_im2col_1d_cuda(CudaBench& bench);
 void bench_mask_resize_cuda(CudaBench& bench);
 void bench_pixel_levels_cuda(CudaBench& bench);
+void bench_paged_attention_cuda(CudaBench& bench);  // the decoders (issue 14)
+void bench_rms_norm_cuda(CudaBench& bench);
+void bench_rope_cuda(CudaBench& bench);
+void bench_swiglu_cuda(CudaBench& bench);
+void bench_sampling_cuda(CudaBench& bench);
 
 }  // namespace mmserve::kernels

@@ -70,6 +70,11 @@ int main(int argc, char** argv) {
   bench_im2col_1d_cuda(bench);
   bench_mask_resize_cuda(bench);
   bench_pixel_levels_cuda(bench);
+  bench_paged_attention_cuda(bench);
+  bench_rms_norm_cuda(bench);
+  bench_rope_cuda(bench);
+  bench_swiglu_cuda(bench);
+  bench_sampling_cuda(bench);
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const double kBf16Ceiling = 770e12, kHbm = 4.8e12;

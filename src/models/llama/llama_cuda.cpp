@@ -469,7 +469,8 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
                             std::to_string(options_.max_num_tokens) + ")");
   }
   if (n > options_.max_num_seqs || static_cast<int64_t>(step.logit_rows.size()) > options_.max_num_seqs) {
-    return invalid_argument("a step of " + std::to_string(n) + " sequences (max_num_seqs " +
+    return invalid_argument("a step of " + std::to_string(n) + " sequences asking for " +
+                            std::to_string(step.logit_rows.size()) + " logit rows (at most max_num_seqs, " +
                             std::to_string(options_.max_num_seqs) + ")");
   }
   if (step.max_seq_len > max_model_len_) {
