@@ -138,10 +138,10 @@ TEST_F(GemmCudaTest, SmallMFloat32) {
   }
 }
 
-// 16-bit inputs with M <= 4 and K, lda a multiple of 8 go through gemm_small_m16_cuda: the decoders' batch-1..4
+// 16-bit inputs with M = 1 and K, lda a multiple of 8 go through gemm_small_m16_cuda: the decoders' batch-1
 // projections (Llama-3-8B's o projection 1 x 4096 x 4096), K below one unrolled sweep (8, 264) and across several,
-// N not a multiple of the 8 columns of a CTA, bias (16-bit and f32 out) and beta; M = 5 and padded (misaligned)
-// rows are back on cuBLASLt.
+// N not a multiple of the 8 columns of a CTA, bias (16-bit and f32 out) and beta; M = 2..5 and misaligned rows are
+// cuBLASLt's (the same checks hold either way).
 TEST_F(GemmCudaTest, SmallM16Bit) {
   for (DType in : {DType::kBF16, DType::kF16}) {
     for (auto [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{

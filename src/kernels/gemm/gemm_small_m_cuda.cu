@@ -170,7 +170,7 @@ void launch_gemv16(const Params16& p, cudaStream_t stream) {
   if (p.m <= 1) {
     gemv16_kernel<T, TOut, 1><<<grid, 32 * kWarps, 0, stream>>>(p);
   } else {
-    gemv16_kernel<T, TOut, kGemmSmallM16MaxRows><<<grid, 32 * kWarps, 0, stream>>>(p);
+    gemv16_kernel<T, TOut, kGemmSmallM16KernelRows><<<grid, 32 * kWarps, 0, stream>>>(p);
   }
 }
 

@@ -28,11 +28,14 @@ constexpr int64_t kGemmSmallMMinK = 64;
 // f32 in, f32 out; arguments already validated by CublasLtGemm::run. Enqueues one kernel on `stream`.
 Status gemm_small_m_cuda(const GemmCudaArgs& args, cudaStream_t stream);
 
-// 16-bit inputs (bf16, f16) with at most kGemmSmallM16MaxRows rows, output the input dtype or f32: the decoders'
-// batch-1..4 projections. cuBLASLt's heuristic takes split-K kernels there (two launches, 2.8-3.1 TB/s on the
-// o and qkv projections of Llama-3-8B on an H200, ncu 2026-12-02); this is one launch streaming the weight once
-// in 16-byte loads. Needs K, lda, ldw multiples of 8 and 16-byte aligned A and W (gemm_small_m16_applies).
-constexpr int64_t kGemmSmallM16MaxRows = 4;
+// 16-bit inputs (bf16, f16) with one row (kGemmSmallM16MaxRows), output the input dtype or f32: the decoders'
+// batch-1 projections. cuBLASLt's heuristic takes split-K kernels there (two launches, 2.8-3.1 TB/s on the o and
+// qkv projections of Llama-3-8B on an H200, ncu 2026-12-02); this is one launch streaming the weight once in
+// 16-byte loads: Llama-3-8B batch-1 decode went from 209 to 217 tokens/s, Llama-3.2-1B from 818 to 882. The kernel
+// takes up to 4 rows, but at 4 it ran at half cuBLASLt's speed (the A loads serialise behind the weight's), so only
+// M = 1 is routed here until that is tuned. Needs K, lda, ldw multiples of 8 and 16-byte aligned A and W.
+constexpr int64_t kGemmSmallM16MaxRows = 1;
+constexpr int64_t kGemmSmallM16KernelRows = 4;
 bool gemm_small_m16_applies(const GemmCudaArgs& args);
 Status gemm_small_m16_cuda(const GemmCudaArgs& args, cudaStream_t stream);
 
