@@ -35,3 +35,8 @@ if(EXISTS /usr/bin/python3)
                    --binary $<TARGET_FILE:mmserve> --fixtures ${MMSERVE_FIXTURES_DIR})
   set_tests_properties(sam_client_test PROPERTIES TIMEOUT 300)
 endif()
+# The generation routes (OpenAI completions with logprobs and n, KServe generate) against the real stories260K.
+mmserve_test(generate_server_e2e_test SOURCES generate_server_test.cpp
+             LIBS mmserve_core nlohmann_json::nlohmann_json PkgConfig::HTTPLIB)
+target_compile_definitions(generate_server_e2e_test PRIVATE MMSERVE_BINARY="$<TARGET_FILE:mmserve>")
+add_dependencies(generate_server_e2e_test mmserve)
