@@ -54,9 +54,14 @@ StatusOr<serving::RequestOptions> request_options(RequestContext& context, const
 std::string server_timing(const serving::PhaseTimes& times);
 
 // KServe v2 (kserve_handlers.cpp). `model`/`version` are the path segments (version empty when absent).
+// Only version "1" exists (docs/api.md): the 404 reply for any other explicit version, nullopt when fine.
+std::optional<Reply> check_model_version(const std::string& model, const std::string& version);
 Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version);
 Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const std::string& version);
 Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const httplib::Request& request);
+// POST /v2/models/{m}/generate and /generate_stream (kserve_generate_handlers.cpp): Llama-family models.
+Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, const httplib::Request& request,
+                             bool stream);
 Reply handle_repository_index(const HandlerEnv& env, const httplib::Request& request);
 Reply handle_repository_load(const HandlerEnv& env, const std::string& model, const httplib::Request& request,
                              bool load);

@@ -206,6 +206,10 @@ void HttpServer::handle(const Request& request, Response& response) {
       case RouteId::kModelVersionReady: reply = handle_model_ready(env, context->model, context->version); break;
       case RouteId::kModelInfer:
       case RouteId::kModelVersionInfer: reply = handle_kserve_infer(env, *context, request); break;
+      case RouteId::kModelGenerate:
+      case RouteId::kModelVersionGenerate: reply = handle_kserve_generate(env, *context, request, false); break;
+      case RouteId::kModelGenerateStream:
+      case RouteId::kModelVersionGenerateStream: reply = handle_kserve_generate(env, *context, request, true); break;
       case RouteId::kRepositoryIndex: reply = handle_repository_index(env, request); break;
       case RouteId::kRepositoryLoad: reply = handle_repository_load(env, context->model, request, true); break;
       case RouteId::kRepositoryUnload: reply = handle_repository_load(env, context->model, request, false); break;

@@ -664,7 +664,7 @@ std::string encode_server_metadata() {
   nlohmann::ordered_json j;
   j["name"] = "mmserve";
   j["version"] = "0.1.0";
-  j["extensions"] = {"model_repository", "binary_tensor_data"};
+  j["extensions"] = {"model_repository", "binary_tensor_data", "generate"};
   return dump_json(j);
 }
 

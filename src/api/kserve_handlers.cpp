@@ -12,14 +12,13 @@ namespace {
 
 constexpr const char* kInferenceHeader = "Inference-Header-Content-Length";
 
-// Only version "1" exists (docs/api.md); an explicit other version is an unknown model version.
-std::optional<Reply> check_version(const std::string& model, const std::string& version) {
+}  // namespace
+
+std::optional<Reply> check_model_version(const std::string& model, const std::string& version) {
   if (version.empty() || version == "1") return std::nullopt;
   return error_reply(ApiFamily::kKServe, 404,
                      "model '" + model.substr(0, 64) + "' has no version '" + version.substr(0, 16) + "' (only 1)");
 }
-
-}  // namespace
 
 Reply error_reply(ApiFamily family, int http_status, const std::string& message, const std::string& openai_code) {
   Reply reply;
@@ -65,14 +64,14 @@ std::string server_timing(const serving::PhaseTimes& t) {
 }
 
 Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version) {
-  if (std::optional<Reply> bad = check_version(model, version)) return *bad;
+  if (std::optional<Reply> bad = check_model_version(model, version)) return *bad;
   StatusOr<serving::ModelMetadata> metadata = env.server.model_metadata(model);
   if (!metadata.ok()) return error_reply(ApiFamily::kKServe, metadata.status());
   return Reply{200, encode_model_metadata(*metadata)};
 }
 
 Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const std::string& version) {
-  if (std::optional<Reply> bad = check_version(model, version)) return *bad;
+  if (std::optional<Reply> bad = check_model_version(model, version)) return *bad;
   StatusOr<serving::ModelStatus> status = env.server.model_status(model);
   if (!status.ok()) return error_reply(ApiFamily::kKServe, status.status());
   const bool ready = status->state == serving::ModelState::kReady && !env.shutting_down;
@@ -84,7 +83,7 @@ Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const 
 
 Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const httplib::Request& request) {
   const ApiFamily family = ApiFamily::kKServe;
-  if (std::optional<Reply> bad = check_version(context.model, context.version)) return *bad;
+  if (std::optional<Reply> bad = check_model_version(context.model, context.version)) return *bad;
   std::optional<size_t> json_length;
   if (request.has_header(kInferenceHeader)) {
     StatusOr<size_t> length =

@@ -1,4 +1,5 @@
-// The OpenAI completions codecs (see openai_completions_codec.h).
+// The OpenAI completions codecs (see openai_completions_codec.h). Responses are built as ordered JSON: the keys in
+// OpenAI's order, and completions' top_logprobs objects most likely first (JavaScript keeps insertion order).
 #include "api/openai_completions_codec.h"
 
 #include <algorithm>
@@ -13,6 +14,7 @@ namespace mmserve::api {
 namespace {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;  // responses keep OpenAI's key order (and top_logprobs theirs)
 
 StatusOr<double> number(const json& root, const char* key, double fallback) {
   const auto it = root.find(key);
@@ -37,17 +39,81 @@ StatusOr<bool> boolean(const json& root, const char* key, bool fallback) {
   return it->get<bool>();
 }
 
-json usage_json(const CompletionUsage& u) {
+ojson usage_json(const CompletionUsage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens}};
 }
 
-std::string event(const json& j) { return "data: " + dump_json(j) + "\n\n"; }
+std::string event(const ojson& j) { return "data: " + dump_json(j) + "\n\n"; }
 
-json base(const CompletionRequest& r, const std::string& id, int64_t created, bool chunk) {
+ojson base(const CompletionRequest& r, const std::string& id, int64_t created, bool chunk) {
   const char* object = r.chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
   return {{"id", id}, {"object", object}, {"created", created}, {"model", r.model}};
+}
+
+// As vLLM: -inf (a masked token) is not JSON, so log-probabilities are at least -9999.
+double clamp_logprob(float v) { return std::isfinite(v) ? std::max(static_cast<double>(v), -9999.0) : -9999.0; }
+
+// The token string of one id: the decode of that id alone, special tokens kept (what vLLM shows).
+std::string token_string(const text::HfTokenizer* tokenizer, int32_t id) {
+  if (tokenizer == nullptr) return "";
+  StatusOr<std::string> s = tokenizer->decode({id}, /*skip_special_tokens=*/false);
+  return s.ok() ? *s : std::string();
+}
+
+// Code points of valid UTF-8 (what Python's len, hence vLLM's text_offset, counts).
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+ojson utf8_bytes(const std::string& s) {
+  ojson out = ojson::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+// Completions' legacy shape over `lps`; `text_offset` advances by each token string's length.
+ojson completion_logprobs(std::span<const engine::TokenLogprob> lps, const text::HfTokenizer* tok,
+                          int64_t& text_offset) {
+  ojson tokens = ojson::array(), values = ojson::array(), tops = ojson::array(), offsets = ojson::array();
+  for (const engine::TokenLogprob& lp : lps) {
+    const std::string token = token_string(tok, lp.id);
+    tokens.push_back(token);
+    values.push_back(clamp_logprob(lp.logprob));
+    // The N most likely, most likely first, then the sampled token when it is not among them (OpenAI: "up to
+    // logprobs + 1 elements"). Ids with the same string keep the first (highest) value.
+    ojson top = ojson::object();
+    bool chosen_listed = false;
+    for (const auto& [id, value] : lp.top) {
+      const std::string t = token_string(tok, id);
+      if (!top.contains(t)) top[t] = clamp_logprob(value);
+      chosen_listed = chosen_listed || id == lp.id;
+    }
+    if (!chosen_listed && !top.contains(token)) top[token] = clamp_logprob(lp.logprob);
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += code_points(token);
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+// Chat's shape: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+ojson chat_logprobs(std::span<const engine::TokenLogprob> lps, const text::HfTokenizer* tok) {
+  ojson content = ojson::array();
+  for (const engine::TokenLogprob& lp : lps) {
+    const std::string token = token_string(tok, lp.id);
+    ojson top = ojson::array();
+    for (const auto& [id, value] : lp.top) {
+      const std::string t = token_string(tok, id);
+      top.push_back({{"token", t}, {"logprob", clamp_logprob(value)}, {"bytes", utf8_bytes(t)}});
+    }
+    content.push_back(
+        {{"token", token}, {"logprob", clamp_logprob(lp.logprob)}, {"bytes", utf8_bytes(token)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
 }
 
 }  // namespace
@@ -148,18 +214,46 @@ StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bo
     }
   }
   ASSIGN_OR_RETURN(std::optional<int64_t> n, integer(root, "n"));
-  if (n && *n != 1) return unimplemented("'n' must be 1 (one choice per request)");
-  ASSIGN_OR_RETURN(std::optional<int64_t> best_of, integer(root, "best_of"));
-  if (best_of && *best_of != 1) return unimplemented("'best_of' must be 1");
-  if (const auto lp = root.find("logprobs"); lp != root.end() && !lp->is_null() && *lp != false && *lp != 0) {
-    return unimplemented("'logprobs' is not supported yet");
+  if (n) {
+    if (*n < 1 || *n > kChoicesMax) {
+      return invalid_argument("'n' must be in [1, " + std::to_string(kChoicesMax) + "], got " + std::to_string(*n));
+    }
+    r.n = *n;
   }
+  ASSIGN_OR_RETURN(std::optional<int64_t> best_of, integer(root, "best_of"));
+  if (best_of && *best_of != r.n) {
+    return invalid_argument("'best_of' must equal 'n' (" + std::to_string(r.n) +
+                            "): choosing the best of more candidates is not supported");
+  }
+  const std::string range = "[0, " + std::to_string(kLogprobsMax) + "]";
+  if (chat) {
+    ASSIGN_OR_RETURN(bool logprobs, boolean(root, "logprobs", false));
+    ASSIGN_OR_RETURN(std::optional<int64_t> top, integer(root, "top_logprobs"));
+    if (top && !logprobs) return invalid_argument("'top_logprobs' needs 'logprobs': true");
+    if (top && (*top < 0 || *top > kLogprobsMax)) return invalid_argument("'top_logprobs' must be in " + range);
+    if (logprobs) r.logprobs = top.value_or(0);
+  } else {
+    const auto lp = root.find("logprobs");
+    if (lp != root.end() && !lp->is_null()) {
+      if (!lp->is_number_integer() || lp->get<int64_t>() < 0 || lp->get<int64_t>() > kLogprobsMax) {
+        return invalid_argument("'logprobs' must be an integer in " + range);
+      }
+      r.logprobs = lp->get<int64_t>();
+    }
+  }
+  p.logprobs = r.logprobs;
   ASSIGN_OR_RETURN(r.stream, boolean(root, "stream", false));
   if (const auto so = root.find("stream_options"); so != root.end() && !so->is_null()) {
     if (!so->is_object()) return invalid_argument("'stream_options' must be an object");
     ASSIGN_OR_RETURN(r.include_usage, boolean(*so, "include_usage", false));
   }
   return r;
+}
+
+std::shared_ptr<engine::LlamaParams> choice_params(const CompletionRequest& r, int64_t index) {
+  auto p = std::make_shared<engine::LlamaParams>(*r.params);
+  if (p->sampling.seed) p->sampling.seed = *p->sampling.seed + static_cast<uint64_t>(index);
+  return p;
 }
 
 std::string completion_id(bool chat) {
@@ -170,47 +264,102 @@ std::string completion_id(bool chat) {
   return id;
 }
 
-std::string encode_completion(const CompletionRequest& r, const std::string& id, int64_t created,
-                              const engine::LlamaOutput& out) {
-  json j = base(r, id, created, false);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", out.finish_reason}};
+CompletionUsage completion_usage(std::span<const engine::LlamaOutput* const> choices) {
+  CompletionUsage u;
+  if (!choices.empty()) u.prompt_tokens = static_cast<int64_t>(choices[0]->prompt_ids.size());
+  for (const engine::LlamaOutput* out : choices) u.completion_tokens += static_cast<int64_t>(out->ids.size());
+  return u;
+}
+
+namespace {
+
+// The logprobs of `lps` in the request's shape, or null when not asked (or none to give).
+ojson logprobs_json(const CompletionRequest& r, std::span<const engine::TokenLogprob> lps,
+                    const text::HfTokenizer* tok, int64_t& text_offset) {
+  if (r.logprobs < 0 || lps.empty()) return nullptr;
+  return r.chat ? chat_logprobs(lps, tok) : completion_logprobs(lps, tok, text_offset);
+}
+
+ojson chunk_choice(const CompletionRequest& r, int64_t index, const std::string& text, bool role, ojson logprobs,
+                   const ojson& finish_reason) {
+  ojson choice = {{"index", index}};
   if (r.chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", out.text}};
+    choice["delta"] = role ? ojson{{"role", "assistant"}, {"content", text}} : ojson{{"content", text}};
   } else {
-    choice["text"] = out.text;
+    choice["text"] = text;
   }
-  j["choices"] = json::array({choice});
-  j["usage"] = usage_json({static_cast<int64_t>(out.prompt_ids.size()), static_cast<int64_t>(out.ids.size())});
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason;
+  return choice;
+}
+
+}  // namespace
+
+std::string encode_completion(const CompletionRequest& r, const std::string& id, int64_t created,
+                              std::span<const engine::LlamaOutput* const> choices) {
+  ojson j = base(r, id, created, false);
+  j["choices"] = ojson::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    const engine::LlamaOutput& out = *choices[i];
+    ojson choice = {{"index", static_cast<int64_t>(i)}};
+    if (r.chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", out.text}};
+    } else {
+      choice["text"] = out.text;
+    }
+    int64_t offset = 0;
+    choice["logprobs"] = logprobs_json(r, out.logprobs, out.tokenizer.get(), offset);
+    if (r.logprobs >= 0 && choice["logprobs"].is_null()) {  // asked, nothing generated: empty lists, not null
+      choice["logprobs"] = r.chat ? ojson{{"content", ojson::array()}}
+                                  : ojson{{"tokens", ojson::array()},
+                                          {"token_logprobs", ojson::array()},
+                                          {"top_logprobs", ojson::array()},
+                                          {"text_offset", ojson::array()}};
+    }
+    choice["finish_reason"] = out.finish_reason;
+    j["choices"].push_back(std::move(choice));
+  }
+  j["usage"] = usage_json(completion_usage(choices));
   return dump_json(j);
 }
 
 std::string encode_completion_chunk(const CompletionRequest& r, const std::string& id, int64_t created,
-                                    const std::string& text, bool first) {
-  json j = base(r, id, created, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  if (r.chat) {
-    choice["delta"] = first ? json{{"role", "assistant"}, {"content", text}} : json{{"content", text}};
-  } else {
-    choice["text"] = text;
-  }
-  j["choices"] = json::array({choice});
+                                    ChoiceStream& state, const engine::TextDelta& delta,
+                                    const text::HfTokenizer* tokenizer) {
+  ojson j = base(r, id, created, true);
+  ojson lp = logprobs_json(r, delta.logprobs, tokenizer, state.text_offset);
+  state.ids_sent += delta.ids.size();
+  j["choices"] = ojson::array({chunk_choice(r, state.index, delta.text, !state.sent_any, std::move(lp), nullptr)});
+  state.sent_any = true;
   return event(j);
 }
 
-std::string encode_completion_end(const CompletionRequest& r, const std::string& id, int64_t created,
-                                  const std::string& finish_reason, const CompletionUsage& usage) {
-  json last = base(r, id, created, true);
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
-  if (r.chat) {
-    choice["delta"] = json::object();
-  } else {
-    choice["text"] = "";
+std::string encode_choice_end(const CompletionRequest& r, const std::string& id, int64_t created,
+                              ChoiceStream& state, const engine::LlamaOutput& out) {
+  std::string events;
+  if (r.chat && !state.sent_any) {  // the role comes first, even with no text
+    ojson role = base(r, id, created, true);
+    role["choices"] = ojson::array({chunk_choice(r, state.index, "", true, nullptr, nullptr)});
+    events += event(role);
+    state.sent_any = true;
   }
-  last["choices"] = json::array({choice});
-  std::string out = event(last);
+  std::span<const engine::TokenLogprob> rest;
+  if (state.ids_sent < out.logprobs.size()) rest = std::span(out.logprobs).subspan(state.ids_sent);
+  state.ids_sent = out.ids.size();
+  ojson last = base(r, id, created, true);
+  ojson choice = chunk_choice(r, state.index, "", false, logprobs_json(r, rest, out.tokenizer.get(), state.text_offset),
+                              out.finish_reason);
+  if (r.chat) choice["delta"] = ojson::object();
+  last["choices"] = ojson::array({std::move(choice)});
+  return events + event(last);
+}
+
+std::string encode_stream_end(const CompletionRequest& r, const std::string& id, int64_t created,
+                              const CompletionUsage& usage) {
+  std::string out;
   if (r.include_usage) {
-    json u = base(r, id, created, true);
-    u["choices"] = json::array();
+    ojson u = base(r, id, created, true);
+    u["choices"] = ojson::array();
     u["usage"] = usage_json(usage);
     out += event(u);
   }

@@ -7,15 +7,21 @@
 //
 //   mmserve bench --url http://127.0.0.1:8000 --rate 50 --duration 10 [--profile mix.yaml]
 //
-// Tests: tests/e2e/client_test.sh bench (ctest e2e_client_bench), against the real `mmserve serve`.
+// With --generate it runs the generation profile instead (bench_generate.h: streaming completions, TTFT and
+// inter-token latency).
+//
+// Tests: tests/e2e/client_test.sh bench and bench-generate (ctest e2e_client_bench*), against the real server.
 #include <httplib.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
+#include <tuple>
 
+#include "cli/bench_generate.h"
 #include "cli/bench_payloads.h"
 #include "cli/bench_profile.h"
 #include "cli/bench_report.h"
@@ -67,6 +73,80 @@ StatusOr<std::string> first_model(httplib::Client& client, const ServerUrl& serv
   return j["data"][0]["id"].get<std::string>();
 }
 
+// "N" or "MIN:MAX" (non-negative integers).
+StatusOr<std::pair<int, int>> parse_range(const std::string& text, const std::string& flag) {
+  const size_t colon = text.find(':');
+  const std::string a = text.substr(0, colon), b = colon == std::string::npos ? a : text.substr(colon + 1);
+  auto number = [](const std::string& s) -> std::optional<int> {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoi(s);
+  };
+  const std::optional<int> lo = number(a), hi = number(b);
+  if (!lo || !hi) return invalid_argument(flag + " must be N or MIN:MAX, not '" + text + "'");
+  return std::make_pair(*lo, *hi);
+}
+
+// --generate: the generation profile (bench_generate.h).
+int run_generate(const BenchArgs& args, const ServerUrl& server, httplib::Client& probe) {
+  GenerateBenchOptions o;
+  o.server = server;
+  o.url = args.url;
+  o.api_key = args.api_key;
+  o.concurrency = args.concurrency;
+  o.rate = args.concurrency > 0 ? 0 : args.rate;  // --concurrency overrides --rate
+  o.connections = args.connections;
+  o.duration_s = args.duration_s;
+  o.timeout_s = args.timeout_s;
+  o.seed = args.seed;
+  o.prompt_text = args.prompt;
+  o.prefix_tokens = args.prefix_tokens;
+  for (auto [text, flag, lo, hi] : {std::make_tuple(args.prompt_tokens, "--prompt-tokens", &o.prompt_tokens_min,
+                                                    &o.prompt_tokens_max),
+                                    std::make_tuple(args.max_tokens, "--max-tokens", &o.max_tokens_min,
+                                                    &o.max_tokens_max),
+                                    std::make_tuple(args.token_ids, "--token-ids", &o.token_id_min, &o.token_id_max)}) {
+    auto range = parse_range(text, flag);
+    if (!range.ok()) return fail(range.status().message());
+    *lo = range->first;
+    *hi = range->second;
+  }
+  if (Status s = validate_generate_options(o); !s.ok()) return fail(s.message());
+  o.model = args.model;
+  if (o.model.empty()) {
+    auto first = first_model(probe, server, args.api_key);
+    if (!first.ok()) return fail(first.status().message());
+    o.model = std::move(first).value();
+  }
+  std::fprintf(stderr, "mmserve bench --generate: %s, model %s, %s for %.1f s\n", args.url.c_str(), o.model.c_str(),
+               o.concurrency > 0 ? ("closed loop, " + std::to_string(o.concurrency) + " clients").c_str()
+                                 : ("open loop, " + std::to_string(o.rate) + " req/s").c_str(),
+               o.duration_s);
+  const GenerateRun run = run_generate_bench(o);
+  const nlohmann::json report = generate_report_json(o, run);
+  const std::string json_text = report.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (args.output == "json") {
+    std::printf("%s\n", json_text.c_str());
+  } else {
+    std::fputs(bench_report_table(report).c_str(), stdout);
+    const nlohmann::json& all = report["overall"];
+    for (const char* key : {"ttft_ms", "itl_ms", "tpot_ms"}) {
+      if (all[key].is_null()) continue;
+      std::printf("%-8s p50 %8.2f  p90 %8.2f  p99 %8.2f  max %8.2f\n", key, all[key]["p50"].get<double>(),
+                  all[key]["p90"].get<double>(), all[key]["p99"].get<double>(), all[key]["max"].get<double>());
+    }
+    std::printf("output tokens %lld, %.1f tokens/s\n", static_cast<long long>(all["output_tokens"].get<int64_t>()),
+                all["output_tokens_per_s"].get<double>());
+  }
+  std::fflush(stdout);
+  if (!args.json_file.empty()) {
+    std::ofstream out(args.json_file);
+    out << json_text << "\n";
+    if (!out) return fail("cannot write " + args.json_file);
+  }
+  if (report["overall"]["ok"].get<int64_t>() == 0) return fail("no request succeeded (see the report)");
+  return 0;
+}
+
 }  // namespace
 
 int run_bench(const BenchArgs& args) {
@@ -90,6 +170,7 @@ int run_bench(const BenchArgs& args) {
   probe.set_connection_timeout(std::chrono::seconds(5));
   probe.set_read_timeout(std::chrono::seconds(10));
   if (Status s = wait_ready(probe, *server, args.url, 10); !s.ok()) return fail(s.message());
+  if (args.generate) return run_generate(args, *server, probe);
   std::string model = args.model;
   if (model.empty()) {
     auto first = first_model(probe, *server, args.api_key);

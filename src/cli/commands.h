@@ -68,6 +68,12 @@ struct BenchArgs {
   std::string output = "table";  // table | json
   std::string json_file;         // also write the JSON report here
   unsigned seed = 1;
+  // --generate: streaming /v1/completions (cli/bench_generate.h) instead of the profile's mix.
+  bool generate = false;
+  int concurrency = 0;  // closed loop instead of --rate
+  std::string prompt, prompt_tokens = "32:128", max_tokens = "32:128", token_ids = "3:512";
+  int prefix_tokens = 0;
+  double timeout_s = 60;
 };
 int run_bench(const BenchArgs& args);
 

@@ -132,6 +132,17 @@ int main(int argc, char** argv) {
   bench_cmd->add_option("--output", bench.output, "table or json")->check(CLI::IsMember({"table", "json"}));
   bench_cmd->add_option("--json-file", bench.json_file, "also write the JSON report here");
   bench_cmd->add_option("--seed", bench.seed, "random seed");
+  bench_cmd->add_flag("--generate", bench.generate,
+                      "generation profile: streaming /v1/completions, TTFT / inter-token latency / tokens per s");
+  bench_cmd->add_option("--concurrency", bench.concurrency, "--generate: closed loop with N clients (not --rate)")
+      ->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--prompt-tokens", bench.prompt_tokens, "--generate: random prompt ids per request, N or MIN:MAX");
+  bench_cmd->add_option("--prefix-tokens", bench.prefix_tokens, "--generate: the same K random ids first in every prompt");
+  bench_cmd->add_option("--token-ids", bench.token_ids, "--generate: ids drawn from [MIN, MAX) (default 3:512)");
+  bench_cmd->add_option("--prompt", bench.prompt, "--generate: this text as every prompt instead of random ids");
+  bench_cmd->add_option("--max-tokens", bench.max_tokens, "--generate: max_tokens per request, N or MIN:MAX");
+  bench_cmd->add_option("--timeout", bench.timeout_s, "--generate: seconds per read and for the drain (default 60)")
+      ->check(CLI::PositiveNumber);
   // ---- end bench ----
 
   TranscribeArgs transcribe;

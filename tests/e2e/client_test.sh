@@ -12,12 +12,14 @@
 #   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
 #   bench       `mmserve bench`: JSON report, ok > 0, no 5xx; every payload kind over both APIs; client drops;
 #               usage errors
+#   bench-generate  `mmserve bench --generate` against the real stories260K: closed loop with a shared prefix and
+#               open loop with a text prompt; counts, token totals, latencies positive and ordered; usage errors
 #
 #   tests/e2e/client_test.sh MODE path/to/mmserve SOURCE_DIR       (ctest -L e2e runs all four)
 # Needs curl, python3, node + `npm ci --prefix tests/e2e/openai`, prometheus + promtool, locust (make deps).
 set -euo pipefail
 
-MODE=${1:?mode: openai | openai-audio | prometheus | locust | bench}
+MODE=${1:?mode: openai | openai-audio | openai-completions | prometheus | locust | bench | bench-generate}
 MMSERVE=$(realpath "${2:?path to the mmserve binary}")
 SRC=$(realpath "${3:?source directory}")
 MODEL=clip-tiny-quickgelu-f32
@@ -279,6 +281,58 @@ PY
   grep -q "not reachable\|not ready" <<<"$err" || fail "unclear connection error: $err"
 }
 
+run_bench_generate() {
+  "$MMSERVE" convert-llama2c --checkpoint "$SRC/assets/llama2c/stories260K.bin" \
+    --tokenizer "$SRC/assets/llama2c/tok512.bin" --output "$TMP/models/stories" 2>/dev/null \
+    || fail "convert-llama2c failed"
+  start_server --api-key bench-key
+  local out=$TMP/bench.json
+  # 1. Closed loop: 2 clients for 3 s, random-id prompts of 8..24 tokens after a shared 16-token prefix.
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --model stories --generate --concurrency 2 --duration 3 \
+    --prompt-tokens 8:24 --prefix-tokens 16 --max-tokens 8:16 --seed 3 --json-file "$out" >/dev/null \
+    || fail "mmserve bench --generate (closed loop)"
+  "$PY" - "$out" <<'PY' || fail "closed-loop generate report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+o = r["overall"]
+print({k: o[k] for k in ("arrivals", "sent", "ok", "output_tokens", "output_tokens_per_s")}, o["ttft_ms"], o["itl_ms"])
+assert r["config"]["profile"] == "generate" and r["config"]["mode"] == "closed_loop", r["config"]
+assert r["classes"][0]["name"] == "generate" and r["classes"][0]["ok"] == o["ok"]
+assert o["ok"] > 2 and o["ok"] == o["sent"] and o["http_5xx"] == 0 and not o["errors"] and not o["transport_errors"], o
+assert o["sent"] + o["dropped_by_client"] == o["arrivals"], o
+assert o["outputs_shorter_than_asked"] == 0, o  # ignore_eos: every request generated its max_tokens
+assert 8 * o["ok"] <= o["output_tokens"] <= 16 * o["ok"], o
+assert o["prompt_tokens"] >= 24 * o["ok"], o  # 16 shared + at least 8
+assert o["output_tokens_per_s"] > 0 and o["throughput_ok_per_s"] > 0, o
+for key in ("latency_ms", "ttft_ms", "itl_ms", "tpot_ms"):
+    s = o[key]
+    assert 0 <= s["p50"] <= s["p90"] <= s["p99"] <= s["max"], (key, s)
+    assert s["max"] > 0, (key, s)
+assert 0 < o["ttft_ms"]["p50"] <= o["latency_ms"]["p50"], o
+PY
+  # 2. Open loop: Poisson arrivals at 8/s for 2 s with one text prompt.
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --model stories --generate --rate 8 --duration 2 \
+    --prompt "Once upon a time" --max-tokens 12 --output json >"$out" || fail "mmserve bench --generate (open loop)"
+  "$PY" - "$out" <<'PY' || fail "open-loop generate report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+o = r["overall"]
+print({k: o[k] for k in ("arrivals", "sent", "ok", "dropped_by_client", "output_tokens")})
+assert r["config"]["mode"] == "open_loop", r["config"]
+assert o["arrivals"] > 3 and o["ok"] == o["sent"] and o["sent"] + o["dropped_by_client"] == o["arrivals"], o
+assert o["output_tokens"] == 12 * o["ok"] and o["prompt_tokens"] == 5 * o["ok"], o
+assert 0 < o["ttft_ms"]["p50"] <= o["ttft_ms"]["p99"] and 0 < o["latency_ms"]["p50"] <= o["latency_ms"]["p99"], o
+PY
+  # 3. Usage errors: exit 1 naming the flag.
+  local err
+  err=$("$MMSERVE" bench --url "$URL" --api-key bench-key --generate --concurrency 1 --max-tokens 5:2 2>&1 >/dev/null) \
+    && fail "a reversed --max-tokens range was accepted"
+  grep -q "max-tokens" <<<"$err" || fail "unclear range error: $err"
+  err=$("$MMSERVE" bench --url "$URL" --api-key bench-key --generate --concurrency 1 --prompt x --prefix-tokens 4 \
+    2>&1 >/dev/null) && fail "--prefix-tokens with --prompt was accepted"
+  grep -q "prefix-tokens" <<<"$err" || fail "unclear prefix error: $err"
+}
+
 case "$MODE" in
   openai) run_openai ;;
   openai-audio) run_openai_audio ;;
@@ -286,6 +340,7 @@ case "$MODE" in
   prometheus) run_prometheus ;;
   locust) run_locust ;;
   bench) run_bench ;;
+  bench-generate) run_bench_generate ;;
   *) fail "unknown mode $MODE" ;;
 esac
 echo "PASS: $MODE"

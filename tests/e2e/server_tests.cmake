@@ -35,3 +35,15 @@ if(EXISTS /usr/bin/python3)
                    --binary $<TARGET_FILE:mmserve> --fixtures ${MMSERVE_FIXTURES_DIR})
   set_tests_properties(sam_client_test PROPERTIES TIMEOUT 300)
 endif()
+# The generation routes (OpenAI completions with logprobs and n, KServe generate) against the real stories260K.
+mmserve_test(generate_server_e2e_test SOURCES generate_server_test.cpp
+             LIBS mmserve_core nlohmann_json::nlohmann_json PkgConfig::HTTPLIB)
+target_compile_definitions(generate_server_e2e_test PRIVATE MMSERVE_BINARY="$<TARGET_FILE:mmserve>")
+add_dependencies(generate_server_e2e_test mmserve)
+# The same routes with Python's `requests` (tests/e2e/generate_client_test.py).
+if(EXISTS /usr/bin/python3)
+  add_test(NAME generate_client_test
+           COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/generate_client_test.py
+                   --binary $<TARGET_FILE:mmserve> --source-dir ${CMAKE_SOURCE_DIR})
+  set_tests_properties(generate_client_test PROPERTIES TIMEOUT 180)
+endif()

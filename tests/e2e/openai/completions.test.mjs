@@ -4,7 +4,8 @@
 // text as it returns whole, stream_options.include_usage gives the usage chunk, stop strings cut the text, the
 // same seed gives the same sampled text, chat.completions.create (whole and streamed) returns an assistant
 // message, and the SDK's error classes for an unknown model, a CLIP model, bad sampling values and a prompt
-// longer than the context.
+// longer than the context; logprobs (greedy = top-1 at every step, chat's bytes and sorted alternatives) and n
+// choices (seed + i, summed usage, a streamed chat with each choice's role and finish).
 //
 // Run by tests/e2e/client_test.sh openai-completions (ctest e2e_client_openai-completions), which sets
 // MMSERVE_URL, MMSERVE_API_KEY, MMSERVE_LLM (the decoder's name), MMSERVE_MODEL (a CLIP model), MMSERVE_GOLDEN.
@@ -94,4 +95,60 @@ test('errors are the SDK\'s classes with messages', async () => {
   await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'a' },
                                                                           { role: 'user', content: 'b' }] }),
                        (e) => e instanceof OpenAI.BadRequestError && /alternate/.test(e.message));
+});
+
+test('logprobs: greedy picks the top token; chat gives bytes and sorted alternatives', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 16, temperature: 0,
+                                              logprobs: 5 });
+  const lp = r.choices[0].logprobs;
+  assert.equal(lp.tokens.length, r.usage.completion_tokens);
+  lp.tokens.forEach((token, i) => {
+    const top = Object.entries(lp.top_logprobs[i]);  // insertion order: most likely first
+    assert.deepEqual(top[0], [token, lp.token_logprobs[i]], `step ${i}`);
+    for (let k = 1; k < top.length; ++k) assert.ok(top[k - 1][1] >= top[k][1], `step ${i} not sorted`);
+  });
+  assert.equal(lp.text_offset[0], 0);
+  const chat = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+                                                     max_tokens: 8, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const content = chat.choices[0].logprobs.content;
+  assert.equal(content.length, chat.usage.completion_tokens);
+  for (const step of content) {
+    assert.deepEqual(step.bytes, [...Buffer.from(step.token, 'utf8')]);
+    assert.equal(step.top_logprobs.length, 2);
+    assert.equal(step.top_logprobs[0].token, step.token);
+    assert.equal(step.top_logprobs[0].logprob, step.logprob);
+    assert.ok(step.top_logprobs[0].logprob >= step.top_logprobs[1].logprob);
+  }
+  await assert.rejects(client.chat.completions.create({ model, messages: [{ role: 'user', content: 'a' }],
+                                                       top_logprobs: 2 }),
+                       (e) => e instanceof OpenAI.BadRequestError && /logprobs/.test(e.message));
+});
+
+test('n choices: indexed, seeded per choice, summed usage; streamed with each finish and one usage chunk', async () => {
+  const r = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 10, temperature: 1.0,
+                                              n: 3, seed: 7 });
+  assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+  const second = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 10,
+                                                   temperature: 1.0, seed: 8 });
+  assert.equal(second.choices[0].text, r.choices[1].text);  // choice i uses seed + i
+  assert.equal(r.usage.prompt_tokens, 5);
+  const stream = await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }],
+                                                       max_tokens: 6, temperature: 0, n: 2, stream: true,
+                                                       stream_options: { include_usage: true } });
+  const text = ['', ''], finished = [0, 0], roles = [0, 0];
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const c of chunk.choices) {
+      if (c.delta?.role) ++roles[c.index];
+      if (c.delta?.content) text[c.index] += c.delta.content;
+      if (c.finish_reason) ++finished[c.index];
+    }
+  }
+  assert.deepEqual(finished, [1, 1]);
+  assert.deepEqual(roles, [1, 1]);
+  assert.equal(text[0], text[1]);
+  assert.equal(usage.completion_tokens, 12);
+  await assert.rejects(client.completions.create({ model, prompt: 'a', n: 17 }),
+                       (e) => e instanceof OpenAI.BadRequestError && /'n'/.test(e.message));
 });

@@ -55,7 +55,7 @@ TEST(HttpServer, ServerMetadataAndHealth) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(r->body)["name"], "mmserve");
-  EXPECT_EQ(json::parse(r->body)["extensions"], json({"model_repository", "binary_tensor_data"}));
+  EXPECT_EQ(json::parse(r->body)["extensions"], json({"model_repository", "binary_tensor_data", "generate"}));
   r = c.Get("/v2/health/live");
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(r->body)["live"], true);

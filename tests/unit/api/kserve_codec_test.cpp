@@ -380,7 +380,7 @@ TEST(KServeCodec, InconsistentServerResponsesAreInternalErrors) {
 TEST(KServeCodec, MetadataAndRepositoryBodies) {
   const json server = json::parse(encode_server_metadata());
   EXPECT_EQ(server["name"], "mmserve");
-  EXPECT_EQ(server["extensions"], json({"model_repository", "binary_tensor_data"}));
+  EXPECT_EQ(server["extensions"], json({"model_repository", "binary_tensor_data", "generate"}));
   serving::ModelMetadata m;
   m.name = "clip";
   m.platform = "mmserve_clip";
