@@ -8,10 +8,7 @@
 // [DONE] come once all ended. An error before any text (unknown model, a prompt too long, queue full) is an
 // ordinary JSON error and cancels the other choices; after it an error event; a client that hangs up cancels every
 // choice at its next token.
-//
-// Streamed logprobs need token strings while the request runs, but the engine hands the model's tokenizer only
-// with the finished output (LlamaOutput::tokenizer). So the tokenizer of each model is remembered from its outputs
-// (TokenizerCache), and the first streamed logprobs request of a model runs a one-token request to learn it.
+// Streamed logprobs take their token strings from the tokenizer each delta carries.
 // Tests: tests/e2e/generate_server_test.cpp, tests/e2e/generate_client_test.py, tests/e2e/openai/completions.test.mjs
 // (the real server with stories260K).
 #include <chrono>
@@ -29,7 +26,6 @@ namespace mmserve::api {
 namespace {
 
 constexpr ApiFamily kFamily = ApiFamily::kOpenAi;
-using Tokenizer = std::shared_ptr<const text::HfTokenizer>;
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -37,30 +33,6 @@ int64_t unix_now() {
 
 Reply failure(const Status& status) {
   return error_reply(kFamily, status, status.code() == StatusCode::kNotFound ? "model_not_found" : "");
-}
-
-// The tokenizer each model's outputs carried last (a reloaded model's replaces it with its first output).
-class TokenizerCache {
- public:
-  Tokenizer get(const std::string& model) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto it = tokenizers_.find(model);
-    return it == tokenizers_.end() ? nullptr : it->second;
-  }
-  void remember(const std::string& model, const Tokenizer& tokenizer) {
-    if (tokenizer == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    tokenizers_[model] = tokenizer;
-  }
-
- private:
-  std::mutex mutex_;
-  std::map<std::string, Tokenizer> tokenizers_;
-};
-
-TokenizerCache& tokenizers() {
-  static TokenizerCache cache;
-  return cache;
 }
 
 // The request's spec for one choice (inputs, options, cancellation) with `params`.
@@ -119,24 +91,6 @@ StatusOr<std::vector<serving::ResponseData>> infer_choices(const HandlerEnv& env
   return out;
 }
 
-// The model's tokenizer for streamed logprobs: remembered, or learnt from a one-token run of this very prompt (its
-// errors, a prompt too long say, are the request's).
-StatusOr<Tokenizer> stream_tokenizer(const HandlerEnv& env, const CompletionRequest& r,
-                                     const serving::RequestSpec& common) {
-  if (Tokenizer t = tokenizers().get(r.model)) return t;
-  auto probe = std::make_shared<engine::LlamaParams>(*r.params);
-  probe->max_tokens = 1;
-  probe->min_tokens = 0;
-  probe->logprobs = -1;
-  probe->on_delta = nullptr;
-  StatusOr<serving::ResponseData> response = env.server.infer(choice_spec(common, probe));
-  if (!response.ok()) return response.status();
-  const auto* out = engine::output_as<engine::LlamaOutput>(response->output);
-  if (out == nullptr) return invalid_argument("model '" + r.model + "' does not generate text");
-  tokenizers().remember(r.model, out->tokenizer);
-  return out->tokenizer;
-}
-
 Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serving::RequestSpec& common,
                    const std::string& id, int64_t created) {
   StatusOr<std::vector<serving::ResponseData>> responses = infer_choices(env, r, common);
@@ -145,7 +99,6 @@ Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serv
   for (const serving::ResponseData& response : *responses) {
     const auto* out = engine::output_as<engine::LlamaOutput>(response.output);
     if (out == nullptr) return error_reply(kFamily, invalid_argument("model '" + r.model + "' does not generate text"));
-    tokenizers().remember(r.model, out->tokenizer);
     outs.push_back(out);
   }
   Reply reply{200, encode_completion(r, id, created, outs)};
@@ -155,12 +108,6 @@ Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serv
 
 Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, const serving::RequestSpec& common,
                     const std::string& id, int64_t created) {
-  Tokenizer tokenizer;
-  if (parsed.logprobs >= 0) {
-    StatusOr<Tokenizer> t = stream_tokenizer(env, parsed, common);
-    if (!t.ok()) return failure(t.status());
-    tokenizer = *t;
-  }
   // What the encoders read (model, chat, n, logprobs, include_usage), without the params: the params hold the
   // callbacks that hold the stream, so the stream holding them back would be a reference cycle.
   CompletionRequest r = parsed;
@@ -194,8 +141,8 @@ Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, cons
   for (size_t i = 0; i < n; ++i) {
     std::shared_ptr<engine::LlamaParams> params = choice_params(parsed, static_cast<int64_t>(i));
     // Engine thread only (one sequence's callback).
-    params->on_delta = [stream, states, r, id, created, i, tokenizer](const engine::TextDelta& delta) {
-      return stream->push(encode_completion_chunk(r, id, created, (*states)[i], delta, tokenizer.get()));
+    params->on_delta = [stream, states, r, id, created, i](const engine::TextDelta& delta) {
+      return stream->push(encode_completion_chunk(r, id, created, (*states)[i], delta, delta.tokenizer));
     };
     serving::RequestSpec spec = choice_spec(common, std::move(params));
     spec.cancelled = [stream, peer = common.cancelled] { return stream->abandoned() || (peer && peer()); };

@@ -74,6 +74,7 @@ struct Live {
   std::vector<TokenLogprob> logprobs;
   TextDelta pending;  // ids (and logprobs) not yet handed to on_delta
   std::string text;
+  size_t streamed = 0;  // bytes of `text` handed to on_delta (a possible stop string's start waits)
   double compute_ms = 0;
   std::chrono::steady_clock::time_point admitted;  // first_ms / last_ms count from here (its queue time ends here)
   double first_ms = -1, last_ms = -1;
@@ -288,9 +289,10 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     }
     if (s.input->on_delta) {
       TextDelta tail = std::move(s.pending);
-      if (out->text.size() > s.text.size() && out->text.compare(0, s.text.size(), s.text) == 0) {
-        tail.text = out->text.substr(s.text.size());
+      if (out->text.size() > s.streamed && out->text.compare(0, s.streamed, s.text, 0, s.streamed) == 0) {
+        tail.text = out->text.substr(s.streamed);
       }
+      tail.tokenizer = tokenizer_.get();
       if (!tail.text.empty() || !tail.ids.empty()) s.input->on_delta(tail);
     }
     finish(s, std::shared_ptr<const ModelOutput>(std::move(out)));
@@ -350,8 +352,21 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
         stopped = true;
       }
     }
-    if (s.input->on_delta && s.text.size() > before) {
-      s.pending.text = s.text.substr(before);
+    // What may be streamed: all of the text, but for a tail that could still become a stop string ("gir" of a
+    // stop "girl" split over tokens), which waits for the next tokens (or the end, when it is flushed).
+    size_t safe = s.text.size();
+    for (const std::string& stop : stopped || early ? std::vector<std::string>() : s.input->stop) {
+      for (size_t n = std::min(stop.size() - 1, s.text.size()); n > 0; --n) {
+        if (s.text.compare(s.text.size() - n, n, stop, 0, n) == 0) {
+          safe = std::min(safe, s.text.size() - n);
+          break;
+        }
+      }
+    }
+    if (s.input->on_delta && safe > s.streamed) {
+      s.pending.text = s.text.substr(s.streamed, safe - s.streamed);
+      s.streamed = safe;
+      s.pending.tokenizer = tokenizer_.get();
       const bool keep = s.input->on_delta(s.pending);
       s.pending = TextDelta();
       if (!keep) {

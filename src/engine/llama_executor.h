@@ -35,6 +35,7 @@ struct TextDelta {
   std::string text;
   std::vector<int32_t> ids;
   std::vector<TokenLogprob> logprobs;
+  const text::HfTokenizer* tokenizer = nullptr;  // the model's (token strings), valid during the callback
 };
 
 // Per request (the OpenAI codecs fill it). Exactly one prompt form: prompt ids, chat messages, or the request's

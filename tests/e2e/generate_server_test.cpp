@@ -189,10 +189,9 @@ TEST_F(Generate, StreamedLogprobsAreTheWholeAnswers) {
   EXPECT_EQ(steps, 8u);
 }
 
-// Disabled: the engine (engine/llama_executor.cpp) streams text that a stop string split over several tokens may
-// still claim ("gir" before "l" completes "girl"), then cuts the whole text before it: the streamed text is longer
-// than the whole answer. Enable once the executor holds back a stop string's prefixes.
-TEST_F(Generate, DISABLED_StreamedTextHoldsBackAStopStringsPrefix) {
+// A stop string split over several tokens ("gir" before "l" completes "girl"): the engine holds back the text a
+// stop string may still claim, so the streamed text is exactly the whole answer.
+TEST_F(Generate, StreamedTextHoldsBackAStopStringsPrefix) {
   const json body = {{"model", kLlm}, {"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0},
                      {"stop", "girl"}};
   const json whole = post_ok("/v1/completions", body);

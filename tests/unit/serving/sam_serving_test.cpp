@@ -4,6 +4,9 @@
 // bad prompts as kInvalidArgument, and a SAM model refusing another family's mmserve.yaml keys.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "engine/sam_executor.h"
 #include "frontends/image/mask_rle.h"
 #include "server_test_util.h"
@@ -82,6 +85,14 @@ TEST_F(SamServing, AClickAndASecondClickByImageIdMatchHf) {
   auto second = server.infer(click(id));
   expect_golden(second);
   EXPECT_TRUE(engine::output_as<engine::SamOutput>(second->output)->embedding_cached);
+  // The engine thread publishes an executor's cache counters when its batch returns, which may be just after the
+  // response was handed over: wait (at most 2 s) for the second batch's figures.
+  for (int i = 0; i < 200 && histogram("mmserve_batch_size", {"model", "tower"}, {"sam", "prompt"}).count() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (int i = 0; i < 200 && counter("mmserve_cache_hits_total", {"model", "cache"}, {"sam", "image_embedding"}) < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(counter("mmserve_cache_hits_total", {"model", "cache"}, {"sam", "image_embedding"}), 1);
   EXPECT_EQ(counter("mmserve_cache_misses_total", {"model", "cache"}, {"sam", "image_embedding"}), 1);
   EXPECT_EQ(
