@@ -178,7 +178,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
   RETURN_IF_ERROR(check_known_keys(family_config,
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
-                                    "enable_chunked_prefill"},
+                                    "enable_chunked_prefill", "enable_continuous_batching"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -191,6 +191,8 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.max_model_len, o.get_int_or("max_model_len", llama.max_model_len));
     ASSIGN_OR_RETURN(llama.enable_prefix_caching, o.get_bool_or("enable_prefix_caching", llama.enable_prefix_caching));
     ASSIGN_OR_RETURN(llama.enable_chunked_prefill, o.get_bool_or("enable_chunked_prefill", llama.enable_chunked_prefill));
+    ASSIGN_OR_RETURN(llama.enable_continuous_batching,
+                     o.get_bool_or("enable_continuous_batching", llama.enable_continuous_batching));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options, llama));
   return std::unique_ptr<Executor>(std::move(e));
@@ -393,7 +395,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       }
     }
     live.erase(std::remove_if(live.begin(), live.end(), [](const auto& s) { return s->done; }), live.end());
-    if (hooks.admit) {  // continuous batching: requests queued meanwhile join
+    if (hooks.admit && llama_.enable_continuous_batching) {  // continuous batching: requests queued meanwhile join
       const int64_t room = scheduler_->config().max_num_seqs - static_cast<int64_t>(live.size());
       if (room > 0) {
         for (BatchItem& item : hooks.admit(room)) {
@@ -460,7 +462,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       hooks.progress();
       last_progress = std::chrono::steady_clock::now();
     }
-    if (!hooks.admit && hooks.between_chunks && hooks.chunk_budget_ms > 0 &&
+    if (!(hooks.admit && llama_.enable_continuous_batching) && hooks.between_chunks && hooks.chunk_budget_ms > 0 &&
         ms_since(last_yield) >= hooks.chunk_budget_ms) {
       const auto paused = std::chrono::steady_clock::now();
       hooks.between_chunks();

