@@ -255,6 +255,9 @@ void ModelRuntime::engine_loop(engine::Executor* executor, Replica* replica) {
   limits.items_max = config_.max_batch_size;
   limits.delay_max = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double, std::milli>(config_.max_queue_delay_ms));
+  // A generating family batches continuously: an idle engine starts a request at once and later ones join the
+  // running batch at its next step, so waiting to fill a batch would only add to the time to first token.
+  if (executor->info().generates) limits.delay_max = Clock::duration::zero();
   // Pull-based: this thread asks for a batch only when its replica is free, so work goes to whichever
   // replica frees up first, and a replica that left the rotation simply stops asking.
   while (in_rotation(*replica)) {
