@@ -52,6 +52,9 @@ StatusOr<serving::RequestOptions> request_options(RequestContext& context, const
                                                   std::optional<double> body_timeout_ms);
 // `queue;dur=1.200, preprocess;dur=..., compute;dur=..., total;dur=...` (milliseconds).
 std::string server_timing(const serving::PhaseTimes& times);
+// A generation's: the same phases plus `prefill` (joining the engine's batch -> the first token) and `decode` (the
+// first token -> the last), the decoders' trace spans (docs/api.md, Server-Timing).
+std::string server_timing(const serving::PhaseTimes& times, const engine::ModelOutput& output);
 
 // KServe v2 (kserve_handlers.cpp). `model`/`version` are the path segments (version empty when absent).
 // Only version "1" exists (docs/api.md): the 404 reply for any other explicit version, nullopt when fine.

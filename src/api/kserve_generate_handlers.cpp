@@ -46,7 +46,7 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
     const auto* out = engine::output_as<engine::LlamaOutput>(response->output);
     if (out == nullptr) return error_reply(kFamily, not_generating(model));
     Reply reply{200, encode_generate(model, *out)};
-    reply.headers.emplace_back("Server-Timing", server_timing(response->times));
+    reply.headers.emplace_back("Server-Timing", server_timing(response->times, *out));
     return reply;
   }
   auto events = std::make_shared<EventStream>([model](const EventStream::Result& result, bool) {

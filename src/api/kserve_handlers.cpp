@@ -1,5 +1,6 @@
 // KServe v2 route handlers and the helpers every inference handler shares (see handlers.h).
 // Tests: tests/unit/api/http_server_test.cpp, tests/e2e/server_test.cpp.
+#include <algorithm>
 #include <cstdio>
 
 #include "api/handlers.h"
@@ -61,6 +62,15 @@ std::string server_timing(const serving::PhaseTimes& t) {
   std::snprintf(buf, sizeof(buf), "queue;dur=%.3f, preprocess;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", t.queue_ms,
                 t.preprocess_ms, t.compute_ms, t.total_ms);
   return buf;
+}
+
+std::string server_timing(const serving::PhaseTimes& t, const engine::ModelOutput& out) {
+  std::string timing = server_timing(t);
+  if (out.first_token_ms() < 0) return timing;
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), ", prefill;dur=%.3f, decode;dur=%.3f", out.first_token_ms(),
+                std::max(0.0, out.last_token_ms() - out.first_token_ms()));
+  return timing + buf;
 }
 
 Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version) {

@@ -102,7 +102,7 @@ Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serv
     outs.push_back(out);
   }
   Reply reply{200, encode_completion(r, id, created, outs)};
-  reply.headers.emplace_back("Server-Timing", server_timing(responses->front().times));
+  reply.headers.emplace_back("Server-Timing", server_timing(responses->front().times, *outs.front()));
   return reply;
 }
 

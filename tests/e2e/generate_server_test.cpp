@@ -189,6 +189,23 @@ TEST_F(Generate, StreamedLogprobsAreTheWholeAnswers) {
   EXPECT_EQ(steps, 8u);
 }
 
+// A generation's Server-Timing header carries the decoder's spans: prefill (joining the batch -> the first token)
+// and decode (-> the last), beside queue / preprocess / compute / total.
+TEST_F(Generate, ServerTimingHasPrefillAndDecodeSpans) {
+  for (const std::string& path : std::vector<std::string>{"/v1/completions", "/v2/models/" + std::string(kLlm) + "/generate"}) {
+    const json body = path[1] == 'v' && path[2] == '1'
+                          ? json{{"model", kLlm}, {"prompt", "Once upon a time"}, {"max_tokens", 8}}
+                          : json{{"text_input", "Once upon a time"}, {"max_tokens", 8}};
+    auto r = post(path, body);
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    const std::string timing = r->get_header_value("Server-Timing");
+    for (const char* span : {"queue;dur=", "prefill;dur=", "decode;dur=", "total;dur="}) {
+      EXPECT_NE(timing.find(span), std::string::npos) << path << ": " << timing;
+    }
+  }
+}
+
 // A stop string split over several tokens ("gir" before "l" completes "girl"): the engine holds back the text a
 // stop string may still claim, so the streamed text is exactly the whole answer.
 TEST_F(Generate, StreamedTextHoldsBackAStopStringsPrefix) {
