@@ -61,11 +61,10 @@ class LlamaCpuBackend final : public DecoderBackend {
   int64_t rows_ = 0;
 };
 
-// One request in the engine.
-struct Live {
+// One request in the engine: what the scheduler knows of it (its base: the plan's entries point here), and the rest.
+struct Live : DecoderSequence {
   size_t index = 0;  // in run()'s items
   const LlamaInput* input = nullptr;
-  DecoderSequence seq;
   int64_t prompt_len = 0;
   int64_t budget = 0;  // tokens it may generate in all
   std::unique_ptr<TokenSampler> sampler;
@@ -80,7 +79,7 @@ struct Live {
   double first_ms = -1, last_ms = -1;
   bool done = false;
   std::span<const int32_t> generated() const {
-    return std::span<const int32_t>(seq.tokens).subspan(static_cast<size_t>(prompt_len));
+    return std::span<const int32_t>(tokens).subspan(static_cast<size_t>(prompt_len));
   }
 };
 
@@ -267,12 +266,12 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
   };
   auto finish = [&](Live& s, StatusOr<std::shared_ptr<const ModelOutput>> out) {
     s.done = true;
-    scheduler_->remove(&s.seq);
+    scheduler_->remove(&s);
     hooks.finish(s.index, std::move(out), s.compute_ms);
   };
   auto complete = [&](Live& s, const std::string& reason) {
     auto out = std::make_shared<LlamaOutput>();
-    out->prompt_ids.assign(s.seq.tokens.begin(), s.seq.tokens.begin() + s.prompt_len);
+    out->prompt_ids.assign(s.tokens.begin(), s.tokens.begin() + s.prompt_len);
     out->ids.assign(s.generated().begin(), s.generated().end());
     out->logprobs = std::move(s.logprobs);
     out->tokenizer = tokenizer_;
@@ -317,19 +316,19 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     s->input = input;
     s->prompt_len = length;
     s->budget = budget;
-    s->seq.tokens = input->prompt;
+    s->tokens = input->prompt;
     s->admitted = std::chrono::steady_clock::now();
     s->sampler = std::make_unique<TokenSampler>(input->sampling);
     s->seed = input->sampling.seed.value_or(std::random_device{}());
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
-    scheduler_->add(&s->seq);
+    scheduler_->add(s.get());
     live.push_back(std::move(s));
   };
   // Handles the token sampled for `s`; false when the request finished.
   auto take_token = [&](Live& s, const SampledToken& t) {
     const bool early = static_cast<int64_t>(s.generated().size()) < s.input->min_tokens;
-    s.seq.tokens.push_back(t.id);
+    s.tokens.push_back(t.id);
     s.pending.ids.push_back(t.id);
     if (t.logprob) {
       s.logprobs.push_back(*t.logprob);
@@ -425,16 +424,13 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     std::vector<int32_t> no_eos;
     for (const StepEntry& e : plan.entries) {
       if (!e.wants_logits) continue;
-      Live* s = nullptr;
-      for (auto& l : live) {
-        if (&l->seq == e.seq) s = l.get();
-      }
+      Live* s = static_cast<Live*>(e.seq);
       SampleRow row;
       row.params = &s->input->sampling;
       row.sampler = s->sampler.get();
       row.seed = s->seed;
       row.step = static_cast<uint64_t>(s->generated().size());
-      row.prompt = std::span<const int32_t>(s->seq.tokens).first(static_cast<size_t>(s->prompt_len));
+      row.prompt = std::span<const int32_t>(s->tokens).first(static_cast<size_t>(s->prompt_len));
       row.generated = s->generated();
       // HF's MinNewTokensLogitsProcessor / vLLM's min_tokens: no EOS before min_tokens.
       if (static_cast<int64_t>(s->generated().size()) < s->input->min_tokens) row.banned = eos_ids_;
@@ -445,9 +441,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     Status sample = backend_->sample(rows, sampled);
     const double step_ms = ms_since(t0);
     for (const StepEntry& e : plan.entries) {  // each entry's share of the step, by its tokens
-      for (auto& l : live) {
-        if (&l->seq == e.seq) l->compute_ms += step_ms * static_cast<double>(e.count) / plan.step.num_tokens();
-      }
+      static_cast<Live*>(e.seq)->compute_ms += step_ms * static_cast<double>(e.count) / plan.step.num_tokens();
     }
     if (!sample.ok()) {
       for (auto& s : live) {
