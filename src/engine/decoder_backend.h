@@ -1,7 +1,8 @@
 // What the decoder engine (LlamaExecutor, and the LLaVA / Mixtral executors of issue 15) needs of a model on a
 // device: run one scheduled step over the paged KV pool, then pick the next token of the rows that want one.
-// The CPU backend keeps the logits on the host and samples with TokenSampler; the CUDA backend (llama_cuda_backend)
-// keeps them on the GPU, samples there and copies back only the ids (and asked-for logprobs).
+// Both sample with kernels/sampling: the CPU backend with its twin on host logits, the CUDA backend
+// (llama_cuda_backend) on the GPU, copying back only the ids (and asked-for logprobs); the two make the same integer
+// decisions with the same Philox draws, so a seed gives the same text on either device.
 // Tests: through tests/unit/engine/llama_executor_test.cpp (CPU) and tests/gpu/llama_cuda_test.cpp (CUDA).
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "core/status.h"
 #include "engine/token_sampler.h"
+#include "kernels/sampling/sampling.h"
 #include "models/common/decoder_step.h"
 
 namespace mmserve::engine {
@@ -20,14 +22,23 @@ namespace mmserve::engine {
 // One row to sample: the logits of step.logit_rows[i] for the i-th row.
 struct SampleRow {
   const SamplingParams* params = nullptr;
-  TokenSampler* sampler = nullptr;        // the sequence's random stream (CPU)
-  uint64_t seed = 0;                      // the sequence's seed, and how many tokens it drew so far (GPU: Philox)
+  uint64_t seed = 0;                      // the sequence's seed, and how many tokens it drew so far (Philox)
   uint64_t step = 0;
   std::span<const int32_t> prompt;        // for the penalties
   std::span<const int32_t> generated;
   std::span<const int32_t> banned;        // ids never sampled (EOS before min_tokens)
   int64_t logprobs = -1;                  // -1 none, else top-N of the raw log-softmax
 };
+
+// The host side of kernels::sample_tokens(_cuda) for a step's rows, shared by the backends: each row's parameters,
+// the tokens each row has seen (CSR, prompt first) when some row has a penalty, and what logprobs are asked.
+struct SamplingInputs {
+  std::vector<kernels::SamplingRowParams> params;
+  std::vector<int32_t> seen_offsets, seen_ids, prompt_lens;  // empty without penalties
+  bool penalties = false, logprobs = false;
+  int64_t top_n = 0;  // the most any row asks for
+};
+SamplingInputs sampling_inputs(std::span<const SampleRow> rows);
 
 struct SampledToken {
   int32_t id = 0;

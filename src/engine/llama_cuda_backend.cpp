@@ -60,30 +60,11 @@ class LlamaCudaBackend final : public DecoderBackend {
     const int64_t vocab = model_->config().vocab_size;
     cudaStream_t s = model_->stream();
     float* logits = const_cast<float*>(model_->logits());
-    // Host staging layout: params [n], then ids, logprobs, top ids, top logprobs come back into the same buffer.
-    auto* params = host_.data_as<kernels::SamplingRowParams>();
-    bool penalties = false;
-    int64_t top_n = 0;
-    bool logprobs = false;
-    for (int64_t r = 0; r < n; ++r) {
-      const SamplingParams& p = *rows[r].params;
-      kernels::SamplingRowParams& k = params[r];
-      k = kernels::SamplingRowParams();
-      k.temperature = static_cast<float>(p.temperature);
-      k.top_k = static_cast<int32_t>(p.top_k);
-      k.top_p = static_cast<float>(p.top_p);
-      k.min_p = static_cast<float>(p.min_p);
-      k.repetition_penalty = static_cast<float>(p.repetition_penalty);
-      k.presence_penalty = static_cast<float>(p.presence_penalty);
-      k.frequency_penalty = static_cast<float>(p.frequency_penalty);
-      k.seed = rows[r].seed;
-      k.step = rows[r].step;
-      penalties = penalties || p.repetition_penalty != 1.0 || p.presence_penalty != 0 || p.frequency_penalty != 0;
-      if (rows[r].logprobs >= 0) {
-        logprobs = true;
-        top_n = std::max(top_n, rows[r].logprobs);
-      }
-    }
+    const SamplingInputs in = sampling_inputs(rows);
+    auto* params = host_.data_as<kernels::SamplingRowParams>();  // then the outputs come back after them
+    std::copy(in.params.begin(), in.params.end(), params);
+    const bool penalties = in.penalties, logprobs = in.logprobs;
+    const int64_t top_n = in.top_n;
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_params_, params, n * sizeof(kernels::SamplingRowParams),
                                          cudaMemcpyHostToDevice, s));
     // EOS before min_tokens: those logits to -inf (the raw logprobs then see the ban too, as vLLM's do).
@@ -104,7 +85,7 @@ class LlamaCudaBackend final : public DecoderBackend {
       a.top_n = top_n;
       if (top_n > 0) a.top_ids = d_top_ids_, a.top_logprobs = d_top_logprobs_;
     }
-    if (penalties) RETURN_IF_ERROR(stage_seen(rows, a));
+    if (penalties) RETURN_IF_ERROR(stage_seen(in, a));
     RETURN_IF_ERROR(kernels::sample_tokens_cuda(a, s));
     // Back: ids, and the logprobs when asked.
     uint8_t* back = host_.data_as<uint8_t>() + n * sizeof(kernels::SamplingRowParams);
@@ -141,21 +122,15 @@ class LlamaCudaBackend final : public DecoderBackend {
 
   // The tokens each row has seen (prompt, then generated) as CSR on the device, and the zeroed scratch the
   // penalty kernel needs ([rows, vocab] words, allocated at the first penalised step).
-  Status stage_seen(std::span<const SampleRow> rows, kernels::SamplingArgs& a) {
+  Status stage_seen(const SamplingInputs& in, kernels::SamplingArgs& a) {
     cudaStream_t s = model_->stream();
-    const int64_t n = static_cast<int64_t>(rows.size()), vocab = model_->config().vocab_size;
-    seen_offsets_.assign(1, 0);
-    seen_ids_.clear();
-    prompt_lens_.clear();
-    for (const SampleRow& r : rows) {
-      seen_ids_.insert(seen_ids_.end(), r.prompt.begin(), r.prompt.end());
-      seen_ids_.insert(seen_ids_.end(), r.generated.begin(), r.generated.end());
-      seen_offsets_.push_back(static_cast<int32_t>(seen_ids_.size()));
-      prompt_lens_.push_back(static_cast<int32_t>(r.prompt.size()));
-    }
-    if (seen_ids_.size() > seen_capacity_) {
+    const int64_t n = static_cast<int64_t>(in.prompt_lens.size()), vocab = model_->config().vocab_size;
+    const std::vector<int32_t>& seen_offsets = in.seen_offsets;
+    const std::vector<int32_t>& seen_ids = in.seen_ids;
+    const std::vector<int32_t>& prompt_lens = in.prompt_lens;
+    if (seen_ids.size() > seen_capacity_) {
       if (d_seen_ids_ != nullptr) cudaFree(d_seen_ids_);
-      seen_capacity_ = std::max<size_t>(seen_ids_.size() * 2, 4096);
+      seen_capacity_ = std::max<size_t>(seen_ids.size() * 2, 4096);
       CUDA_RETURN_IF_ERROR(cudaMalloc(&d_seen_ids_, seen_capacity_ * sizeof(int32_t)));
     }
     if (d_scratch_ == nullptr) {
@@ -164,11 +139,11 @@ class LlamaCudaBackend final : public DecoderBackend {
       CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d_scratch_, 0, bytes, s));
     }
     // Synchronous copies from pageable vectors (penalised steps are the rare case).
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_offsets_, seen_offsets_.data(), (n + 1) * sizeof(int32_t),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_offsets_, seen_offsets.data(), (n + 1) * sizeof(int32_t),
                                          cudaMemcpyHostToDevice, s));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_ids_, seen_ids_.data(), seen_ids_.size() * sizeof(int32_t),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_seen_ids_, seen_ids.data(), seen_ids.size() * sizeof(int32_t),
                                          cudaMemcpyHostToDevice, s));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_prompt_lens_, prompt_lens_.data(), n * sizeof(int32_t),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d_prompt_lens_, prompt_lens.data(), n * sizeof(int32_t),
                                          cudaMemcpyHostToDevice, s));
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
     a.seen_offsets = d_seen_offsets_;
@@ -193,7 +168,6 @@ class LlamaCudaBackend final : public DecoderBackend {
   int32_t *d_seen_offsets_ = nullptr, *d_seen_ids_ = nullptr, *d_prompt_lens_ = nullptr;
   uint64_t* d_scratch_ = nullptr;
   size_t seen_capacity_ = 0;
-  std::vector<int32_t> seen_offsets_, seen_ids_, prompt_lens_;
 };
 
 }  // namespace

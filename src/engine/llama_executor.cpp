@@ -11,6 +11,7 @@
 #include "engine/decoder_scheduler.h"
 #include "engine/families.h"
 #include "engine/kv_block_manager.h"
+#include "kernels/sampling/sampling.h"
 #if MMSERVE_HAS_CUDA
 #include "engine/llama_cuda_backend.h"
 #endif
@@ -22,7 +23,7 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, TokenSampler per row.
+// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, kernels/sampling's twin.
 class LlamaCpuBackend final : public DecoderBackend {
  public:
   LlamaCpuBackend(std::unique_ptr<models::LlamaModel> model, models::LlamaKvPool pool)
@@ -38,18 +39,39 @@ class LlamaCpuBackend final : public DecoderBackend {
     return model_->forward_step(step, pool_, logits_.data());
   }
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
-    const int64_t vocab = model_->config().vocab_size;
-    if (static_cast<int64_t>(rows.size()) != rows_) return internal_error("sample() rows differ from the step's");
-    out.assign(rows.size(), SampledToken());
-    std::vector<float> raw;
-    for (size_t r = 0; r < rows.size(); ++r) {
-      std::span<float> logits(logits_.data() + r * vocab, static_cast<size_t>(vocab));
-      if (rows[r].logprobs >= 0) raw.assign(logits.begin(), logits.end());  // the sampler changes them
+    const int64_t vocab = model_->config().vocab_size, n = static_cast<int64_t>(rows.size());
+    if (n != rows_) return internal_error("sample() rows differ from the step's");
+    // EOS before min_tokens: those logits to -inf first (the raw logprobs see the ban too, as on the GPU).
+    for (int64_t r = 0; r < n; ++r) {
       for (int32_t id : rows[r].banned) {
-        if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+        if (id >= 0 && id < vocab) logits_[r * vocab + id] = -std::numeric_limits<float>::infinity();
       }
-      out[r].id = rows[r].sampler->sample(logits, rows[r].prompt, rows[r].generated);
-      if (rows[r].logprobs >= 0) out[r].logprob = token_logprob(raw, out[r].id, rows[r].logprobs);
+    }
+    const SamplingInputs in = sampling_inputs(rows);
+    std::vector<int32_t> ids(static_cast<size_t>(n)), top_ids(static_cast<size_t>(n * in.top_n));
+    std::vector<float> logprobs(static_cast<size_t>(n)), top_logprobs(top_ids.size());
+    kernels::SamplingArgs a;
+    a.logits = logits_.data(), a.rows = n, a.vocab = vocab, a.vocab_ld = vocab, a.params = in.params.data();
+    a.ids = ids.data();
+    if (in.penalties) {
+      a.seen_offsets = in.seen_offsets.data(), a.seen_ids = in.seen_ids.data(), a.prompt_lens = in.prompt_lens.data();
+    }
+    if (in.logprobs) {
+      a.logprobs = logprobs.data(), a.top_n = in.top_n;
+      if (in.top_n > 0) a.top_ids = top_ids.data(), a.top_logprobs = top_logprobs.data();
+    }
+    RETURN_IF_ERROR(kernels::sample_tokens(a));
+    out.assign(static_cast<size_t>(n), SampledToken());
+    for (int64_t r = 0; r < n; ++r) {
+      out[r].id = ids[r];
+      if (rows[r].logprobs < 0) continue;
+      TokenLogprob t;
+      t.id = ids[r];
+      t.logprob = logprobs[r];
+      for (int64_t i = 0; i < rows[r].logprobs; ++i) {
+        t.top.emplace_back(top_ids[r * in.top_n + i], top_logprobs[r * in.top_n + i]);
+      }
+      out[r].logprob = std::move(t);
     }
     return ok_status();
   }
@@ -67,7 +89,6 @@ struct Live : DecoderSequence {
   const LlamaInput* input = nullptr;
   int64_t prompt_len = 0;
   int64_t budget = 0;  // tokens it may generate in all
-  std::unique_ptr<TokenSampler> sampler;
   uint64_t seed = 0;
   std::unique_ptr<text::IncrementalDetokenizer> stream;
   std::vector<TokenLogprob> logprobs;
@@ -318,7 +339,6 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     s->budget = budget;
     s->tokens = input->prompt;
     s->admitted = std::chrono::steady_clock::now();
-    s->sampler = std::make_unique<TokenSampler>(input->sampling);
     s->seed = input->sampling.seed.value_or(std::random_device{}());
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
@@ -427,7 +447,6 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       Live* s = static_cast<Live*>(e.seq);
       SampleRow row;
       row.params = &s->input->sampling;
-      row.sampler = s->sampler.get();
       row.seed = s->seed;
       row.step = static_cast<uint64_t>(s->generated().size());
       row.prompt = std::span<const int32_t>(s->tokens).first(static_cast<size_t>(s->prompt_len));
