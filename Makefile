@@ -67,7 +67,7 @@ test: build $(OPENAI_NODE_MODULES) $(TOKENIZER_NODE_MODULES)
 FUZZ_SECONDS ?= 60
 fuzz: deps
 	cmake --preset fuzz >/dev/null
-	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz hf_tokenizer_fuzz openai_completions_fuzz
+	cmake --build build/fuzz -j $(JOBS) --target safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz hf_tokenizer_fuzz openai_completions_fuzz kserve_generate_fuzz
 	scripts/run-fuzzers.sh build/fuzz/fuzz $(FUZZ_SECONDS)
 
 format:

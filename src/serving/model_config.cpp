@@ -64,20 +64,24 @@ StatusOr<std::string> read_string(const YAML::Node& node, const std::string& lab
 }
 
 // A YAML value as JSON, for the family's `options` (scalars typed as YAML 1.2's core schema reads them: true/false,
-// integers, finite numbers, else strings). Nested maps and lists are kept.
-StatusOr<nlohmann::json> yaml_to_json(const YAML::Node& node, const std::string& where_text) {
+// integers, finite numbers, else strings). Nested maps and lists are kept, down to 32 levels: deeper is refused, which
+// also stops an alias that refers to its own anchor (yaml-cpp builds that as a cycle; found by model_config_fuzz).
+StatusOr<nlohmann::json> yaml_to_json(const YAML::Node& node, const std::string& where_text, int depth = 0) {
+  if ((node.IsMap() || node.IsSequence()) && depth >= 32) {
+    return invalid_argument(where_text + ": nested more than 32 levels deep (or an alias refers to itself)");
+  }
   if (node.IsMap()) {
     nlohmann::json out = nlohmann::json::object();
     for (const auto& entry : node) {
       const std::string key = entry.first.Scalar();
-      ASSIGN_OR_RETURN(out[key], yaml_to_json(entry.second, where_text + "." + key));
+      ASSIGN_OR_RETURN(out[key], yaml_to_json(entry.second, where_text + "." + key, depth + 1));
     }
     return out;
   }
   if (node.IsSequence()) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& item : node) {
-      ASSIGN_OR_RETURN(nlohmann::json value, yaml_to_json(item, where_text));
+      ASSIGN_OR_RETURN(nlohmann::json value, yaml_to_json(item, where_text, depth + 1));
       out.push_back(std::move(value));
     }
     return out;

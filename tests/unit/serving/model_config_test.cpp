@@ -365,3 +365,25 @@ TEST(ServerConfig, DefaultsAndErrors) {
 
 }  // namespace
 }  // namespace mmserve::serving
+
+namespace mmserve::serving {
+namespace {
+
+// A family's options nested past 32 levels, or an alias inside its own anchor (a cycle in yaml-cpp's tree: found by
+// model_config_fuzz as a stack overflow), are refused with a message instead of recursing.
+TEST(ModelConfig, DeepOrSelfReferentialOptionsAreRefused) {
+  std::string deep = "options: ";
+  for (int i = 0; i < 40; ++i) deep += "{a: ";
+  deep += "1";
+  for (int i = 0; i < 40; ++i) deep += "}";
+  auto c = parse_model_config(deep + "\n", "m/mmserve.yaml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("32 levels"), std::string::npos) << c.status().message();
+  auto self = parse_model_config("options: &a {x: *a}\n", "m/mmserve.yaml");
+  if (!self.ok()) EXPECT_EQ(self.status().code(), StatusCode::kInvalidArgument) << self.status().message();
+  auto ok = parse_model_config("options: {a: {b: [1, 2, {c: 3}]}}\n", "m/mmserve.yaml");
+  EXPECT_TRUE(ok.ok()) << ok.status().to_string();
+}
+
+}  // namespace
+}  // namespace mmserve::serving
