@@ -6,6 +6,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_align.h"
+#include "kernels/common/cuda_convert.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small_m_cuda.h"
 
@@ -90,17 +91,14 @@ __device__ __forceinline__ float2 to_float2<__half>(uint32_t v) {
   return __half22float2(*reinterpret_cast<const __half2*>(&v));
 }
 
+// D's elements as f32 and back (kernels/common/cuda_convert.cuh).
 template <typename TOut>
 __device__ __forceinline__ float load_out(const TOut* p) {
-  if constexpr (std::is_same_v<TOut, float>) return *p;
-  else if constexpr (std::is_same_v<TOut, __nv_bfloat16>) return __bfloat162float(*p);
-  else return __half2float(*p);
+  return to_f32(*p);
 }
 template <typename TOut>
 __device__ __forceinline__ void store_out(TOut* p, float v) {
-  if constexpr (std::is_same_v<TOut, float>) *p = v;
-  else if constexpr (std::is_same_v<TOut, __nv_bfloat16>) *p = __float2bfloat16(v);
-  else *p = __float2half(v);
+  *p = from_f32<TOut>(v);
 }
 
 struct Params16 {

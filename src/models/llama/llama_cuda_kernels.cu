@@ -5,27 +5,13 @@
 #include <cuda_fp16.h>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_convert.cuh"
 
 namespace mmserve::models {
 namespace {
 
-template <typename T>
-__device__ float to_f32(T v);
-template <>
-__device__ float to_f32(float v) { return v; }
-template <>
-__device__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <>
-__device__ float to_f32(__half v) { return __half2float(v); }
-
-template <typename T>
-__device__ T from_f32(float v);
-template <>
-__device__ float from_f32(float v) { return v; }
-template <>
-__device__ __nv_bfloat16 from_f32(float v) { return __float2bfloat16(v); }
-template <>
-__device__ __half from_f32(float v) { return __float2half(v); }
+using kernels::from_f32;
+using kernels::to_f32;
 
 template <typename T>
 __global__ void gather_kernel(const T* src, int64_t src_rows, int64_t src_ld, const int32_t* index, int64_t cols,
