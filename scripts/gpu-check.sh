@@ -14,7 +14,9 @@
 # (tools/reference/make_whisper_{tokens,fixtures}.py: the Whisper goldens, returned inside the archive under
 # fixtures/whisper), tp (bench/run_tp_bench.sh: ViT-L/14 batch-1 latency at TP=1, in an NCCL group of one,
 # and at TP=2 where 2 GPUs are visible; Whisper large-v3 decode tokens/s the same way), priority (bench/server_priority.sh
-# on the CPU and on the GPU), sam (bench/run_sam_gpu_bench.sh: SAM ViT-B/H bf16 against HF fp16, ViT-B on the CPU).
+# on the CPU and on the GPU), sam (bench/run_sam_gpu_bench.sh: SAM ViT-B/H bf16 against HF fp16, ViT-B on the CPU),
+# llama (bench/run_llama_gpu_bench.sh: Llama-3-8B / 3.2-1B shapes against HF bf16), llama-serving
+# (bench/run_llama_serving_bench.sh: continuous vs static batching, prefix caching; needs mmserve in the build).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -136,6 +138,24 @@ if has sam; then
     summary+=("bench sam gpu: ok")
   else
     summary+=("bench sam gpu: FAIL (see sam_gpu.err)")
+  fi
+fi
+
+if has llama; then
+  # The Llama family (issue 14): Llama-3-8B / 3.2-1B shapes against HF transformers bf16, one run.
+  if bench/run_llama_gpu_bench.sh "$BIN" "$RES/llama_gpu" > "$RES/llama_gpu_table.md" 2> "$RES/llama_gpu.err"; then
+    summary+=("bench llama gpu: ok")
+  else
+    summary+=("bench llama gpu: FAIL (see llama_gpu.err)")
+  fi
+fi
+
+if has llama-serving; then
+  # The decoder engine served: continuous vs static batching, prefix caching on and off (1B shapes).
+  if bench/run_llama_serving_bench.sh "$BIN" "$RES/llama_serving" > "$RES/llama_serving_table.md" 2> "$RES/llama_serving.err"; then
+    summary+=("bench llama serving: ok")
+  else
+    summary+=("bench llama serving: FAIL (see llama_serving.err)")
   fi
 fi
 
