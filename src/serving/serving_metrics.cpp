@@ -159,9 +159,8 @@ void ModelMetrics::add_sequence_delta(const std::optional<engine::SequenceStats>
   const std::vector<std::string> labels = {model_};
   families_->requests_running.with(labels).add(static_cast<double>(now->running - old.running));
   families_->requests_waiting.with(labels).add(static_cast<double>(now->waiting - old.waiting));
-  if (now->preemptions > old.preemptions) {
-    families_->preemptions.with(labels).inc(static_cast<double>(now->preemptions - old.preemptions));
-  }
+  Counter& preemptions = families_->preemptions.with(labels);  // exposed (as 0) from the first publication
+  if (now->preemptions > old.preemptions) preemptions.inc(static_cast<double>(now->preemptions - old.preemptions));
   families_->kv_cache_usage.with(labels).add((now->kv_cache_usage - old.kv_cache_usage) / std::max(replicas, 1));
 }
 

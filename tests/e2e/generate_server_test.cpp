@@ -7,6 +7,9 @@
 // choice and [DONE] once), the KServe generate extension (whole, stream, versions, errors in KServe's shape) and
 // every malformed body getting a 400 with a JSON message.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
 #include <httplib.h>
 
 #include <cmath>
@@ -187,6 +190,36 @@ TEST_F(Generate, StreamedLogprobsAreTheWholeAnswers) {
     steps += e["choices"][0]["logprobs"]["content"].size();
   }
   EXPECT_EQ(steps, 8u);
+}
+
+// /metrics (the Prometheus text a scrape reads) has the decoder engine's gauges and the prefix cache's counters once
+// a generation ran: two requests with the same 40-token prompt, so the second finds the first's blocks cached.
+TEST_F(Generate, MetricsShowTheEngineAndThePrefixCache) {
+  std::vector<int> ids = {1};
+  for (int i = 0; i < 40; ++i) ids.push_back(10 + i);
+  for (int round = 0; round < 2; ++round) {
+    post_ok("/v1/completions", {{"model", kLlm}, {"prompt", ids}, {"max_tokens", 4}, {"temperature", 0}});
+  }
+  std::string text;
+  for (int i = 0; i < 100; ++i) {  // published between steps and after each batch: give the engine thread a moment
+    auto r = server_->client().Get("/metrics");
+    ASSERT_TRUE(r);
+    text = r->body;
+    if (text.find("mmserve_cache_hits_total{model=\"stories\",cache=\"prefix\"} 0") == std::string::npos &&
+        text.find("mmserve_cache_hits_total{model=\"stories\",cache=\"prefix\"}") != std::string::npos) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const char* name : {"mmserve_num_requests_running{model=\"stories\"}", "mmserve_num_requests_waiting{model=\"stories\"}",
+                           "mmserve_num_preemptions_total{model=\"stories\"}", "mmserve_kv_cache_usage_ratio{model=\"stories\"}",
+                           "mmserve_cache_misses_total{model=\"stories\",cache=\"prefix\"}"}) {
+    EXPECT_NE(text.find(name), std::string::npos) << name;
+  }
+  const std::string hits = "mmserve_cache_hits_total{model=\"stories\",cache=\"prefix\"} ";
+  const size_t at = text.find(hits);
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_GE(std::stod(text.substr(at + hits.size())), 2.0) << "the second request reused the first's two full blocks";
 }
 
 // A generation's Server-Timing header carries the decoder's spans: prefill (joining the batch -> the first token)
