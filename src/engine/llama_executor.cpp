@@ -174,6 +174,12 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     return unimplemented("this build has no CUDA backend (device " + options.device.to_string() + ")");
 #endif
   }
+  if (!llama.enable_chunked_prefill && llama.max_num_batched_tokens < e->max_model_len_) {
+    // A prompt (or a preempted sequence's recompute) must then fit one step whole (vLLM's rule too).
+    return invalid_argument("with enable_chunked_prefill false, max_num_batched_tokens (" +
+                            std::to_string(llama.max_num_batched_tokens) + ") must be at least max_model_len (" +
+                            std::to_string(e->max_model_len_) + ")");
+  }
   e->eos_ids_ = llama_eos_ids(model_dir, e->config_, *e->tokenizer_);
   e->blocks_ = std::make_unique<KvBlockManager>(e->backend_->num_blocks(), e->backend_->block_size(),
                                                 llama.enable_prefix_caching);

@@ -301,6 +301,10 @@ TEST_F(LlamaExecutorTest, LogprobsOfGreedyTokensHeadTheirTopLists) {
 TEST_F(LlamaExecutorTest, BadOptionsAreRefusedByName) {
   EXPECT_FALSE(LlamaExecutor::create_for_server(dir_, {}, {{"block_sise", 16}}).ok());
   EXPECT_FALSE(LlamaExecutor::create_for_server(dir_, {}, {{"block_size", 0}}).ok());
+  auto unchunked = LlamaExecutor::create_for_server(
+      dir_, {}, {{"enable_chunked_prefill", false}, {"max_num_batched_tokens", 100}});  // max_model_len is 512
+  ASSERT_FALSE(unchunked.ok());
+  EXPECT_NE(unchunked.status().message().find("max_num_batched_tokens"), std::string::npos);
   auto tiny = LlamaExecutor::create_for_server(dir_, {}, {{"kv_cache_bytes", 1000}});
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("max_model_len"), std::string::npos) << tiny.status().message();
