@@ -159,10 +159,16 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     const int64_t need = llama.max_num_seqs * e->max_model_len_ * per_token;
     const int64_t bytes = llama.kv_cache_bytes > 0 ? llama.kv_cache_bytes : std::min<int64_t>(need, int64_t{1} << 30);
     const int64_t blocks = bytes / (per_token * llama.block_size);
+    // Neither size given and the default pool too small for the model's own length (Llama 3.2's 131,072 tokens on
+    // a CPU): the length is what the pool holds (prompts beyond it are a 400 naming it); given sizes must agree.
+    if (llama.kv_cache_bytes == 0 && llama.max_model_len == 0) {
+      e->max_model_len_ = std::min(e->max_model_len_, blocks * llama.block_size);
+    }
     if (blocks < KvBlockManager::blocks_for(e->max_model_len_, llama.block_size)) {
       return invalid_argument("kv_cache_bytes " + std::to_string(bytes) + " holds " + std::to_string(blocks) +
                               " blocks; one sequence of max_model_len " + std::to_string(e->max_model_len_) +
-                              " needs " + std::to_string(KvBlockManager::blocks_for(e->max_model_len_, llama.block_size)));
+                              " needs " + std::to_string(KvBlockManager::blocks_for(e->max_model_len_, llama.block_size)) +
+                              " (raise kv_cache_bytes or lower max_model_len in mmserve.yaml options)");
     }
     ASSIGN_OR_RETURN(models::LlamaKvPool pool, model->new_pool(blocks, llama.block_size));
     e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));

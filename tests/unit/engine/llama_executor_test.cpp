@@ -310,6 +310,31 @@ TEST_F(LlamaExecutorTest, BadOptionsAreRefusedByName) {
   EXPECT_NE(tiny.status().message().find("max_model_len"), std::string::npos) << tiny.status().message();
 }
 
+// A model longer than the default pool holds (here stories260K told it has 4M positions): with neither
+// kv_cache_bytes nor max_model_len given, max_model_len becomes what the 1 GiB default pool holds.
+TEST_F(LlamaExecutorTest, TheDefaultPoolCapsALongModelsLength) {
+  const std::string dir = dir_ + "_long";
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(dir_)) fs::copy_file(e.path(), dir + "/" + e.path().filename().string(),
+                                                                  fs::copy_options::overwrite_existing);
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(dir + "/config.json"));
+  config["max_position_embeddings"] = 4 << 20;
+  std::ofstream(dir + "/config.json") << config.dump();
+  auto model = models::LlamaModel::load(dir);
+  ASSERT_TRUE(model.ok());
+  auto executor = LlamaExecutor::create_for_server(dir, {}, nlohmann::json::object());
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  const auto& e = dynamic_cast<const LlamaExecutor&>(**executor);
+  const int64_t holds = (int64_t{1} << 30) / ((*model)->kv_bytes_per_token() * 16) * 16;
+  EXPECT_EQ(e.max_model_len(), holds);
+  EXPECT_LT(e.max_model_len(), 4 << 20);
+  // Given explicitly, a length the pool cannot hold is refused with the figures.
+  auto given = LlamaExecutor::create_for_server(dir, {}, {{"max_model_len", 4 << 20}});
+  ASSERT_FALSE(given.ok());
+  EXPECT_NE(given.status().message().find("lower max_model_len"), std::string::npos) << given.status().message();
+  fs::remove_all(dir);
+}
+
 TEST_F(LlamaExecutorTest, BadRequestsAreRefusedWithAMessage) {
   auto refused = [&](LlamaParams params, const std::string& text, const std::string& needle) {
     auto p = prepare(params, text);
