@@ -19,6 +19,8 @@ untied embeddings; F32, BF16 and F16 storage), each holding:
                                      step_logits    [N, V]: the logits that chose each greedy token: the prompt's
                                                     last row, then one forward per generated token over the cache
                                      greedy_ids     I64 [N]: plain argmax of step_logits (no logits processors)
+                                     bf16_prompt_logits, bf16_step_logits: the same from HF's bf16 run of the
+                                                    directory, steps fed greedy_ids (the GPU tests' 2x rule)
   golden.json                      prompt ids, greedy ids, the minimum top-1 margin over the steps, seed, versions,
                                    the variant's description
 
@@ -109,6 +111,19 @@ def run(model, prompt):
     return prompt_logits, torch.stack(steps), greedy
 
 
+def run_forced(model, prompt, ids):
+    """prompt logits and cached step logits when the steps are fed `ids` (HF f32's greedy ids): the bf16 reference
+    of the GPU tests' 2x rule sees the same inputs as the f32 goldens."""
+    with torch.no_grad():
+        prompt_logits = model(torch.tensor([prompt])).logits[0].float()
+        out = model(torch.tensor([prompt]), use_cache=True)
+        steps = [out.logits[0, -1].float()]
+        for nxt in ids[:-1]:
+            out = model(torch.tensor([[nxt]]), past_key_values=out.past_key_values, use_cache=True)
+            steps.append(out.logits[0, -1].float())
+    return prompt_logits, torch.stack(steps)
+
+
 def margin(step_logits):
     top = torch.topk(step_logits, 2, dim=-1).values
     return float((top[:, 0] - top[:, 1]).min())
@@ -183,8 +198,14 @@ def main():
             gen_logits = torch.stack([x[0].float() for x in gen.logits])
             assert torch.allclose(gen_logits, steps, atol=1e-4, rtol=1e-4), (
                 name, "generate() differs from the cached loop", float((gen_logits - steps).abs().max()))
+            # HF's own bf16 run of the same directory (weights and activations in bf16, as a user runs it): the
+            # GPU tests' bf16 bound is twice its distance from the f32 goldens (the 2x rule).
+            bf16 = getattr(transformers, arch).from_pretrained(d, dtype=torch.bfloat16,
+                                                               attn_implementation="eager").eval()
+            bf16_prompt, bf16_steps = run_forced(bf16, prompt, greedy)
             save_file({"prompt_logits": prompt_logits.contiguous(), "step_logits": steps.contiguous(),
-                       "greedy_ids": torch.tensor(greedy, dtype=torch.int64)},
+                       "greedy_ids": torch.tensor(greedy, dtype=torch.int64),
+                       "bf16_prompt_logits": bf16_prompt.contiguous(), "bf16_step_logits": bf16_steps.contiguous()},
                       os.path.join(d, "golden.safetensors"))
             meta = {"description": desc, "architecture": arch, "storage_dtype": str(dtype).replace("torch.", ""),
                     "compute": "float32, eager attention", "seed": seed, "prompt_ids": prompt,
