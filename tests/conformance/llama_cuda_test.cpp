@@ -16,6 +16,7 @@
 #include "../conformance/golden.h"
 #include "core/cuda/cuda_status.h"
 #include "engine/llama_executor.h"
+#include "kernels/testing/cuda_test_util.h"
 #include "models/llama/llama2c.h"
 #include "models/llama/llama_cuda.h"
 
@@ -23,14 +24,6 @@ namespace mmserve::models {
 namespace {
 
 namespace fs = std::filesystem;
-
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    std::string why;                                                      \
-    if (!cuda_device_available(&why)) {                                   \
-      GTEST_SKIP() << "no GPU: " << why;                                  \
-    }                                                                     \
-  } while (0)
 
 // max |got - want| over a row, relative to the row's largest |want| (at least 1).
 float row_error(const float* got, const float* want, int64_t vocab) {
@@ -126,7 +119,7 @@ void check_variant(const fs::path& dir, DType dtype, bool graphs, float toleranc
 }
 
 TEST(LlamaCuda, EveryVariantMatchesTransformers) {
-  REQUIRE_GPU();
+  MMSERVE_REQUIRE_GPU();
   const fs::path root = testing::fixture("llama");
   int variants = 0;
   for (const fs::directory_entry& entry : fs::directory_iterator(root)) {
@@ -195,7 +188,7 @@ std::string trim(std::string s) {
 }
 
 TEST_F(LlamaCudaExecutor, StoriesGreedyTextEqualsRunC) {
-  REQUIRE_GPU();
+  MMSERVE_REQUIRE_GPU();
   std::ifstream golden(testing::fixture("llama2c/stories260K_golden_t0.txt"));
   const std::string story = trim(std::string(std::istreambuf_iterator<char>(golden), {}));
   auto out = run(nlohmann::json::object(), {{1}}, 256);
@@ -209,7 +202,7 @@ TEST_F(LlamaCudaExecutor, StoriesGreedyTextEqualsRunC) {
 }
 
 TEST_F(LlamaCudaExecutor, BatchedPagedPreemptedAndCachedRunsEqualAloneRuns) {
-  REQUIRE_GPU();
+  MMSERVE_REQUIRE_GPU();
   const std::vector<std::vector<int32_t>> prompts = {
       {1, 403, 407, 261, 378, 1171 % 512}, {1, 403, 407, 261, 378, 1171 % 512, 5, 9, 11, 30, 31, 32, 33, 34, 35, 36, 37, 38},
       {1}, {1, 7, 8}};
