@@ -141,12 +141,12 @@ Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
     return unimplemented(std::string("GEMM output must be the input dtype or f32, not ") + dtype_name(args.out_dtype));
   }
   // f32 with few rows: our CUDA-core kernel (gemm_small_m_cuda.h says why cuBLASLt is slow there).
-  if (args.in_dtype == DType::kF32 && args.out_dtype == DType::kF32 && args.m <= kGemmSmallMMaxRows &&
+  if (custom_kernels_ && args.in_dtype == DType::kF32 && args.out_dtype == DType::kF32 && args.m <= kGemmSmallMMaxRows &&
       args.k >= kGemmSmallMMinK) {
     return gemm_small_m_cuda(args, stream);
   }
-  // 16-bit inputs with 1..4 rows (decode steps): one weight stream instead of cuBLASLt's split-K pair.
-  if (gemm_small_m16_applies(args)) return gemm_small_m16_cuda(args, stream);
+  // 16-bit inputs with one row (batch-1 decode): one weight stream instead of cuBLASLt's split-K pair.
+  if (custom_kernels_ && gemm_small_m16_applies(args)) return gemm_small_m16_cuda(args, stream);
   // One lock over plan lookup, the bias pointer (an attribute of the shared descriptor) and the enqueue.
   std::lock_guard<std::mutex> lock(mutex_);
   ASSIGN_OR_RETURN(Plan * plan, plan_for(args));

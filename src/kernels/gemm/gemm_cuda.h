@@ -1,7 +1,8 @@
 // GEMM on the GPU through cuBLASLt (the CUDA twin of gemm.h's `linear`): the projections of every model.
 //
 //   D[M, N] = alpha * A[M, K] @ W[N, K]^T + beta * D + bias[N]
-// Row-major, device pointers, leading dimensions in elements. A and W share a dtype (f32, f16 or bf16); D is
+// Row-major, device pointers, leading dimensions in elements. Few-row shapes go to our kernels instead: f32
+// with M <= 64 and 16-bit with M = 1 (gemm_small_m_cuda.h). A and W share a dtype (f32, f16 or bf16); D is
 // that dtype or f32 (16-bit inputs with an f32 output is how the encoder keeps its residual stream in f32:
 // the output projections write x += ... with beta = 1). Accumulation is always f32; f32 inputs use plain
 // f32 math (no TF32), so the f32 path stays a precise reference. bias (nullable) has D's dtype, [N].
@@ -55,6 +56,10 @@ class CublasLtGemm {
   // calls this from one thread).
   Status run(const GemmCudaArgs& args, cudaStream_t stream);
 
+  // Off: every shape goes to cuBLASLt, also those our kernels take (gemm_small_m_cuda.h);
+  // for benchmarks that compare the two. On by default.
+  void set_custom_kernels(bool on) { custom_kernels_ = on; }
+
   static constexpr size_t kDefaultWorkspaceBytes = 32u << 20;
 
  private:
@@ -66,6 +71,7 @@ class CublasLtGemm {
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool custom_kernels_ = true;
   std::mutex mutex_;
   std::map<Key, std::unique_ptr<Plan>> plans_;
 };

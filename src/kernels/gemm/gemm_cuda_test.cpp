@@ -8,11 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 #include <vector>
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_small_m_cuda.h"
+#include "kernels/swiglu/swiglu_cuda.h"
 #include "kernels/testing/cuda_test_util.h"
 
 namespace mmserve::kernels {
@@ -154,6 +157,58 @@ TEST_F(GemmCudaTest, SmallM16Bit) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+// gemv16_swiglu_cuda (the batch-1 MLP's GEMV and SwiGLU in one launch) equals, bit for bit, the pair it replaces:
+// the M = 1 GEMV into a [1, 2 * inter] buffer, then swiglu_cuda; and the CPU twin (linear, then silu(g) * u on the
+// rounded g and u) within one 16-bit ulp. inter not a multiple of the CTA's 8 columns, K across unrolled sweeps,
+// padded weight rows, with and without bias.
+TEST_F(GemmCudaTest, GemvSwigluEqualsGemvThenSwiglu) {
+  for (DType in : {DType::kBF16, DType::kF16}) {
+    for (auto [inter, k, pad, with_bias] : std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+             {96, 64, 0, false}, {1001, 264, 8, true}, {1536, 4096, 0, false}, {37, 2056, 0, true}}) {
+      SCOPED_TRACE(testing::Message() << dtype_name(in) << " inter=" << inter << " k=" << k << " pad=" << pad);
+      const int64_t ldw = k + pad;
+      const std::vector<float> a = cuda_test::round_through(random_values(k, 7), in);
+      const std::vector<float> w = cuda_test::round_through(random_values(2 * inter * ldw, 8), in);
+      const std::vector<float> bias = cuda_test::round_through(random_values(2 * inter, 9), in);
+      DeviceVector<uint8_t> da(cuda_test::encode(a, in)), dw(cuda_test::encode(w, in)), db(cuda_test::encode(bias, in));
+      DeviceVector<uint8_t> gate_up(static_cast<size_t>(2 * inter * 2)), y_pair(static_cast<size_t>(inter * 2)),
+          y_fused(static_cast<size_t>(inter * 2));
+      GemmCudaArgs g;
+      g.m = 1, g.n = 2 * inter, g.k = k, g.a = da.get(), g.lda = k, g.w = dw.get(), g.ldw = ldw, g.in_dtype = in;
+      g.d = gate_up.get(), g.ldd = 2 * inter, g.out_dtype = in, g.bias = with_bias ? db.get() : nullptr;
+      ASSERT_TRUE(gemm_->run(g, nullptr).ok());
+      SwigluArgs sw;
+      sw.gate = gate_up.get(), sw.up = gate_up.get() + inter * 2, sw.in_dtype = in, sw.in_ld = 2 * inter;
+      sw.rows = 1, sw.cols = inter, sw.y = y_pair.get(), sw.y_dtype = in, sw.y_ld = inter;
+      ASSERT_TRUE(swiglu_cuda(sw, nullptr).ok());
+      GemvSwigluArgs f;
+      f.a = da.get(), f.w = dw.get(), f.ldw = ldw, f.bias = with_bias ? db.get() : nullptr, f.y = y_fused.get();
+      f.inter = inter, f.k = k, f.dtype = in;
+      ASSERT_TRUE(gemv16_swiglu_applies(f));
+      const Status st = gemv16_swiglu_cuda(f, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+      ASSERT_CUDA_OK(cudaDeviceSynchronize());
+      const std::vector<uint8_t> pair = y_pair.download(), fused = y_fused.download();
+      ASSERT_EQ(pair, fused);
+      // The CPU twin: linear in f32, g and u rounded to the dtype, silu(g) * u.
+      std::vector<float> gu(static_cast<size_t>(2 * inter), 0.0f);
+      kernels::gemm(false, true, 1, 2 * inter, k, 1.0f, a.data(), k, w.data(), ldw, 0.0f, gu.data(), 2 * inter);
+      if (with_bias) {
+        for (int64_t j = 0; j < 2 * inter; ++j) gu[j] += bias[j];
+      }
+      gu = cuda_test::round_through(gu, in);
+      const std::vector<float> got = cuda_test::decode(fused, in);
+      for (int64_t j = 0; j < inter; ++j) {
+        const float gate = gu[j], up = gu[inter + j], want = gate / (1.0f + std::exp(-gate)) * up;
+        ASSERT_NEAR(got[j], want, 2e-2 * std::max(1.0f, std::fabs(want))) << "column " << j;
+      }
+    }
+  }
+  GemvSwigluArgs bad;
+  bad.inter = 4, bad.k = 12;  // K not a multiple of 8 (and null pointers)
+  EXPECT_FALSE(gemv16_swiglu_cuda(bad, nullptr).ok());
 }
 
 TEST_F(GemmCudaTest, StridedOperands) {

@@ -7,6 +7,7 @@
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_align.h"
 #include "kernels/common/cuda_convert.cuh"
+#include "kernels/common/cuda_pdl.cuh"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/gemm/gemm_small_m_cuda.h"
 
@@ -114,6 +115,7 @@ struct Params16 {
 template <typename T, typename TOut, int kRows>
 __global__ void __launch_bounds__(32 * kWarps) gemv16_kernel(Params16 p) {
   constexpr int kUnroll = 4;
+  pdl_trigger();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int col = blockIdx.x * kWarps + warp;
   if (col >= p.n) return;
@@ -138,6 +140,20 @@ __global__ void __launch_bounds__(32 * kWarps) gemv16_kernel(Params16 p) {
   };
   constexpr int kStep = 32 * 8;  // elements a warp covers per load
   int k = lane * 8;
+  // The first sweep's weight loads go out before pdl_wait (cuda_pdl.cuh): the weight depends on no earlier
+  // kernel, so they overlap the previous kernel's tail; A and D only after it.
+  uint4 first[kUnroll];
+  const bool sweep = k + (kUnroll - 1) * kStep < p.k;
+  if (sweep) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) first[u] = __ldg(reinterpret_cast<const uint4*>(wrow + k + u * kStep));
+  }
+  pdl_wait();
+  if (sweep) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fma8(first[u], k + u * kStep);
+    k += kUnroll * kStep;
+  }
   for (; k + (kUnroll - 1) * kStep < p.k; k += kUnroll * kStep) {
     uint4 w4[kUnroll];
 #pragma unroll
@@ -166,9 +182,83 @@ template <typename T, typename TOut>
 void launch_gemv16(const Params16& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n + kWarps - 1) / kWarps));
   if (p.m <= 1) {
-    gemv16_kernel<T, TOut, 1><<<grid, 32 * kWarps, 0, stream>>>(p);
+    launch_pdl(gemv16_kernel<T, TOut, 1>, grid, dim3(32 * kWarps), 0, stream, p);
   } else {
-    gemv16_kernel<T, TOut, kGemmSmallM16KernelRows><<<grid, 32 * kWarps, 0, stream>>>(p);
+    launch_pdl(gemv16_kernel<T, TOut, kGemmSmallM16KernelRows>, grid, dim3(32 * kWarps), 0, stream, p);
+  }
+}
+
+// The batch-1 MLP's first half (see gemv16_swiglu_cuda in gemm_small_m_cuda.h): warp `warp` of CTA x owns
+// column col = x * kWarps + warp of the activation and streams two weight rows, gate (col) and up (inter + col),
+// with gemv16_kernel's loads and summation order, so gate and up come out bit-equal to the GEMV's.
+template <typename T>
+__global__ void __launch_bounds__(32 * kWarps) gemv16_swiglu_kernel(GemvSwigluArgs p) {
+  constexpr int kUnroll = 4;
+  pdl_trigger();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int col = blockIdx.x * kWarps + warp;
+  if (col >= p.inter) return;
+  const T* a = static_cast<const T*>(p.a);
+  const T* rows[2] = {static_cast<const T*>(p.w) + static_cast<int64_t>(col) * p.ldw,
+                      static_cast<const T*>(p.w) + (p.inter + static_cast<int64_t>(col)) * p.ldw};
+  float acc[2] = {0.0f, 0.0f};
+  auto fma8 = [&](const uint4& w4, int r, int k) {
+    const uint4 a4 = *reinterpret_cast<const uint4*>(a + k);
+    const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, av[4] = {a4.x, a4.y, a4.z, a4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 wf = to_float2<T>(wv[j]), af = to_float2<T>(av[j]);
+      acc[r] = fmaf(af.x, wf.x, fmaf(af.y, wf.y, acc[r]));
+    }
+  };
+  constexpr int kStep = 32 * 8;
+  int k = lane * 8;
+  uint4 first[2][kUnroll];  // as gemv16_kernel: the first sweep of both rows before pdl_wait
+  const bool sweep = k + (kUnroll - 1) * kStep < p.k;
+  if (sweep) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) first[r][u] = __ldg(reinterpret_cast<const uint4*>(rows[r] + k + u * kStep));
+    }
+  }
+  pdl_wait();
+  if (sweep) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) fma8(first[r][u], r, k + u * kStep);
+    }
+    k += kUnroll * kStep;
+  }
+  for (; k + (kUnroll - 1) * kStep < p.k; k += kUnroll * kStep) {
+    uint4 w4[2][kUnroll];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) w4[r][u] = __ldg(reinterpret_cast<const uint4*>(rows[r] + k + u * kStep));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) fma8(w4[r][u], r, k + u * kStep);
+    }
+  }
+  for (; k < p.k; k += kStep) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) fma8(__ldg(reinterpret_cast<const uint4*>(rows[r] + k)), r, k);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], off);
+  }
+  if (lane == 0) {
+    const T* bias = static_cast<const T*>(p.bias);
+    // Rounded to T as the GEMV stores gate_up, then swiglu_cuda's arithmetic.
+    const float gate = to_f32(from_f32<T>(acc[0] + (bias != nullptr ? to_f32(bias[col]) : 0.0f)));
+    const float up = to_f32(from_f32<T>(acc[1] + (bias != nullptr ? to_f32(bias[p.inter + col]) : 0.0f)));
+    static_cast<T*>(p.y)[col] = from_f32<T>(gate / (1.0f + expf(-gate)) * up);
   }
 }
 
@@ -189,6 +279,26 @@ Status gemm_small_m16_cuda(const GemmCudaArgs& args, cudaStream_t stream) {
     f32_out ? launch_gemv16<__nv_bfloat16, float>(p, stream) : launch_gemv16<__nv_bfloat16, __nv_bfloat16>(p, stream);
   } else {
     f32_out ? launch_gemv16<__half, float>(p, stream) : launch_gemv16<__half, __half>(p, stream);
+  }
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return ok_status();
+}
+
+bool gemv16_swiglu_applies(const GemvSwigluArgs& a) {
+  const bool half = a.dtype == DType::kBF16 || a.dtype == DType::kF16;
+  return half && a.k % 8 == 0 && a.ldw % 8 == 0 && aligned16(a.a) && aligned16(a.w) && a.inter > 0 &&
+         a.inter <= (int64_t{1} << 30) && a.k > 0 && a.k <= (int64_t{1} << 30) && a.ldw >= a.k;
+}
+
+Status gemv16_swiglu_cuda(const GemvSwigluArgs& args, cudaStream_t stream) {
+  if (!gemv16_swiglu_applies(args) || args.y == nullptr) {
+    return invalid_argument("gemv16_swiglu_cuda: 16-bit, K and ldw multiples of 8, 16-byte aligned a and w");
+  }
+  const dim3 grid(static_cast<unsigned>((args.inter + kWarps - 1) / kWarps));
+  if (args.dtype == DType::kBF16) {
+    launch_pdl(gemv16_swiglu_kernel<__nv_bfloat16>, grid, dim3(32 * kWarps), 0, stream, args);
+  } else {
+    launch_pdl(gemv16_swiglu_kernel<__half>, grid, dim3(32 * kWarps), 0, stream, args);
   }
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();

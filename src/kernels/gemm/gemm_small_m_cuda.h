@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace mmserve::kernels {
@@ -38,5 +39,23 @@ constexpr int64_t kGemmSmallM16MaxRows = 1;
 constexpr int64_t kGemmSmallM16KernelRows = 4;
 bool gemm_small_m16_applies(const GemmCudaArgs& args);
 Status gemm_small_m16_cuda(const GemmCudaArgs& args, cudaStream_t stream);
+
+// The decoders' batch-1 MLP up to the activation in one launch: y[j] = silu(g_j) * u_j for j < inter, with
+// g_j = a . w[j] + bias[j] and u_j = a . w[inter + j] + bias[inter + j] (w the fused [2 * inter, k] gate/up
+// weight, one row a). Equal to the bit to gemm_small_m16_cuda into a [1, 2 * inter] buffer followed by
+// swiglu_cuda (the same loads and summation order; g and u rounded to the dtype as that buffer stores them), minus
+// one launch and the buffer's round trip: Llama-3-8B's decode step has 32 of those pairs. bf16/f16 only; K and
+// ldw multiples of 8, a and w 16-byte aligned (gemv16_swiglu_applies), bias (nullable) in the dtype.
+struct GemvSwigluArgs {
+  const void* a = nullptr;  // [k]
+  const void* w = nullptr;  // [2 * inter, ldw]
+  int64_t ldw = 0;
+  const void* bias = nullptr;  // [2 * inter] or nullptr
+  void* y = nullptr;           // [inter]
+  int64_t inter = 0, k = 0;
+  DType dtype = DType::kBF16;
+};
+bool gemv16_swiglu_applies(const GemvSwigluArgs& args);
+Status gemv16_swiglu_cuda(const GemvSwigluArgs& args, cudaStream_t stream);
 
 }  // namespace mmserve::kernels

@@ -60,7 +60,8 @@ struct PagedAttentionArgs {
   // Host-side bounds the CUDA kernels size their grids by (upper bounds are fine: extra work exits early):
   int64_t max_seq_len = 0;    // >= every L_b
   int64_t max_query_len = 0;  // >= every q_len_b
-  // CUDA only: scratch for split-K partials, paged_attention_cuda_workspace_bytes(args) bytes, 16-byte aligned.
+  // CUDA only: scratch for split-K partials, paged_attention_cuda_workspace_bytes(args) bytes, 16-byte aligned,
+  // zeroed once before its first use (paged_attention_cuda.h).
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };

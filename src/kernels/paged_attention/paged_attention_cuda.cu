@@ -9,7 +9,9 @@
 // are staged there first); the softmax of the partition follows; pass 2
 // reads V and accumulates the weighted rows, which are summed over the key groups and warps. A partition outside
 // the window exits at once. With several partitions, (max, sum, unnormalised output) go to the workspace,
-// [num_seqs][heads][partitions], and paged_decode_reduce_kernel rescales and combines them.
+// [num_seqs][heads][partitions], and the partition that finishes last (a counter per sequence and kv head, in the
+// workspace, reset by that CTA) rescales and combines them: one launch per call, which inside a decode CUDA graph
+// of 16-32 layers is one node per layer fewer than a separate reduce kernel.
 // Tests: paged_attention_cuda_test.cpp; bench: paged_attention_cuda_bench.cpp.
 #include <string>
 
@@ -18,6 +20,7 @@
 #include "kernels/attention/mma_ptx.cuh"
 #include "kernels/common/cuda_align.h"
 #include "kernels/common/cuda_convert.cuh"
+#include "kernels/common/cuda_pdl.cuh"
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/paged_attention/paged_attention_cuda_common.cuh"
 
@@ -57,6 +60,7 @@ struct DecodeParams {
   float* ws_max;  // [num_seqs][heads][parts], log2 domain
   float* ws_sum;
   float* ws_acc;  // [num_seqs][heads][parts][head_dim]
+  unsigned* ws_count;  // [num_seqs][kv_heads]: partitions finished; zero between calls
   int part, parts;
 };
 
@@ -84,6 +88,8 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
   __shared__ float stat[kDecodeWarps][kG];
   __shared__ float row_max[kG], row_sum[kG];
   const PagedParams& p = dp.p;
+  pdl_trigger();  // cuda_pdl.cuh: the lengths, tables, q and caches are earlier kernels' (and copies') output
+  pdl_wait();
 
   const int part = blockIdx.x, g = blockIdx.y, b = blockIdx.z;
   const int row = p.query_start[b];
@@ -260,32 +266,34 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
       }
     }
   }
-}
-
-// grid (heads, num_seqs): combines the partitions of a decoding sequence that has more than one.
-template <typename T>
-__global__ void __launch_bounds__(128) paged_decode_reduce_kernel(const DecodeParams dp) {
-  const PagedParams& p = dp.p;
-  const int h = blockIdx.x, b = blockIdx.y;
-  const int row = p.query_start[b];
-  if (p.query_start[b + 1] - row != 1) return;
-  const KeyRange keys = visible_keys(0, 1, p.seq_lens[b], p.window);
-  const int first_part = keys.lo / dp.part, last_part = (keys.hi - 1) / dp.part;
-  if (first_part == last_part) return;
-  const int64_t at = (static_cast<int64_t>(b) * p.heads + h) * dp.parts;
-  float mx = -INFINITY;
-  for (int i = first_part; i <= last_part; ++i) mx = fmaxf(mx, dp.ws_max[at + i]);
-  float sum = 0.0f;
-  for (int i = first_part; i <= last_part; ++i) sum += dp.ws_sum[at + i] * exp2_approx(dp.ws_max[at + i] - mx);
-  const float inv = 1.0f / sum;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    float s = 0.0f;
-    for (int i = first_part; i <= last_part; ++i) {
-      s += dp.ws_acc[(at + i) * p.head_dim + d] * exp2_approx(dp.ws_max[at + i] - mx);
+  if (direct) return;
+  // The last of the sequence's partitions to finish combines them for the group's heads (L2 reads: the other
+  // partitions' CTAs ran on other SMs).
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  unsigned* count = dp.ws_count + static_cast<int64_t>(b) * gridDim.y + g;
+  if (tid == 0) last = atomicAdd(count, 1u) == static_cast<unsigned>(last_part - first_part);
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int h = 0; h < kG; ++h) {
+    const int64_t at = (static_cast<int64_t>(b) * p.heads + h0 + h) * dp.parts;
+    float mx = -INFINITY;
+    for (int i = first_part; i <= last_part; ++i) mx = fmaxf(mx, __ldcg(dp.ws_max + at + i));
+    float sum = 0.0f;
+    for (int i = first_part; i <= last_part; ++i) sum += __ldcg(dp.ws_sum + at + i) * exp2_approx(__ldcg(dp.ws_max + at + i) - mx);
+    const float inv = 1.0f / sum;
+    for (int d = tid; d < kD; d += kDecodeThreads) {
+      float acc_d = 0.0f;
+      for (int i = first_part; i <= last_part; ++i) {
+        acc_d += __ldcg(dp.ws_acc + (at + i) * kD + d) * exp2_approx(__ldcg(dp.ws_max + at + i) - mx);
+      }
+      static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.out_ld + static_cast<int64_t>(h0 + h) * kD + d] =
+          from_f32<T>(acc_d * inv);
     }
-    static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.out_ld + static_cast<int64_t>(h) * p.head_dim + d] =
-        from_f32<T>(s * inv);
   }
+  if (tid == 0) *count = 0;  // ready for the next call (a graph replays this one)
 }
 
 // The plain kernel: grid (ceil(max_query_len / 4), num_seqs, heads), one warp per new token; lane l holds
@@ -364,13 +372,8 @@ PagedParams paged_params(const PagedAttentionArgs& a) {
 template <typename T, int kD, int kG>
 Status launch_decode(const PagedAttentionArgs& a, const DecodeParams& dp, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dp.parts), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.num_seqs));
-  paged_decode_kernel<T, kD, kG><<<grid, kDecodeThreads, 0, stream>>>(dp);
+  CUDA_RETURN_IF_ERROR(launch_pdl(paged_decode_kernel<T, kD, kG>, grid, dim3(kDecodeThreads), 0, stream, dp));
   CUDA_RETURN_IF_LAUNCH_ERROR();
-  if (dp.parts > 1) {
-    paged_decode_reduce_kernel<T><<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.num_seqs)), 128, 0,
-                                    stream>>>(dp);
-    CUDA_RETURN_IF_LAUNCH_ERROR();
-  }
   return ok_status();
 }
 
@@ -402,6 +405,7 @@ Status launch_all(const PagedAttentionArgs& a, cudaStream_t stream) {
     dp.ws_max = static_cast<float*>(a.workspace);
     dp.ws_sum = dp.ws_max + entries;
     dp.ws_acc = dp.ws_sum + entries;
+    dp.ws_count = reinterpret_cast<unsigned*>(dp.ws_acc + entries * a.head_dim);
     const Status status = a.head_dim == 64 ? launch_decode_for_group<T, 64>(a, dp, stream)
                                            : launch_decode_for_group<T, 128>(a, dp, stream);
     RETURN_IF_ERROR(status);
@@ -440,7 +444,8 @@ size_t paged_attention_cuda_workspace_bytes(const PagedAttentionArgs& a) {
   if (a.num_seqs <= 0 || a.heads <= 0 || a.kv_heads <= 0 || a.head_dim <= 0 || a.max_seq_len <= 0) return 0;
   const int64_t parts = ceil_div(a.max_seq_len, decode_partition(a));
   if (parts <= 1) return 0;
-  return static_cast<size_t>(a.num_seqs * a.heads * parts * (a.head_dim + 2)) * sizeof(float);
+  return static_cast<size_t>(a.num_seqs * a.heads * parts * (a.head_dim + 2)) * sizeof(float) +
+         static_cast<size_t>(a.num_seqs * a.kv_heads) * sizeof(unsigned);
 }
 
 Status paged_attention_cuda(const PagedAttentionArgs& a, cudaStream_t stream) {

@@ -6,8 +6,8 @@
 //  - one-token queries (q_len_b == 1), head_dim 64 or 128, heads / kv_heads in {1, 2, 4, 8}, 16-byte
 //    aligned caches: split-K flash-decoding. One CTA per (sequence, kv head, partition of up to 512 keys)
 //    holds the group's query heads in registers and reads each K and V row of its keys once for all of
-//    them (16-byte loads); partials (max, sum, unnormalised output) go to the workspace and a second kernel
-//    combines them. A sequence whose visible keys fit one partition is written directly.
+//    them (16-byte loads); partials (max, sum, unnormalised output) go to the workspace and the partition that
+//    finishes last combines them (one launch). A sequence whose visible keys fit one partition is written directly.
 //  - longer queries (q_len_b > 1), f16/bf16, head_dim 64 or 128: causal FlashAttention-2 over pages on tensor
 //    cores (mma.sync m16n8k16; paged_attention_mma.cu). One CTA per (64-query tile, sequence, head); key tiles
 //    of 64 gathered through the block table by cp.async; tiles hidden by causality or the window are skipped.
@@ -27,7 +27,8 @@ namespace mmserve::kernels {
 
 // Bytes of workspace paged_attention_cuda() needs. Depends on host-side fields only (num_seqs, heads, kv_heads,
 // head_dim, max_seq_len): call it once with the upper bounds of a CUDA-graph bucket and keep the buffer for every
-// replay of that bucket.
+// replay of that bucket. Zero the buffer once before its first use (cudaMemset): it ends with completion counters
+// that every call leaves at zero again.
 size_t paged_attention_cuda_workspace_bytes(const PagedAttentionArgs& args);
 
 // Device pointers (q, caches, out, the int32 arrays, workspace). Enqueues on `stream`. kInvalidArgument for bad

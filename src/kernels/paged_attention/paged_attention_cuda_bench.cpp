@@ -62,7 +62,7 @@ void bench_shape(CudaBench& bench, const PagedShape& s) {
   a.max_seq_len = s.context;
   a.max_query_len = s.q_len;
   const size_t ws = paged_attention_cuda_workspace_bytes(a);
-  if (ok && ws > 0) ok = cudaMalloc(&workspace, ws) == cudaSuccess;
+  if (ok && ws > 0) ok = cudaMalloc(&workspace, ws) == cudaSuccess && cudaMemset(workspace, 0, ws) == cudaSuccess;
   Status status = resource_exhausted("cudaMalloc failed");
   if (ok) {
     cudaMemset(k, 0x3c, pool_bytes);  // 0.0115 in bf16: no zeros, no NaN

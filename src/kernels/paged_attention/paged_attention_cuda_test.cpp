@@ -81,7 +81,7 @@ struct DeviceCase {
         k(with_offset(cuda_test::encode(d.k_cache, c.dtype), kv_offset * dtype_size(c.dtype))),
         v(with_offset(cuda_test::encode(d.v_cache, c.dtype), kv_offset * dtype_size(c.dtype))),
         out(cuda_test::encode(std::vector<float>(static_cast<size_t>(d.num_tokens * d.out_ld), kOutInit), c.dtype)),
-        ws(paged_attention_cuda_workspace_bytes(bounds ? *bounds : paged_test::make_args(c, d))),
+        ws(std::vector<uint8_t>(paged_attention_cuda_workspace_bytes(bounds ? *bounds : paged_test::make_args(c, d)), 0)),
         tables(d.block_tables),
         lens(d.seq_lens),
         starts(d.query_start) {

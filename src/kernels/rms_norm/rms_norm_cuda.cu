@@ -15,6 +15,7 @@
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_convert.cuh"
+#include "kernels/common/cuda_pdl.cuh"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 
 namespace mmserve::kernels {
@@ -63,6 +64,8 @@ template <typename Tx, typename Ty, int kChunks, int kThreads>
 __global__ void __launch_bounds__(kThreads == kWarp ? kWarp * kWarpUnitsPerBlock : kThreads)
     rms_norm_registers_kernel(Params p) {
   __shared__ float partials[kThreads / kWarp];
+  pdl_trigger();  // cuda_pdl.cuh: everything below reads earlier kernels' output
+  pdl_wait();
   const int64_t unit = kThreads == kWarp ? static_cast<int64_t>(blockIdx.x) * kWarpUnitsPerBlock + threadIdx.x / kWarp
                                          : static_cast<int64_t>(blockIdx.x);
   if (unit >= p.units) return;  // uniform over the unit's threads
@@ -110,6 +113,8 @@ __global__ void __launch_bounds__(kThreads == kWarp ? kWarp * kWarpUnitsPerBlock
 template <typename Tx, typename Ty>
 __global__ void __launch_bounds__(kFallbackThreads) rms_norm_fallback_kernel(Params p) {
   __shared__ float partials[kFallbackThreads / kWarp];
+  pdl_trigger();
+  pdl_wait();
   const int64_t unit = blockIdx.x;
   int64_t x_at, y_at;
   unit_offsets(p, unit, &x_at, &y_at);
@@ -137,10 +142,11 @@ void launch_first_fit(const Params& p, cudaStream_t stream) {
   }
   if constexpr (kThreads == kWarp) {
     const int64_t blocks = (p.units + kWarpUnitsPerBlock - 1) / kWarpUnitsPerBlock;
-    rms_norm_registers_kernel<Tx, Ty, kChunks, kWarp>
-        <<<static_cast<unsigned>(blocks), kWarp * kWarpUnitsPerBlock, 0, stream>>>(p);
+    launch_pdl(rms_norm_registers_kernel<Tx, Ty, kChunks, kWarp>, dim3(static_cast<unsigned>(blocks)),
+               dim3(kWarp * kWarpUnitsPerBlock), 0, stream, p);
   } else {
-    rms_norm_registers_kernel<Tx, Ty, kChunks, kThreads><<<static_cast<unsigned>(p.units), kThreads, 0, stream>>>(p);
+    launch_pdl(rms_norm_registers_kernel<Tx, Ty, kChunks, kThreads>, dim3(static_cast<unsigned>(p.units)),
+               dim3(kThreads), 0, stream, p);
   }
 }
 
@@ -151,7 +157,8 @@ Status launch_typed(const Params& p, bool vectorised, cudaStream_t stream) {
   } else if (vectorised && p.cols <= kBlockColsMax) {
     launch_first_fit<Tx, Ty, kBlockThreads, 1, 2, 4, 8>(p, stream);
   } else {
-    rms_norm_fallback_kernel<Tx, Ty><<<static_cast<unsigned>(p.units), kFallbackThreads, 0, stream>>>(p);
+    launch_pdl(rms_norm_fallback_kernel<Tx, Ty>, dim3(static_cast<unsigned>(p.units)), dim3(kFallbackThreads), 0,
+               stream, p);
   }
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();

@@ -23,6 +23,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/paged_attention/paged_attention.h"
 
 namespace mmserve::kernels {
 
@@ -55,5 +56,9 @@ Status validate_rope(const RopeArgs& args);
 
 // The CPU twin of apply_rope_cuda: exactly apply_rope's f32 arithmetic on values loaded from `dtype`.
 Status apply_rope(const RopeArgs& args);
+
+// The CPU twin of apply_rope_and_cache_cuda: apply_rope, then paged_kv_write_cpu (whose k and v are the rotated
+// rows' k and v columns). kv.num_tokens must equal args.rows and the dtypes match.
+Status apply_rope_and_cache(const RopeArgs& args, const PagedKvWriteArgs& kv);
 
 }  // namespace mmserve::kernels

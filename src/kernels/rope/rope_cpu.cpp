@@ -121,4 +121,12 @@ Status apply_rope(const RopeArgs& a) {
   return ok_status();
 }
 
+Status apply_rope_and_cache(const RopeArgs& a, const PagedKvWriteArgs& kv) {
+  if (kv.num_tokens != a.rows || kv.dtype != a.dtype) {
+    return invalid_argument("apply_rope_and_cache: the cache write must cover the rotated rows, in their dtype");
+  }
+  RETURN_IF_ERROR(apply_rope(a));
+  return paged_kv_write_cpu(kv);
+}
+
 }  // namespace mmserve::kernels

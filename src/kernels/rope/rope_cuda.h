@@ -16,4 +16,10 @@ namespace mmserve::kernels {
 
 Status apply_rope_cuda(const RopeArgs& args, cudaStream_t stream);
 
+// apply_rope_cuda and paged_kv_write_cuda (paged_attention_cuda.h) in one launch, the decoders' per-layer pair:
+// each block rotates its row's q and k in place, then copies the row's k (rotated) and v to slot_mapping[row]
+// (a slot < 0 writes nowhere). kv.k and kv.v point into the rotated rows (the fused QKV row's k and v columns);
+// kv.num_tokens == args.rows, same dtype. One launch per layer fewer; the CPU twin is apply_rope_and_cache (rope.h).
+Status apply_rope_and_cache_cuda(const RopeArgs& args, const PagedKvWriteArgs& kv, cudaStream_t stream);
+
 }  // namespace mmserve::kernels

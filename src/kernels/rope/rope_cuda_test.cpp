@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/rope/rope.h"
 #include "kernels/testing/cuda_test_util.h"
 #include "kernels/testing/kernel_test_util.h"
@@ -129,6 +130,87 @@ TEST(RopeCudaTest, PositionsUpTo131071MatchTheTwin) {
     check({257, 8, 128, 0, d, 131071}, seed += 3);
     check({64, 4, 256, 0, d, 131071}, seed += 3);
   }
+}
+
+// apply_rope_and_cache_cuda against the two launches it fuses (apply_rope_cuda, then paged_kv_write_cuda), bit for
+// bit on the rotated rows and both whole caches (slots never written keep their bytes, a slot of -1 writes nowhere),
+// and against the CPU twin apply_rope_and_cache within the rotation's tolerance: Llama-3-8B's fused QKV row, a
+// GQA row with head_dim 64, and rows whose widths force the element-wise copy.
+void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int64_t pad,
+                          uint32_t seed) {
+  SCOPED_TRACE(std::string(dtype_name(d)) + " rows=" + std::to_string(rows) + " q_heads=" + std::to_string(q_heads) +
+               " kv_heads=" + std::to_string(kv_heads) + " head_dim=" + std::to_string(head_dim) +
+               " pad=" + std::to_string(pad));
+  const int64_t width = kv_heads * head_dim, ld = (q_heads + 2 * kv_heads) * head_dim + pad, slots = 2 * rows + 3;
+  const std::vector<float> x = round_through(random_floats(rows * ld, seed, -2.0f, 2.0f), d);
+  const std::vector<float> cache0 = round_through(random_floats(slots * width, seed + 1, -1.0f, 1.0f), d);
+  std::vector<int32_t> positions(rows), slot(rows);
+  std::mt19937 rng(seed);
+  for (int64_t r = 0; r < rows; ++r) {
+    positions[r] = static_cast<int32_t>(rng() % 8192);
+    slot[r] = static_cast<int32_t>(2 * r + 1);
+  }
+  slot[rows / 2] = -1;
+  const std::vector<float> inv = rope_inv_freq(head_dim, 500000.0, RopeScaling{}, 8192);
+  const DeviceVector<int32_t> dp(positions), ds(slot);
+  const DeviceVector<float> di(inv);
+  auto run = [&](bool fused, std::vector<float>* x_out, std::vector<float>* k_out, std::vector<float>* v_out) {
+    const DeviceArray dx(x, d, 0), dk(cache0, d, 0), dv(cache0, d, 0);
+    RopeArgs a;
+    a.x = dx.data(), a.dtype = d, a.rows = rows, a.ld = ld, a.heads = q_heads + kv_heads, a.head_dim = head_dim;
+    a.positions = dp.get(), a.inv_freq = di.get();
+    PagedKvWriteArgs w;
+    w.k = static_cast<uint8_t*>(dx.data()) + q_heads * head_dim * dtype_size(d);
+    w.v = static_cast<uint8_t*>(dx.data()) + (q_heads + kv_heads) * head_dim * dtype_size(d);
+    w.src_ld = ld, w.k_cache = dk.data(), w.v_cache = dv.data(), w.dtype = d, w.slot_mapping = ds.get();
+    w.num_tokens = rows, w.width = width, w.num_slots = slots;
+    if (fused) {
+      const Status st = apply_rope_and_cache_cuda(a, w, nullptr);
+      ASSERT_TRUE(st.ok()) << st.to_string();
+    } else {
+      ASSERT_TRUE(apply_rope_cuda(a, nullptr).ok());
+      ASSERT_TRUE(paged_kv_write_cuda(w, nullptr).ok());
+    }
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    *x_out = dx.download(), *k_out = dk.download(), *v_out = dv.download();
+  };
+  std::vector<float> fx, fk, fv, ux, uk, uv;
+  run(true, &fx, &fk, &fv);
+  run(false, &ux, &uk, &uv);
+  ASSERT_EQ(fx, ux);
+  ASSERT_EQ(fk, uk);
+  ASSERT_EQ(fv, uv);
+  // The CPU twin on host copies.
+  std::vector<uint8_t> hx = cuda_test::encode(x, d), hk = cuda_test::encode(cache0, d), hv = hk;
+  RopeArgs a;
+  a.x = hx.data(), a.dtype = d, a.rows = rows, a.ld = ld, a.heads = q_heads + kv_heads, a.head_dim = head_dim;
+  a.positions = positions.data(), a.inv_freq = inv.data();
+  PagedKvWriteArgs w;
+  w.k = hx.data() + q_heads * head_dim * dtype_size(d);
+  w.v = hx.data() + (q_heads + kv_heads) * head_dim * dtype_size(d);
+  w.src_ld = ld, w.k_cache = hk.data(), w.v_cache = hv.data(), w.dtype = d, w.slot_mapping = slot.data();
+  w.num_tokens = rows, w.width = width, w.num_slots = slots;
+  ASSERT_TRUE(apply_rope_and_cache(a, w).ok());
+  const std::vector<float> ck = cuda_test::decode(hk, d), cv = cuda_test::decode(hv, d);
+  for (size_t i = 0; i < ck.size(); ++i) {
+    ASSERT_NEAR(fk[i], ck[i], 4 * std::ldexp(1.0, -20) * 4 + ulp16(d, ck[i])) << "k cache element " << i;
+    ASSERT_EQ(fv[i], cv[i]) << "v cache element " << i;
+  }
+}
+
+TEST(RopeCudaTest, RopeAndCacheEqualsRopeThenKvWrite) {
+  MMSERVE_REQUIRE_GPU();
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) {
+    check_rope_and_cache(d, 5, 32, 8, 128, 0, 11);  // Llama-3-8B
+    check_rope_and_cache(d, 9, 32, 8, 64, 0, 12);   // Llama-3.2-1B
+    check_rope_and_cache(d, 4, 3, 1, 10, 2, 13);    // odd widths: element-wise copy
+    if (HasFatalFailure()) return;
+  }
+  // Mismatched row counts are refused.
+  RopeArgs a;
+  PagedKvWriteArgs w;
+  a.rows = 2, w.num_tokens = 3;
+  EXPECT_FALSE(apply_rope_and_cache_cuda(a, w, nullptr).ok());
 }
 
 TEST(RopeCudaTest, BrokenArgumentsAreRejected) {

@@ -110,3 +110,40 @@ TEST(Rope, GenericDtypesMatchTheF32Rotation) {
 
 }  // namespace
 }  // namespace mmserve::kernels
+
+namespace mmserve::kernels {
+namespace {
+
+// apply_rope_and_cache (the CPU twin of the fused CUDA launch) is apply_rope, then the KV write of the rotated k
+// and of v: slot -1 writes nowhere, other slots keep their bytes; mismatched row counts are refused.
+TEST(Rope, RopeAndCacheRotatesThenWritesTheCache) {
+  const int64_t rows = 3, heads = 2, kv_heads = 1, head_dim = 4, ld = (heads + 2 * kv_heads) * head_dim;
+  std::vector<float> x(rows * ld), expect(rows * ld);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = expect[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  const std::vector<int32_t> positions = {3, 0, 17}, slots = {4, -1, 0};
+  const std::vector<float> inv = rope_inv_freq(head_dim, 10000.0, RopeScaling{}, 64);
+  apply_rope(expect.data(), rows, ld, heads + kv_heads, head_dim, positions.data(), inv.data());
+  std::vector<float> k_cache(6 * head_dim, 9.0f), v_cache(6 * head_dim, 9.0f);
+  RopeArgs a;
+  a.x = x.data(), a.dtype = DType::kF32, a.rows = rows, a.ld = ld, a.heads = heads + kv_heads, a.head_dim = head_dim;
+  a.positions = positions.data(), a.inv_freq = inv.data();
+  PagedKvWriteArgs w;
+  w.k = x.data() + heads * head_dim, w.v = x.data() + (heads + kv_heads) * head_dim, w.src_ld = ld;
+  w.k_cache = k_cache.data(), w.v_cache = v_cache.data(), w.dtype = DType::kF32, w.slot_mapping = slots.data();
+  w.num_tokens = rows, w.width = kv_heads * head_dim, w.num_slots = 6;
+  ASSERT_TRUE(apply_rope_and_cache(a, w).ok());
+  EXPECT_EQ(x, expect);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < head_dim; ++c) {
+      if (slots[r] < 0) continue;
+      EXPECT_EQ(k_cache[slots[r] * head_dim + c], expect[r * ld + heads * head_dim + c]);
+      EXPECT_EQ(v_cache[slots[r] * head_dim + c], expect[r * ld + (heads + kv_heads) * head_dim + c]);
+    }
+  }
+  for (int64_t slot : {1, 2, 3, 5}) EXPECT_EQ(k_cache[slot * head_dim], 9.0f) << "slot " << slot;
+  w.num_tokens = 2;
+  EXPECT_EQ(apply_rope_and_cache(a, w).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace mmserve::kernels

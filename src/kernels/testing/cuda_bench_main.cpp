@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/testing/cuda_bench.h"
@@ -52,29 +53,37 @@ int main(int argc, char** argv) {
     return 1;
   }
   const char* json_path = nullptr;
+  std::string only;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) json_path = argv[i + 1];
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
   }
   cudaStream_t stream;
   cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   CudaBench bench(stream);
-  bench_gemm_cuda(bench);
-  bench_attention_cuda(bench);
-  bench_layer_norm_cuda(bench);
-  bench_activation_cuda(bench);
-  bench_embedding_cuda(bench);
-  bench_patch_embed_cuda(bench);
-  bench_l2_normalize_cuda(bench);
-  bench_attention_kv_cuda(bench);
-  bench_kv_cache_cuda(bench);
-  bench_im2col_1d_cuda(bench);
-  bench_mask_resize_cuda(bench);
-  bench_pixel_levels_cuda(bench);
-  bench_paged_attention_cuda(bench);
-  bench_rms_norm_cuda(bench);
-  bench_rope_cuda(bench);
-  bench_swiglu_cuda(bench);
-  bench_sampling_cuda(bench);
+  // --only gemm,rope runs those benches alone (the names below); default: all of them.
+  const std::pair<const char*, void (*)(CudaBench&)> benches[] = {
+      {"gemm", bench_gemm_cuda},
+      {"attention", bench_attention_cuda},
+      {"layer_norm", bench_layer_norm_cuda},
+      {"activation", bench_activation_cuda},
+      {"embedding", bench_embedding_cuda},
+      {"patch_embed", bench_patch_embed_cuda},
+      {"l2_normalize", bench_l2_normalize_cuda},
+      {"attention_kv", bench_attention_kv_cuda},
+      {"kv_cache", bench_kv_cache_cuda},
+      {"im2col_1d", bench_im2col_1d_cuda},
+      {"mask_resize", bench_mask_resize_cuda},
+      {"pixel_levels", bench_pixel_levels_cuda},
+      {"paged_attention", bench_paged_attention_cuda},
+      {"rms_norm", bench_rms_norm_cuda},
+      {"rope", bench_rope_cuda},
+      {"swiglu", bench_swiglu_cuda},
+      {"sampling", bench_sampling_cuda},
+  };
+  for (const auto& [name, run] : benches) {
+    if (only.empty() || ("," + only + ",").find(std::string(",") + name + ",") != std::string::npos) run(bench);
+  }
   cudaDeviceProp prop{};
   cudaGetDeviceProperties(&prop, 0);
   const double kBf16Ceiling = 770e12, kHbm = 4.8e12;

@@ -8,6 +8,7 @@
 #include "core/cuda/cuda_status.h"
 #include "core/json_config.h"
 #include "core/safetensors.h"
+#include "kernels/gemm/gemm_small_m_cuda.h"
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
@@ -222,6 +223,7 @@ Status LlamaCudaModel::plan_buffers() {
   ASSIGN_OR_RETURN(logits_, buffers_.allocate_array<float>(s * c.vocab_size));
   if (attn_workspace_bytes_ > 0) {
     ASSIGN_OR_RETURN(attn_workspace_, buffers_.allocate(attn_workspace_bytes_));
+    CUDA_RETURN_IF_ERROR(cudaMemset(attn_workspace_, 0, attn_workspace_bytes_));  // its completion counters
   }
   ASSIGN_OR_RETURN(d_tokens_, buffers_.allocate_array<int32_t>(rows));
   ASSIGN_OR_RETURN(d_positions_, buffers_.allocate_array<int32_t>(rows));
@@ -383,8 +385,10 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     rope.x = qkv_, rope.dtype = d, rope.rows = tokens, rope.ld = qkv_width_;
     rope.heads = c.num_attention_heads + c.num_key_value_heads, rope.head_dim = c.head_dim;  // q then k
     rope.positions = d_positions_, rope.inv_freq = d_inv_freq_;
-    if (!dynamic_rope_) {
-      RETURN_IF_ERROR(kernels::apply_rope_cuda(rope, s));
+    wr.k_cache = static_cast<uint8_t*>(k_pool_) + l * layer_pool;
+    wr.v_cache = static_cast<uint8_t*>(v_pool_) + l * layer_pool;
+    if (!dynamic_rope_) {  // RoPE and the KV write in one launch
+      RETURN_IF_ERROR(kernels::apply_rope_and_cache_cuda(rope, wr, s));
     } else {
       const DecoderStep& step = *eager_step_;
       for (int64_t i = 0; i < step.num_seqs(); ++i) {
@@ -395,19 +399,24 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
         rope.inv_freq = d_inv_freq_ + (i + 1) * (c.head_dim / 2);
         RETURN_IF_ERROR(kernels::apply_rope_cuda(rope, s));
       }
+      RETURN_IF_ERROR(kernels::paged_kv_write_cuda(wr, s));
     }
-    wr.k_cache = static_cast<uint8_t*>(k_pool_) + l * layer_pool;
-    wr.v_cache = static_cast<uint8_t*>(v_pool_) + l * layer_pool;
-    RETURN_IF_ERROR(kernels::paged_kv_write_cuda(wr, s));
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
-    RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
-    kernels::SwigluArgs sw;
-    sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
-    sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
-    RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
+    kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
+    mlp.a = normed_, mlp.w = w.gate_up, mlp.ldw = h, mlp.bias = w.gate_up_bias, mlp.y = act_;
+    mlp.inter = inter, mlp.k = h, mlp.dtype = d;
+    if (tokens == 1 && kernels::gemv16_swiglu_applies(mlp)) {
+      RETURN_IF_ERROR(kernels::gemv16_swiglu_cuda(mlp, s));
+    } else {
+      RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
+      kernels::SwigluArgs sw;
+      sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
+      sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
+      RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
+    }
     RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
   }
   // The logit rows: gathered, normed, projected.
