@@ -40,6 +40,7 @@ struct Params {
   int top_n;
   int32_t* top_ids;
   float* top_logprobs;
+  bool vec4;  // every row 16-byte aligned (vocab_ld % 4 == 0, aligned logits): float4 loads for the argmax
 };
 
 // Tokens in the cut: key > key_at, or key == key_at and id < id_end.
@@ -317,12 +318,23 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(Params p) {
     __syncthreads();
   }
 
-  // The argmax (largest key, ties to the lowest id).
+  // The argmax (largest key, ties to the lowest id). 16-byte loads where the row allows: one block reads the whole
+  // row (513 KB for Llama 3's vocabulary), and scalar loads made greedy sampling ~25 us a step on an H200.
   u64 best_packed = 0;
-  for (int v = threadIdx.x; v < vocab; v += kThreads) {
-    const u64 packed = (static_cast<u64>(sm::order_key(l[v])) << 32) | (0xffffffffu - static_cast<uint32_t>(v));
+  auto consider = [&](int v, float x) {
+    const u64 packed = (static_cast<u64>(sm::order_key(x)) << 32) | (0xffffffffu - static_cast<uint32_t>(v));
     best_packed = packed > best_packed ? packed : best_packed;
+  };
+  int scalar_from = 0;
+  if (p.vec4) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int q = threadIdx.x; q < vocab / 4; q += kThreads) {
+      const float4 x = l4[q];
+      consider(4 * q, x.x), consider(4 * q + 1, x.y), consider(4 * q + 2, x.z), consider(4 * q + 3, x.w);
+    }
+    scalar_from = vocab / 4 * 4;
   }
+  for (int v = scalar_from + threadIdx.x; v < vocab; v += kThreads) consider(v, l[v]);
   best_packed = block_reduce<true>(best_packed, sh);
   const int best = static_cast<int>(0xffffffffu - static_cast<uint32_t>(best_packed));
   int chosen = best;
@@ -403,9 +415,10 @@ Status sample_tokens_cuda(const SamplingArgs& a, cudaStream_t stream) {
   RETURN_IF_ERROR(validate_sampling_args(a, /*needs_scratch=*/true));
   if (a.rows == 0) return ok_status();
   if (a.rows > std::numeric_limits<int32_t>::max()) return invalid_argument("sample_tokens_cuda: too many rows");
+  const bool vec4 = a.vocab_ld % 4 == 0 && reinterpret_cast<uintptr_t>(a.logits) % 16 == 0;
   const Params p{a.logits,  a.vocab, a.vocab_ld,  a.params,        a.seen_offsets,
                  a.seen_ids, a.prompt_lens, reinterpret_cast<u64*>(a.scratch), a.ids, a.logprobs, static_cast<int>(a.top_n),
-                 a.top_ids, a.top_logprobs};
+                 a.top_ids, a.top_logprobs, vec4};
   sample_kernel<<<static_cast<unsigned>(a.rows), kThreads, 0, stream>>>(p);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();

@@ -188,10 +188,12 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(DType::kF32, rows * h), bytes_of(d, rows * h), bytes_of(d, rows * qkv_width_),
       bytes_of(d, rows * c.q_size()), bytes_of(d, rows * 2 * c.intermediate_size), bytes_of(d, rows * c.intermediate_size),
       bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
-      bytes_of(DType::kI32, rows) * 3, bytes_of(DType::kI32, rows + 1), bytes_of(DType::kI32, rows) * 2,
-      bytes_of(DType::kI32, rows * table_ld_), bytes_of(DType::kF32, (s + 1) * half_dim)};
+      bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
   size_t buffer_bytes = 0;
   for (size_t b : sizes) buffer_bytes += DeviceArena::aligned(b) + DeviceArena::kAlignment;
+  for (int64_t b : buckets_) {
+    buffer_bytes += DeviceArena::aligned(bytes_of(DType::kI32, StepArrays::ints(b, b, table_ld_))) + DeviceArena::kAlignment;
+  }
   // The pool: what is asked for, else the memory share left after weights and buffers.
   const int64_t per_block = 2 * c.num_hidden_layers * options_.block_size * c.kv_size() * dtype_size(d);
   int64_t blocks = options_.num_blocks;
@@ -225,19 +227,24 @@ Status LlamaCudaModel::plan_buffers() {
     ASSIGN_OR_RETURN(attn_workspace_, buffers_.allocate(attn_workspace_bytes_));
     CUDA_RETURN_IF_ERROR(cudaMemset(attn_workspace_, 0, attn_workspace_bytes_));  // its completion counters
   }
-  ASSIGN_OR_RETURN(d_tokens_, buffers_.allocate_array<int32_t>(rows));
-  ASSIGN_OR_RETURN(d_positions_, buffers_.allocate_array<int32_t>(rows));
-  ASSIGN_OR_RETURN(d_slots_, buffers_.allocate_array<int32_t>(rows));
-  ASSIGN_OR_RETURN(d_query_start_, buffers_.allocate_array<int32_t>(rows + 1));
-  ASSIGN_OR_RETURN(d_seq_lens_, buffers_.allocate_array<int32_t>(rows));
-  ASSIGN_OR_RETURN(d_logit_rows_, buffers_.allocate_array<int32_t>(rows));
-  ASSIGN_OR_RETURN(d_tables_, buffers_.allocate_array<int32_t>(rows * table_ld_));
+  // The step arrays: one block for eager steps (laid out for the largest step) and one per decode bucket, each
+  // in the staging buffer's layout, so that a decode step's arrays go up in one copy.
+  ASSIGN_OR_RETURN(int32_t * eager, buffers_.allocate_array<int32_t>(StepArrays::ints(rows, rows, table_ld_)));
+  eager_arrays_ = StepArrays::at(eager, rows, rows);
+  for (int64_t b : buckets_) {
+    ASSIGN_OR_RETURN(int32_t * block, buffers_.allocate_array<int32_t>(StepArrays::ints(b, b, table_ld_)));
+    bucket_arrays_[b] = StepArrays::at(block, b, b);
+  }
+  arrays_ = eager_arrays_;
   ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
   ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   CUDA_RETURN_IF_ERROR(cudaMemset(k_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
   CUDA_RETURN_IF_ERROR(cudaMemset(v_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
-  CUDA_RETURN_IF_ERROR(cudaMemset(d_tables_, 0, bytes_of(DType::kI32, rows * table_ld_)));
+  CUDA_RETURN_IF_ERROR(cudaMemset(arrays_.tables, 0, bytes_of(DType::kI32, rows * table_ld_)));
+  for (const auto& [b, a] : bucket_arrays_) {
+    CUDA_RETURN_IF_ERROR(cudaMemset(a.tokens, 0, bytes_of(DType::kI32, StepArrays::ints(b, b, table_ld_))));
+  }
   if (!inv_freq_.empty()) {
     CUDA_RETURN_IF_ERROR(cudaMemcpy(d_inv_freq_, inv_freq_.data(), inv_freq_.size() * 4, cudaMemcpyHostToDevice));
   }
@@ -291,13 +298,9 @@ Status LlamaCudaModel::stage(const DecoderStep& step, int64_t rows) {
   // Layout in the pinned buffer: tokens, positions, slots, logit rows [tokens], query_start [seqs + 1],
   // seq_lens [seqs], tables [seqs, table_ld]; padding rows (a decode bucket larger than the step) write nowhere
   // and attend to one key of block 0.
-  int32_t* tok = h;
-  int32_t* pos = tok + tokens;
-  int32_t* slot = pos + tokens;
-  int32_t* lrow = slot + tokens;
-  int32_t* qs = lrow + tokens;
-  int32_t* lens = qs + seqs + 1;
-  int32_t* tab = lens + seqs;
+  const StepArrays host = StepArrays::at(h, tokens, seqs);
+  int32_t *tok = host.tokens, *pos = host.positions, *slot = host.slots, *lrow = host.logit_rows;
+  int32_t *qs = host.query_start, *lens = host.seq_lens, *tab = host.tables;
   std::copy(step.tokens.begin(), step.tokens.end(), tok);
   std::copy(step.positions.begin(), step.positions.end(), pos);
   std::copy(step.slots.begin(), step.slots.end(), slot);
@@ -314,13 +317,20 @@ Status LlamaCudaModel::stage(const DecoderStep& step, int64_t rows) {
   auto copy = [&](int32_t* dst, const int32_t* src, int64_t count) {
     return cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * 4, cudaMemcpyHostToDevice, s);
   };
-  CUDA_RETURN_IF_ERROR(copy(d_tokens_, tok, tokens));
-  CUDA_RETURN_IF_ERROR(copy(d_positions_, pos, tokens));
-  CUDA_RETURN_IF_ERROR(copy(d_slots_, slot, tokens));
-  CUDA_RETURN_IF_ERROR(copy(d_logit_rows_, lrow, tokens));
-  CUDA_RETURN_IF_ERROR(copy(d_query_start_, qs, seqs + 1));
-  CUDA_RETURN_IF_ERROR(copy(d_seq_lens_, lens, seqs));
-  CUDA_RETURN_IF_ERROR(copy(d_tables_, tab, seqs * table_ld_));
+  auto bucket = rows > 0 ? bucket_arrays_.find(rows) : bucket_arrays_.end();
+  if (bucket != bucket_arrays_.end()) {  // a decode bucket: its arrays in one copy
+    arrays_ = bucket->second;
+    CUDA_RETURN_IF_ERROR(copy(arrays_.tokens, tok, StepArrays::ints(rows, rows, table_ld_)));
+    return ok_status();
+  }
+  arrays_ = eager_arrays_;
+  CUDA_RETURN_IF_ERROR(copy(arrays_.tokens, tok, tokens));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.positions, pos, tokens));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.slots, slot, tokens));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.logit_rows, lrow, tokens));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.query_start, qs, seqs + 1));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.seq_lens, lens, seqs));
+  CUDA_RETURN_IF_ERROR(copy(arrays_.tables, tab, seqs * table_ld_));
   if (dynamic_rope_) {  // one row of frequencies per sequence, after row 0
     const int64_t half_dim = config_.head_dim / 2;
     float* f = reinterpret_cast<float*>(tab + seqs * table_ld_);
@@ -356,11 +366,11 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     a.rows = rows, a.cols = cols, a.segments = segments, a.eps = eps;
     return kernels::rms_norm_cuda(a, s);
   };
-  RETURN_IF_ERROR(gather_rows_f32(embed_, d, c.vocab_size, h, d_tokens_, tokens, h, x_, s));
+  RETURN_IF_ERROR(gather_rows_f32(embed_, d, c.vocab_size, h, arrays_.tokens, tokens, h, x_, s));
   kernels::PagedAttentionArgs pa;
   pa.q = qkv_, pa.q_ld = qkv_width_, pa.out = attn_, pa.out_ld = q, pa.dtype = d;
-  pa.block_tables = d_tables_, pa.block_table_ld = table_ld_, pa.seq_lens = d_seq_lens_;
-  pa.query_start = d_query_start_, pa.num_seqs = seqs, pa.num_tokens = tokens;
+  pa.block_tables = arrays_.tables, pa.block_table_ld = table_ld_, pa.seq_lens = arrays_.seq_lens;
+  pa.query_start = arrays_.query_start, pa.num_seqs = seqs, pa.num_tokens = tokens;
   pa.heads = c.num_attention_heads, pa.kv_heads = c.num_key_value_heads, pa.head_dim = c.head_dim;
   pa.block_size = options_.block_size, pa.num_blocks = num_blocks_;
   pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), pa.window = c.sliding_window;
@@ -368,7 +378,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   pa.workspace = attn_workspace_, pa.workspace_bytes = attn_workspace_bytes_;
   const int64_t layer_pool = num_blocks_ * options_.block_size * kv * dtype_size(d);  // bytes per layer
   kernels::PagedKvWriteArgs wr;
-  wr.src_ld = qkv_width_, wr.dtype = d, wr.slot_mapping = d_slots_, wr.num_tokens = tokens, wr.width = kv;
+  wr.src_ld = qkv_width_, wr.dtype = d, wr.slot_mapping = arrays_.slots, wr.num_tokens = tokens, wr.width = kv;
   wr.num_slots = num_blocks_ * options_.block_size;
   wr.k = static_cast<uint8_t*>(qkv_) + bytes_of(d, q);
   wr.v = static_cast<uint8_t*>(qkv_) + bytes_of(d, q + kv);
@@ -384,7 +394,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     kernels::RopeArgs rope;
     rope.x = qkv_, rope.dtype = d, rope.rows = tokens, rope.ld = qkv_width_;
     rope.heads = c.num_attention_heads + c.num_key_value_heads, rope.head_dim = c.head_dim;  // q then k
-    rope.positions = d_positions_, rope.inv_freq = d_inv_freq_;
+    rope.positions = arrays_.positions, rope.inv_freq = d_inv_freq_;
     wr.k_cache = static_cast<uint8_t*>(k_pool_) + l * layer_pool;
     wr.v_cache = static_cast<uint8_t*>(v_pool_) + l * layer_pool;
     if (!dynamic_rope_) {  // RoPE and the KV write in one launch
@@ -395,7 +405,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
         const int64_t first = step.query_start[i], rows = step.query_start[i + 1] - first;
         rope.x = static_cast<uint8_t*>(qkv_) + bytes_of(d, first * qkv_width_);
         rope.rows = rows;
-        rope.positions = d_positions_ + first;
+        rope.positions = arrays_.positions + first;
         rope.inv_freq = d_inv_freq_ + (i + 1) * (c.head_dim / 2);
         RETURN_IF_ERROR(kernels::apply_rope_cuda(rope, s));
       }
@@ -420,7 +430,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
   }
   // The logit rows: gathered, normed, projected.
-  RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, d_logit_rows_, logit_rows, h, gathered_, s));
+  RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, arrays_.logit_rows, logit_rows, h, gathered_, s));
   RETURN_IF_ERROR(norm(gathered_, DType::kF32, h, final_norm_, normed_, h, logit_rows, h, 1));
   RETURN_IF_ERROR(gemm(normed_, h, lm_head_, c.vocab_size, h, logits_, DType::kF32, nullptr, 0.0f, logit_rows));
   return ok_status();
@@ -448,6 +458,7 @@ Status LlamaCudaModel::capture_graphs() {
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
   for (int64_t b : buckets_) {
     cudaGraph_t graph = nullptr;
+    arrays_ = bucket_arrays_.at(b);  // the graph reads the bucket's own arrays, which stage() fills
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     Status forward = launch(b, b, b, 1);
     const cudaError_t end = cudaStreamEndCapture(s, &graph);

@@ -114,8 +114,22 @@ class LlamaCudaModel {
   void *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
   void *k_pool_ = nullptr, *v_pool_ = nullptr, *attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
-  int32_t *d_tokens_ = nullptr, *d_positions_ = nullptr, *d_slots_ = nullptr, *d_query_start_ = nullptr,
-          *d_seq_lens_ = nullptr, *d_tables_ = nullptr, *d_logit_rows_ = nullptr;
+  // A step's int32 arrays, laid out back to back (tokens, positions, slots and logit rows [tokens], query_start
+  // [seqs + 1], seq_lens [seqs], tables [seqs, table_ld]) in the pinned staging buffer and on the device.
+  struct StepArrays {
+    int32_t *tokens = nullptr, *positions = nullptr, *slots = nullptr, *logit_rows = nullptr,
+            *query_start = nullptr, *seq_lens = nullptr, *tables = nullptr;
+    static int64_t ints(int64_t tokens, int64_t seqs, int64_t table_ld) { return 4 * tokens + 2 * seqs + 1 + seqs * table_ld; }
+    static StepArrays at(int32_t* base, int64_t tokens, int64_t seqs) {
+      StepArrays a;
+      a.tokens = base, a.positions = base + tokens, a.slots = base + 2 * tokens, a.logit_rows = base + 3 * tokens;
+      a.query_start = base + 4 * tokens, a.seq_lens = a.query_start + seqs + 1, a.tables = a.seq_lens + seqs;
+      return a;
+    }
+  };
+  StepArrays arrays_;                               // what launch() reads: the eager block or a bucket's
+  StepArrays eager_arrays_;                         // eager steps (each array copied on its own)
+  std::map<int64_t, StepArrays> bucket_arrays_;     // decode bucket -> its block (captured in its graph)
   float *d_inv_freq_ = nullptr;  // [max_num_seqs + 1, head_dim / 2]: row 0 the fixed frequencies
   PinnedBuffer staging_;
   std::vector<float> inv_freq_;
