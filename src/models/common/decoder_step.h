@@ -6,6 +6,11 @@
 // A step mixes sequences decoding one token and prefill chunks of many (chunked prefill); a sequence whose chunk
 // finishes its prompt (or any decoding one) wants the logits of its last new token: `logit_rows` lists those token
 // rows, and the model returns logits in that order.
+//
+// A multimodal prompt (LLaVA) carries image features in place of its placeholder tokens: the token rows listed in
+// `embed_rows` take their input embedding from `embeds` (row i of embeds for embed_rows[i], hidden_size f32 each,
+// host memory the caller keeps alive for the step) instead of the token's embedding; their token id stays the
+// placeholder's (what the prefix cache hashes, with the image's hash: engine/kv_block_manager.h).
 // Tests: through the models' tests (tests/unit/models/llama_paged_test.cpp) and the scheduler's.
 #pragma once
 
@@ -24,6 +29,8 @@ struct DecoderStep {
   int64_t table_ld = 0;
   std::vector<int32_t> logit_rows;  // token rows whose logits are wanted, in output order
   int64_t max_seq_len = 0, max_query_len = 0;
+  std::vector<int32_t> embed_rows;  // token rows whose input embedding is given, ascending
+  const float* embeds = nullptr;    // [embed_rows.size(), hidden]
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

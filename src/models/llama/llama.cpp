@@ -1,5 +1,5 @@
 // LlamaModel (see llama.h): config reading, the weight table, and the forward of modeling_llama.py / modeling_mistral.py
-// / modeling_qwen2.py / modeling_qwen3.py, written out once with the differences as flags.
+// / modeling_qwen2.py / modeling_qwen3.py / modeling_mixtral.py, written out once with the differences as flags.
 #include "models/llama/llama.h"
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/moe/moe.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rms_norm/rms_norm.h"
 #include "kernels/swiglu/swiglu.h"
@@ -21,7 +22,8 @@ namespace {
 constexpr std::pair<const char*, const char*> kArchitectures[] = {{"LlamaForCausalLM", "llama"},
                                                                   {"MistralForCausalLM", "mistral"},
                                                                   {"Qwen2ForCausalLM", "qwen2"},
-                                                                  {"Qwen3ForCausalLM", "qwen3"}};
+                                                                  {"Qwen3ForCausalLM", "qwen3"},
+                                                                  {"MixtralForCausalLM", "mixtral"}};
 
 // The rope settings: transformers 5's `rope_parameters`, else 4.x's `rope_theta` + `rope_scaling` (which names its
 // type `type` in older files, `rope_type` in newer ones).
@@ -84,7 +86,7 @@ StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::
   if (!known) {
     return unimplemented(label + ": architecture '" + (arch.empty() ? model_type : arch) +
                          "' is not a Llama-family decoder (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                         "Qwen3ForCausalLM)");
+                         "Qwen3ForCausalLM, MixtralForCausalLM)");
   }
   c.architecture = arch;
   ASSIGN_OR_RETURN(c.vocab_size, o.get_int_or("vocab_size", c.vocab_size));
@@ -127,7 +129,18 @@ StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::
     c.qkv_bias = c.o_bias = attention_bias;
     c.qk_norm = true;
   }
-  if (arch == "MistralForCausalLM" && o.has("sliding_window")) {
+  if (arch == "MixtralForCausalLM") {
+    ASSIGN_OR_RETURN(c.num_experts, o.get_int_or("num_local_experts", 8));
+    ASSIGN_OR_RETURN(c.experts_per_token, o.get_int_or("num_experts_per_tok", 2));
+    if (c.num_experts <= 0 || c.num_experts > 4096) {
+      return invalid_argument(label + ".num_local_experts must be in 1..4096");
+    }
+    if (c.experts_per_token <= 0 || c.experts_per_token > std::min(c.num_experts, kernels::kMoeMaxTopK)) {
+      return invalid_argument(label + ".num_experts_per_tok must be in 1..min(num_local_experts, " +
+                              std::to_string(kernels::kMoeMaxTopK) + ")");
+    }
+  }
+  if ((arch == "MistralForCausalLM" || arch == "MixtralForCausalLM") && o.has("sliding_window")) {
     ASSIGN_OR_RETURN(c.sliding_window, o.get_int("sliding_window"));
     if (c.sliding_window <= 0) return invalid_argument(label + ".sliding_window must be positive or null");
   }
@@ -153,13 +166,14 @@ StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::
   return c;
 }
 
-std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c) {
+std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, const LlamaWeightNames& names) {
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
-  std::vector<WeightSpec> specs = {{"model.embed_tokens.weight", {c.vocab_size, h}}, {"model.norm.weight", {h}}};
+  std::vector<WeightSpec> specs = {{names.model + "embed_tokens.weight", {c.vocab_size, h}},
+                                   {names.model + "norm.weight", {h}}};
   // A tied checkpoint may still carry lm_head (HF writes it for some models): allowed, unused.
-  specs.push_back({"lm_head.weight", {c.vocab_size, h}, c.tie_word_embeddings});
+  specs.push_back({names.lm_head, {c.vocab_size, h}, c.tie_word_embeddings});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = names.model + "layers." + std::to_string(l) + ".";
     specs.push_back({p + "input_layernorm.weight", {h}});
     specs.push_back({p + "post_attention_layernorm.weight", {h}});
     specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
@@ -175,6 +189,16 @@ std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c) {
     if (c.qk_norm) {
       specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
       specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    if (c.num_experts > 0) {
+      specs.push_back({p + "block_sparse_moe.gate.weight", {c.num_experts, h}});
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        specs.push_back({x + "w1.weight", {i, h}});
+        specs.push_back({x + "w2.weight", {h, i}});
+        specs.push_back({x + "w3.weight", {i, h}});
+      }
+      continue;
     }
     specs.push_back({p + "mlp.gate_proj.weight", {i, h}});
     specs.push_back({p + "mlp.up_proj.weight", {i, h}});
@@ -203,14 +227,25 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& model_
   return model;
 }
 
+std::unique_ptr<LlamaModel> LlamaModel::from_weights(const LlamaConfig& config,
+                                                     std::shared_ptr<const F32Weights> weights,
+                                                     const LlamaWeightNames& names) {
+  std::unique_ptr<LlamaModel> model(new LlamaModel());
+  model->config_ = config;
+  model->names_ = names;
+  model->weights_ = std::move(weights);
+  model->bind_weights();
+  return model;
+}
+
 void LlamaModel::bind_weights() {
   const LlamaConfig& c = config_;
   auto get = [&](const std::string& name) { return weights_->has(name) ? weights_->get(name) : Tensor(); };
-  embed_ = get("model.embed_tokens.weight");
-  final_norm_ = get("model.norm.weight");
-  lm_head_ = c.tie_word_embeddings ? embed_ : get("lm_head.weight");
+  embed_ = get(names_.model + "embed_tokens.weight");
+  final_norm_ = get(names_.model + "norm.weight");
+  lm_head_ = c.tie_word_embeddings ? embed_ : get(names_.lm_head);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = names_.model + "layers." + std::to_string(l) + ".";
     Layer w;
     w.input_norm = get(p + "input_layernorm.weight");
     w.post_norm = get(p + "post_attention_layernorm.weight");
@@ -230,6 +265,15 @@ void LlamaModel::bind_weights() {
     w.gate_bias = get(p + "mlp.gate_proj.bias");
     w.up_bias = get(p + "mlp.up_proj.bias");
     w.down_bias = get(p + "mlp.down_proj.bias");
+    if (c.num_experts > 0) {
+      w.router = get(p + "block_sparse_moe.gate.weight");
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        w.w1.push_back(get(x + "w1.weight"));
+        w.w2.push_back(get(x + "w2.weight"));
+        w.w3.push_back(get(x + "w3.weight"));
+      }
+    }
     layers_.push_back(w);
   }
   if (c.rope_scaling.type != "dynamic") {
@@ -278,7 +322,7 @@ StatusOr<LlamaKvCache> LlamaModel::new_cache(int64_t capacity) const {
 }
 
 Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
-                           float* all_logits) const {
+                           float* all_logits, MoeRoutingTrace* routing) const {
   if (n <= 0) return invalid_argument("forward needs at least one token");
   if (cache.pool.layers != config_.num_hidden_layers || cache.pool.kv_size != config_.kv_size()) {
     return invalid_argument("the KV cache was made for another model");
@@ -303,7 +347,7 @@ Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache
   const int64_t first = all_logits != nullptr ? 0 : n - 1;
   for (int64_t t = first; t < n; ++t) step.logit_rows.push_back(static_cast<int32_t>(t));
   std::vector<float> logits(static_cast<size_t>((n - first) * config_.vocab_size));
-  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data()));
+  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data(), routing));
   cache.length += n;
   if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
   if (last_logits != nullptr) {
@@ -342,12 +386,50 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
   for (int32_t row : step.logit_rows) {
     if (row < 0 || row >= t) return invalid_argument("a logit row outside the step's tokens");
   }
+  for (size_t i = 0; i < step.embed_rows.size(); ++i) {
+    if (step.embed_rows[i] < 0 || step.embed_rows[i] >= t || (i > 0 && step.embed_rows[i] <= step.embed_rows[i - 1])) {
+      return invalid_argument("embed_rows must be ascending rows of the step's tokens");
+    }
+  }
+  if (!step.embed_rows.empty() && step.embeds == nullptr) return invalid_argument("embed_rows without embeds");
   return ok_status();  // tables and lengths: paged_attention_cpu checks them
 }
 
 }  // namespace
 
-Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits) const {
+// Mixtral's sparse MLP for n rows of `normed`: route, group the (token, expert) pairs by expert, run each expert's
+// w2(silu(w1 x) * w3 x) over its rows, and add the weighted sum to x (the residual). ids/weights [n, k] receive the
+// routing.
+void LlamaModel::moe_mlp(const Layer& w, const float* normed, int64_t n, float* x, int32_t* ids,
+                         float* weights) const {
+  const LlamaConfig& c = config_;
+  const int64_t h = c.hidden_size, i = c.intermediate_size, e_count = c.num_experts, k = c.experts_per_token;
+  std::vector<float> router(static_cast<size_t>(n * e_count));
+  Tensor in(const_cast<float*>(normed), DType::kF32, {n, h});
+  Tensor router_t(router.data(), DType::kF32, {n, e_count});
+  kernels::linear(in, w.router, nullptr, router_t);
+  kernels::moe_route(router.data(), e_count, n, e_count, k, ids, weights);
+  const kernels::MoePlan plan = kernels::moe_plan(ids, n, e_count, k);
+  std::vector<float> xp(static_cast<size_t>(n * k * h)), gate(static_cast<size_t>(n * k * i)), up(gate.size()),
+      yp(xp.size()), out(static_cast<size_t>(n * h));
+  kernels::moe_permute(normed, h, plan, h, xp.data(), h);
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t first = plan.offsets[e], rows = plan.rows(e);
+    if (rows == 0) continue;
+    Tensor xe(xp.data() + first * h, DType::kF32, {rows, h}), ye(yp.data() + first * h, DType::kF32, {rows, h});
+    Tensor ge(gate.data() + first * i, DType::kF32, {rows, i}), ue(up.data() + first * i, DType::kF32, {rows, i});
+    kernels::linear(xe, w.w1[e], nullptr, ge);
+    kernels::linear(xe, w.w3[e], nullptr, ue);
+    kernels::swiglu(ge.data_as<float>(), ue.data_as<float>(), i, rows, i, ge.data_as<float>(), i);
+    kernels::linear(ge, w.w2[e], nullptr, ye);
+  }
+  kernels::moe_combine(yp.data(), h, plan, ids, weights, h, out.data(), h);
+  Tensor xt(x, DType::kF32, {n, h}), out_t(out.data(), DType::kF32, {n, h});
+  kernels::add(xt, out_t, xt);
+}
+
+Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits,
+                                MoeRoutingTrace* routing) const {
   const LlamaConfig& c = config_;
   RETURN_IF_ERROR(check_step(step, pool, c, max_length()));
   const int64_t n = step.num_tokens(), h = c.hidden_size, qs = c.q_size(), kvs = c.kv_size();
@@ -382,6 +464,12 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   Tensor gate_t(gate.data(), DType::kF32, {n, c.intermediate_size}), up_t(up.data(), DType::kF32, {n, c.intermediate_size});
   auto bias = [](const Tensor& b) { return b.data() != nullptr ? &b : nullptr; };
   kernels::embedding(embed_, step.tokens.data(), n, xt);
+  for (size_t r = 0; r < step.embed_rows.size(); ++r) {  // LLaVA: image features in place of the placeholders
+    std::memcpy(x.data() + step.embed_rows[r] * h, step.embeds + r * h, h * sizeof(float));
+  }
+  const int64_t k_experts = c.experts_per_token;
+  std::vector<int32_t> route_ids(static_cast<size_t>(c.num_hidden_layers * n * k_experts));
+  std::vector<float> route_weights(route_ids.size());
   const float eps = static_cast<float>(c.rms_norm_eps);
   kernels::PagedAttentionArgs a;
   a.q = q.data(), a.q_ld = qs, a.out = attn.data(), a.out_ld = qs, a.dtype = DType::kF32;
@@ -415,11 +503,22 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     RETURN_IF_ERROR(kernels::paged_attention_cpu(a));
     kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
+    if (c.num_experts > 0) {
+      const size_t at = static_cast<size_t>(l * n * k_experts);
+      moe_mlp(w, normed.data(), n, x.data(), route_ids.data() + at, route_weights.data() + at);
+      continue;
+    }
     kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);
     kernels::linear(normed_t, w.up, bias(w.up_bias), up_t);
     kernels::swiglu(gate.data(), up.data(), c.intermediate_size, n, c.intermediate_size, gate.data(),
                     c.intermediate_size);
     kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+  }
+  if (routing != nullptr) {
+    routing->layers = c.num_experts > 0 ? c.num_hidden_layers : 0;
+    routing->tokens = n, routing->k = k_experts;
+    routing->experts = std::move(route_ids);
+    routing->weights = std::move(route_weights);
   }
   // Final norm of the rows asked for, then their logits.
   const int64_t rows = static_cast<int64_t>(step.logit_rows.size());

@@ -1,9 +1,12 @@
 // The Llama family of decoder-only transformers, one forward for the HF architectures that share it:
 // LlamaForCausalLM (Llama 2, 3, 3.1, 3.2), MistralForCausalLM (sliding-window attention), Qwen2ForCausalLM (q/k/v
-// biases) and Qwen3ForCausalLM (per-head RMSNorm on q and k, an explicit head_dim). Each block is HF's
-// modeling_llama.py: x += o_proj(attention(rope(q), rope(k), v)) over RMSNorm(x); x += down(silu(gate) * up) over
-// RMSNorm(x); grouped-query attention when num_key_value_heads < num_attention_heads; logits from lm_head or, tied,
-// from embed_tokens.
+// biases), Qwen3ForCausalLM (per-head RMSNorm on q and k, an explicit head_dim) and MixtralForCausalLM (Mistral's
+// attention, a sparse mixture-of-experts MLP). Each block is HF's modeling_llama.py: x += o_proj(attention(rope(q),
+// rope(k), v)) over RMSNorm(x); x += down(silu(gate) * up) over RMSNorm(x); grouped-query attention when
+// num_key_value_heads < num_attention_heads; logits from lm_head or, tied, from embed_tokens. Mixtral's MLP
+// (modeling_mixtral.py): the router's softmax over all experts in f32, the top num_experts_per_tok renormalised, each
+// token through its experts' w2(silu(w1 x) * w3 x), the outputs summed by weight (kernels/moe: the tokens grouped
+// by expert, one GEMM per expert).
 //
 // Config: transformers 4.x keys (`rope_theta`, `rope_scaling` with `type` or `rope_type`) and 5.x
 // (`rope_parameters` {rope_type, rope_theta, factor, ...}) are both read; rope types default, linear, dynamic and
@@ -51,7 +54,9 @@ struct LlamaConfig {
   bool o_bias = false;        // Llama's attention_bias
   bool mlp_bias = false;      // Llama's mlp_bias
   bool qk_norm = false;       // Qwen3
-  int64_t sliding_window = 0;  // Mistral (0: none)
+  int64_t sliding_window = 0;  // Mistral, Mixtral (0: none)
+  int64_t num_experts = 0;     // Mixtral's num_local_experts (0: a dense MLP)
+  int64_t experts_per_token = 0;  // Mixtral's num_experts_per_tok
   int64_t bos_token_id = 1;
   std::vector<int64_t> eos_token_ids = {2};
 
@@ -62,6 +67,21 @@ struct LlamaConfig {
 // config.json's object; `label` prefixes errors (kInvalidArgument for wrong types or values, kUnimplemented for
 // architectures, activations and rope types not supported).
 StatusOr<LlamaConfig> parse_llama_config(const nlohmann::json& json, const std::string& label);
+
+// Where a checkpoint keeps the decoder's tensors: "model." + "layers.N..." and "lm_head.weight" for a
+// *ForCausalLM; LLaVA nests them (models/llava: language_model.model. or model.language_model.).
+struct LlamaWeightNames {
+  std::string model = "model.";
+  std::string lm_head = "lm_head.weight";
+};
+
+// Mixtral's routing of one step, for SPEC 4.4's per-token traces and the expert-load metrics: per layer and token
+// row, the chosen experts (descending weight) and their weights: [layers, tokens, k].
+struct MoeRoutingTrace {
+  int64_t layers = 0, tokens = 0, k = 0;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
 
 // The paged KV pool of the CPU path: per layer, [num_blocks * block_size, kv_size] f32 for K and for V (slot s of
 // layer l at (l * slots + s) * kv_size), the layout of kernels/paged_attention.h.
@@ -87,6 +107,10 @@ struct LlamaKvCache {
 class LlamaModel {
  public:
   static StatusOr<std::unique_ptr<LlamaModel>> load(const std::string& model_dir);
+  // The decoder over weights loaded by a model that embeds it (LLaVA): `weights` holds llama_weight_specs(config,
+  // names), checked by the caller.
+  static std::unique_ptr<LlamaModel> from_weights(const LlamaConfig& config, std::shared_ptr<const F32Weights> weights,
+                                                  const LlamaWeightNames& names);
   const LlamaConfig& config() const { return config_; }
   size_t weight_bytes() const { return weights_->bytes(); }
 
@@ -101,13 +125,16 @@ class LlamaModel {
 
   // One engine step: writes the K/V of step.tokens into their slots and the logits of step.logit_rows into
   // `logits` [logit_rows, vocab]. kInvalidArgument for ids outside the vocabulary, positions past max_length(),
-  // tables or slots outside the pool (checked before anything is written).
-  Status forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits) const;
+  // tables or slots outside the pool (checked before anything is written). Rows in step.embed_rows take their input
+  // embedding from step.embeds instead of embed_tokens (LLaVA's image features). A Mixtral fills `routing` when
+  // it is non-null.
+  Status forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits,
+                      MoeRoutingTrace* routing = nullptr) const;
   // Appends tokens[0, n) to the sequence in `cache` (positions cache.length ...). Writes the logits of the last
   // token to `last_logits` [vocab] when non-null, and of every token to `all_logits` [n, vocab] when non-null.
   // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).
   Status forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
-                 float* all_logits = nullptr) const;
+                 float* all_logits = nullptr, MoeRoutingTrace* routing = nullptr) const;
   // Plain greedy decoding (argmax of the raw logits, ties to the lowest id) of up to max_new_tokens after the
   // prompt, stopping after an eos id unless ignore_eos. Returns the generated ids only.
   StatusOr<std::vector<int32_t>> greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
@@ -117,18 +144,24 @@ class LlamaModel {
   struct Layer {
     Tensor input_norm, post_norm, q, k, v, o, q_bias, k_bias, v_bias, o_bias, q_norm, k_norm, gate, up, down,
         gate_bias, up_bias, down_bias;
+    Tensor router;                           // Mixtral: [experts, hidden]
+    std::vector<Tensor> w1, w2, w3;          // Mixtral: per expert gate [i, h], down [h, i], up [i, h]
   };
   LlamaModel() = default;
   void bind_weights();
 
+  void moe_mlp(const Layer& w, const float* normed, int64_t n, float* x, int32_t* ids, float* weights) const;
+
   LlamaConfig config_;
-  std::unique_ptr<F32Weights> weights_;
+  LlamaWeightNames names_;
+  std::shared_ptr<const F32Weights> weights_;
   std::vector<Layer> layers_;
   Tensor embed_, final_norm_, lm_head_;
   std::vector<float> inv_freq_;  // every rope type but dynamic (which depends on the sequence's length)
 };
 
-// The weight table of a Llama-family checkpoint for `c` (HF names).
-std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c);
+// The weight table of a Llama-family checkpoint for `c` (HF names; Mixtral's experts in the hub's per-expert names,
+// block_sparse_moe.experts.E.w1/w2/w3, which transformers 5.17's save_pretrained also writes).
+std::vector<WeightSpec> llama_weight_specs(const LlamaConfig& c, const LlamaWeightNames& names = {});
 
 }  // namespace mmserve::models

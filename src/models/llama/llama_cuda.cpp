@@ -259,6 +259,9 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   const std::string config_path = model_dir + "/config.json";
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   ASSIGN_OR_RETURN(LlamaConfig config, parse_llama_config(json, config_path));
+  if (config.num_experts > 0) {
+    return unimplemented(config_path + ": the CUDA path has no mixture-of-experts MLP yet (Mixtral runs on the CPU)");
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};
