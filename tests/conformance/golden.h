@@ -104,4 +104,17 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
   return relative_error(a.data(), b.data(), std::min(a.size(), b.size()));
 }
 
+// max |got - want| over `rows` rows of `width`, each relative to its row's largest |want| (at least 1): the logit
+// bound of the decoder conformance tests.
+inline float worst_relative_error(const float* got, const float* want, int64_t rows, int64_t width) {
+  float worst = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    float scale = 1.0f, err = 0.0f;
+    for (int64_t v = 0; v < width; ++v) scale = std::max(scale, std::fabs(want[r * width + v]));
+    for (int64_t v = 0; v < width; ++v) err = std::max(err, std::fabs(got[r * width + v] - want[r * width + v]));
+    worst = std::max(worst, err / scale);
+  }
+  return worst;
+}
+
 }  // namespace mmserve::testing

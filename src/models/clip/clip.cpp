@@ -137,6 +137,11 @@ StatusOr<ClipConfig> parse_clip_config(const nlohmann::json& json, const std::st
   return config;
 }
 
+StatusOr<ClipVisionConfig> parse_clip_vision_config(const nlohmann::json& json, const std::string& label) {
+  ASSIGN_OR_RETURN(JsonObject o, JsonObject::wrap(json, label));
+  return parse_vision(o);
+}
+
 std::vector<WeightSpec> clip_weight_specs(const ClipConfig& c) {
   std::vector<WeightSpec> specs;
   auto linear = [&specs](const std::string& name, int64_t out, int64_t in) {
@@ -164,13 +169,7 @@ std::vector<WeightSpec> clip_weight_specs(const ClipConfig& c) {
   specs.push_back({"text_model.embeddings.position_embedding.weight", {t.max_position_embeddings, t.hidden_size}});
   blocks("text_model", t.num_hidden_layers, t.hidden_size, t.intermediate_size);
   norm("text_model.final_layer_norm", t.hidden_size);
-  specs.push_back({"vision_model.embeddings.class_embedding", {v.hidden_size}});
-  specs.push_back(
-      {"vision_model.embeddings.patch_embedding.weight", {v.hidden_size, v.num_channels, v.patch_size, v.patch_size}});
-  specs.push_back({"vision_model.embeddings.position_embedding.weight", {v.num_patches() + 1, v.hidden_size}});
-  norm("vision_model.pre_layrnorm", v.hidden_size);
-  blocks("vision_model", v.num_hidden_layers, v.hidden_size, v.intermediate_size);
-  norm("vision_model.post_layernorm", v.hidden_size);
+  for (WeightSpec& spec : clip_vision_weight_specs(v, "vision_model.")) specs.push_back(std::move(spec));
   specs.push_back({"visual_projection.weight", {c.projection_dim, v.hidden_size}});
   specs.push_back({"text_projection.weight", {c.projection_dim, t.hidden_size}});
   specs.push_back({"logit_scale", {}});
@@ -192,51 +191,52 @@ StatusOr<std::unique_ptr<ClipModel>> ClipModel::load(const std::string& model_di
   return model;  // `store` (the mappings) is released here: the f32 copies are all we need
 }
 
+namespace {
+
+// The encoder blocks under prefix + "encoder.layers.N", q/k/v fused into one [3H, H] matrix (one GEMM, not three).
+std::vector<EncoderBlockWeights> bind_blocks(F32Weights& weights, const std::string& prefix, int64_t layers,
+                                             int64_t hidden) {
+  std::vector<EncoderBlockWeights> out;
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string p = prefix + "encoder.layers." + std::to_string(i);
+    auto get = [&](const std::string& name) { return weights.get(p + name); };
+    EncoderBlockWeights w;
+    w.qkv_weight = weights.add_owned(p + ".self_attn.qkv.weight", {3 * hidden, hidden});
+    w.qkv_bias = weights.add_owned(p + ".self_attn.qkv.bias", {3 * hidden});
+    int64_t part = 0;
+    for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+      std::memcpy(w.qkv_weight.data_as<float>() + part * hidden * hidden,
+                  get(std::string(".self_attn.") + proj + ".weight").data(), hidden * hidden * sizeof(float));
+      std::memcpy(w.qkv_bias.data_as<float>() + part * hidden, get(std::string(".self_attn.") + proj + ".bias").data(),
+                  hidden * sizeof(float));
+      ++part;
+    }
+    w.out_weight = get(".self_attn.out_proj.weight");
+    w.out_bias = get(".self_attn.out_proj.bias");
+    w.ln1_weight = get(".layer_norm1.weight");
+    w.ln1_bias = get(".layer_norm1.bias");
+    w.ln2_weight = get(".layer_norm2.weight");
+    w.ln2_bias = get(".layer_norm2.bias");
+    w.fc1_weight = get(".mlp.fc1.weight");
+    w.fc1_bias = get(".mlp.fc1.bias");
+    w.fc2_weight = get(".mlp.fc2.weight");
+    w.fc2_bias = get(".mlp.fc2.bias");
+    out.push_back(w);
+  }
+  return out;
+}
+
+}  // namespace
+
 Status ClipModel::bind_weights() {
   logit_scale_ = weights_->get("logit_scale").data_as<float>()[0];
-  auto bind = [this](const std::string& prefix, int64_t layers, int64_t hidden, std::vector<EncoderBlockWeights>& out) {
-    for (int64_t i = 0; i < layers; ++i) {
-      const std::string p = prefix + ".encoder.layers." + std::to_string(i);
-      auto get = [&](const std::string& name) { return weights_->get(p + name); };
-      EncoderBlockWeights w;
-      // Fuse q, k and v into one [3H, H] matrix so the block does one GEMM instead of three.
-      w.qkv_weight = weights_->add_owned(p + ".self_attn.qkv.weight", {3 * hidden, hidden});
-      w.qkv_bias = weights_->add_owned(p + ".self_attn.qkv.bias", {3 * hidden});
-      int64_t part = 0;
-      for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
-        std::memcpy(w.qkv_weight.data_as<float>() + part * hidden * hidden,
-                    get(std::string(".self_attn.") + proj + ".weight").data(), hidden * hidden * sizeof(float));
-        std::memcpy(w.qkv_bias.data_as<float>() + part * hidden,
-                    get(std::string(".self_attn.") + proj + ".bias").data(), hidden * sizeof(float));
-        ++part;
-      }
-      w.out_weight = get(".self_attn.out_proj.weight");
-      w.out_bias = get(".self_attn.out_proj.bias");
-      w.ln1_weight = get(".layer_norm1.weight");
-      w.ln1_bias = get(".layer_norm1.bias");
-      w.ln2_weight = get(".layer_norm2.weight");
-      w.ln2_bias = get(".layer_norm2.bias");
-      w.fc1_weight = get(".mlp.fc1.weight");
-      w.fc1_bias = get(".mlp.fc1.bias");
-      w.fc2_weight = get(".mlp.fc2.weight");
-      w.fc2_bias = get(".mlp.fc2.bias");
-      out.push_back(w);
-    }
-  };
-  bind("text_model", config_.text.num_hidden_layers, config_.text.hidden_size, text_blocks_);
-  bind("vision_model", config_.vision.num_hidden_layers, config_.vision.hidden_size, vision_blocks_);
+  text_blocks_ = bind_blocks(*weights_, "text_model.", config_.text.num_hidden_layers, config_.text.hidden_size);
+  vision_ = ClipVisionTower::bind(config_.vision, *weights_, "vision_model.");
   return ok_status();
 }
 
 size_t ClipModel::image_workspace_bytes(int64_t batch) const {
-  const ClipVisionConfig& v = config_.vision;
-  const int64_t patches = v.num_patches(), seq = patches + 1;
-  const EncoderBlockConfig bc =
-      block_config(v.hidden_size, v.num_attention_heads, v.intermediate_size, v.layer_norm_eps, v.hidden_act);
-  return padded_bytes(batch * seq * v.hidden_size) + padded_bytes(batch * patches * v.hidden_size) +
-         padded_bytes(
-             kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size, v.image_size, v.patch_size)) +
-         padded_bytes(encoder_block_scratch_floats(bc, batch * seq)) + padded_bytes(batch * v.hidden_size);
+  return vision_.workspace_bytes(batch) + padded_bytes(batch * config_.vision.hidden_size);
 }
 
 size_t ClipModel::text_workspace_bytes(int64_t batch, int64_t seq) const {
@@ -256,47 +256,17 @@ Status ClipModel::encode_images(const Tensor& pixels, Tensor& image_embeds, Aren
                             std::to_string(v.image_size) + ", " + std::to_string(v.image_size) + "], got " +
                             pixels.shape_string());
   }
-  const int64_t batch = pixels.size(0), patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size;
+  const int64_t batch = pixels.size(0), seq = vision_.seq_len(), hidden = v.hidden_size;
   MMSERVE_CHECK(image_embeds.size(0) == batch && image_embeds.size(1) == config_.projection_dim, "bad output shape");
   if (batch == 0) return ok_status();
   arena.reset();
   if (arena.capacity() < image_workspace_bytes(batch)) arena.reserve(image_workspace_bytes(batch));
+  ASSIGN_OR_RETURN(Tensor rows, vision_.forward(pixels, v.num_hidden_layers, arena, nullptr, trace));
   FloatAllocator alloc{arena};
-  ASSIGN_OR_RETURN(Tensor x, alloc.take({batch, seq, hidden}));
-  ASSIGN_OR_RETURN(Tensor patch_out, alloc.take({batch, patches, hidden}));
-  ASSIGN_OR_RETURN(Tensor im2col, alloc.take({kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size,
-                                                                                  v.image_size, v.patch_size)}));
-  const EncoderBlockConfig bc =
-      block_config(hidden, v.num_attention_heads, v.intermediate_size, v.layer_norm_eps, v.hidden_act);
-  ASSIGN_OR_RETURN(Tensor block_floats, alloc.take({encoder_block_scratch_floats(bc, batch * seq)}));
   ASSIGN_OR_RETURN(Tensor pooled, alloc.take({batch, hidden}));
   auto dump = [&trace](const std::string& name, const Tensor& t) {
     if (trace) trace(name, t);
   };
-
-  // Embeddings: [class; patch_embed(pixels)] + position_embedding.
-  kernels::patch_embed(pixels, weights_->get("vision_model.embeddings.patch_embedding.weight"), nullptr, v.patch_size,
-                       patch_out, im2col.data_as<float>());
-  const Tensor class_embedding = weights_->get("vision_model.embeddings.class_embedding");
-  const Tensor positions = weights_->get("vision_model.embeddings.position_embedding.weight");
-  for (int64_t b = 0; b < batch; ++b) {
-    float* row0 = x.data_as<float>() + b * seq * hidden;
-    std::memcpy(row0, class_embedding.data(), hidden * sizeof(float));
-    std::memcpy(row0 + hidden, patch_out.data_as<float>() + b * patches * hidden, patches * hidden * sizeof(float));
-    Tensor xb = x.slice_rows(b, b + 1).reshape({seq, hidden});
-    kernels::add(xb, positions, xb);
-  }
-  Tensor rows = x.reshape({batch * seq, hidden});
-  dump("vision.embeddings", rows);
-  kernels::layer_norm(rows, weights_->get("vision_model.pre_layrnorm.weight"),
-                      weights_->get("vision_model.pre_layrnorm.bias"), v.layer_norm_eps, rows);
-  dump("vision.pre_layrnorm", rows);
-
-  EncoderBlockScratch scratch = make_encoder_block_scratch(bc, batch * seq, block_floats.data_as<float>());
-  const kernels::AttentionMask full;  // ViT attention sees every token
-  for (size_t i = 0; i < vision_blocks_.size(); ++i) {
-    encoder_block_forward(bc, vision_blocks_[i], x, full, scratch, trace, "vision.layers." + std::to_string(i) + ".");
-  }
   dump("vision.last_hidden_state", rows);
 
   // Pool the class token, post-LN, project.
@@ -310,6 +280,111 @@ Status ClipModel::encode_images(const Tensor& pixels, Tensor& image_embeds, Aren
   dump("vision.image_features", image_embeds);  // HF 5's vision_model_output.pooler_output: projected, not normalised
   if (normalize) kernels::l2_normalize_rows(image_embeds);
   return ok_status();
+}
+
+std::vector<WeightSpec> clip_vision_weight_specs(const ClipVisionConfig& v, const std::string& prefix,
+                                                 bool post_layernorm_optional) {
+  std::vector<WeightSpec> specs;
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, bool optional = false) {
+    specs.push_back({prefix + name, std::move(shape), optional});
+  };
+  const int64_t h = v.hidden_size, i = v.intermediate_size;
+  add("embeddings.class_embedding", {h});
+  add("embeddings.patch_embedding.weight", {h, v.num_channels, v.patch_size, v.patch_size});
+  add("embeddings.position_embedding.weight", {v.num_patches() + 1, h});
+  add("pre_layrnorm.weight", {h});
+  add("pre_layrnorm.bias", {h});
+  for (int64_t l = 0; l < v.num_hidden_layers; ++l) {
+    const std::string p = "encoder.layers." + std::to_string(l);
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      add(p + ".self_attn." + proj + ".weight", {h, h});
+      add(p + ".self_attn." + proj + ".bias", {h});
+    }
+    for (const char* norm : {".layer_norm1", ".layer_norm2"}) {
+      add(p + norm + ".weight", {h});
+      add(p + norm + ".bias", {h});
+    }
+    add(p + ".mlp.fc1.weight", {i, h});
+    add(p + ".mlp.fc1.bias", {i});
+    add(p + ".mlp.fc2.weight", {h, i});
+    add(p + ".mlp.fc2.bias", {h});
+  }
+  add("post_layernorm.weight", {h}, post_layernorm_optional);
+  add("post_layernorm.bias", {h}, post_layernorm_optional);
+  return specs;
+}
+
+ClipVisionTower ClipVisionTower::bind(const ClipVisionConfig& config, F32Weights& weights, const std::string& prefix) {
+  ClipVisionTower t;
+  t.config_ = config;
+  t.prefix_ = prefix;
+  t.class_embedding_ = weights.get(prefix + "embeddings.class_embedding");
+  t.patch_weight_ = weights.get(prefix + "embeddings.patch_embedding.weight");
+  t.positions_ = weights.get(prefix + "embeddings.position_embedding.weight");
+  t.pre_ln_weight_ = weights.get(prefix + "pre_layrnorm.weight");
+  t.pre_ln_bias_ = weights.get(prefix + "pre_layrnorm.bias");
+  t.blocks_ = bind_blocks(weights, prefix, config.num_hidden_layers, config.hidden_size);
+  return t;
+}
+
+size_t ClipVisionTower::workspace_bytes(int64_t batch) const {
+  const ClipVisionConfig& v = config_;
+  const int64_t patches = v.num_patches(), seq = patches + 1;
+  const EncoderBlockConfig bc =
+      block_config(v.hidden_size, v.num_attention_heads, v.intermediate_size, v.layer_norm_eps, v.hidden_act);
+  return padded_bytes(batch * seq * v.hidden_size) + padded_bytes(batch * patches * v.hidden_size) +
+         padded_bytes(
+             kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size, v.image_size, v.patch_size)) +
+         padded_bytes(encoder_block_scratch_floats(bc, batch * seq));
+}
+
+StatusOr<Tensor> ClipVisionTower::forward(const Tensor& pixels, int64_t num_layers, Arena& arena,
+                                          const std::function<void(int64_t, const Tensor&)>& on_hidden,
+                                          const TraceFn& trace) const {
+  const ClipVisionConfig& v = config_;
+  if (pixels.dims() != 4 || pixels.size(1) != v.num_channels || pixels.size(2) != v.image_size ||
+      pixels.size(3) != v.image_size || pixels.dtype() != DType::kF32) {
+    return invalid_argument("pixel_values must be f32 [batch, " + std::to_string(v.num_channels) + ", " +
+                            std::to_string(v.image_size) + ", " + std::to_string(v.image_size) + "], got " +
+                            pixels.shape_string());
+  }
+  if (num_layers < 0 || num_layers > v.num_hidden_layers) return invalid_argument("no such vision layer");
+  const int64_t batch = pixels.size(0), patches = v.num_patches(), seq = patches + 1, hidden = v.hidden_size;
+  FloatAllocator alloc{arena};
+  ASSIGN_OR_RETURN(Tensor x, alloc.take({batch, seq, hidden}));
+  ASSIGN_OR_RETURN(Tensor patch_out, alloc.take({batch, patches, hidden}));
+  ASSIGN_OR_RETURN(Tensor im2col, alloc.take({kernels::patch_embed_scratch_floats(batch, v.num_channels, v.image_size,
+                                                                                  v.image_size, v.patch_size)}));
+  const EncoderBlockConfig bc =
+      block_config(hidden, v.num_attention_heads, v.intermediate_size, v.layer_norm_eps, v.hidden_act);
+  ASSIGN_OR_RETURN(Tensor block_floats, alloc.take({encoder_block_scratch_floats(bc, batch * seq)}));
+  auto dump = [&trace](const std::string& name, const Tensor& t) {
+    if (trace) trace(name, t);
+  };
+
+  // Embeddings: [class; patch_embed(pixels)] + position_embedding.
+  kernels::patch_embed(pixels, patch_weight_, nullptr, v.patch_size, patch_out, im2col.data_as<float>());
+  for (int64_t b = 0; b < batch; ++b) {
+    float* row0 = x.data_as<float>() + b * seq * hidden;
+    std::memcpy(row0, class_embedding_.data(), hidden * sizeof(float));
+    std::memcpy(row0 + hidden, patch_out.data_as<float>() + b * patches * hidden, patches * hidden * sizeof(float));
+    Tensor xb = x.slice_rows(b, b + 1).reshape({seq, hidden});
+    kernels::add(xb, positions_, xb);
+  }
+  Tensor rows = x.reshape({batch * seq, hidden});
+  dump("vision.embeddings", rows);
+  kernels::layer_norm(rows, pre_ln_weight_, pre_ln_bias_, v.layer_norm_eps, rows);
+  dump("vision.pre_layrnorm", rows);
+  if (on_hidden) on_hidden(0, rows);
+
+  EncoderBlockScratch scratch = make_encoder_block_scratch(bc, batch * seq, block_floats.data_as<float>());
+  const kernels::AttentionMask full;  // ViT attention sees every token
+  for (int64_t i = 0; i < num_layers; ++i) {
+    encoder_block_forward(bc, blocks_[static_cast<size_t>(i)], x, full, scratch, trace,
+                          "vision.layers." + std::to_string(i) + ".");
+    if (on_hidden) on_hidden(i + 1, rows);
+  }
+  return rows;
 }
 
 Status ClipModel::encode_texts(const std::vector<std::vector<int32_t>>& ids, Tensor& text_embeds, Arena& arena,

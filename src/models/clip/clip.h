@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,12 +57,44 @@ struct ClipConfig {
 
 // Parses a CLIPModel config.json (HF defaults for absent keys; errors name the key).
 StatusOr<ClipConfig> parse_clip_config(const nlohmann::json& json, const std::string& label);
+// Parses a CLIPVisionConfig object (a CLIPModel's vision_config, a LLaVA's vision_config).
+StatusOr<ClipVisionConfig> parse_clip_vision_config(const nlohmann::json& json, const std::string& label);
 // The token position the text tower pools at, by HF's two rules: eos_token_id == 2 (old configs) takes the
 // first largest id (the EOS id is the largest in CLIP's vocabulary), otherwise the first eos_token_id; 0 if
 // there is none. Shared by the CPU and CUDA paths.
 int64_t clip_pooling_position(const std::vector<int32_t>& ids, int64_t eos_token_id);
 // The weight table of a CLIPModel with this config.
 std::vector<WeightSpec> clip_weight_specs(const ClipConfig& config);
+// The weight table of a CLIP vision transformer whose tensors are named `prefix` + "embeddings...",
+// "pre_layrnorm...", "encoder.layers.N...", "post_layernorm..." (CLIPModel: "vision_model."; LLaVA's towers:
+// models/llava). post_layernorm is optional when `post_layernorm_optional` (LLaVA never reads it).
+std::vector<WeightSpec> clip_vision_weight_specs(const ClipVisionConfig& v, const std::string& prefix,
+                                                 bool post_layernorm_optional = false);
+
+// The CLIP ViT up to its last hidden state (HF's CLIPVisionTransformer without the pooling): patch embedding,
+// [class; patches] + positions, pre_layrnorm, the encoder blocks. Shared by CLIPModel's image tower and LLaVA's
+// vision tower, over weights they own (bind() fuses each block's q/k/v into `weights`).
+class ClipVisionTower {
+ public:
+  static ClipVisionTower bind(const ClipVisionConfig& config, F32Weights& weights, const std::string& prefix);
+  const ClipVisionConfig& config() const { return config_; }
+  const std::vector<EncoderBlockWeights>& blocks() const { return blocks_; }
+  int64_t seq_len() const { return config_.num_patches() + 1; }
+
+  // pixels [batch, channels, image_size, image_size] f32 -> [batch * seq_len(), hidden] from `arena` (which must
+  // hold workspace_bytes(batch) free): embeddings, pre_layrnorm and the first `num_layers` blocks. on_hidden(i, x)
+  // sees HF's hidden_states[i] as it is made (0: after pre_layrnorm, i: after block i), when set.
+  StatusOr<Tensor> forward(const Tensor& pixels, int64_t num_layers, Arena& arena,
+                           const std::function<void(int64_t, const Tensor&)>& on_hidden = nullptr,
+                           const TraceFn& trace = nullptr) const;
+  size_t workspace_bytes(int64_t batch) const;
+
+ private:
+  ClipVisionConfig config_;
+  std::string prefix_;
+  Tensor class_embedding_, patch_weight_, positions_, pre_ln_weight_, pre_ln_bias_;
+  std::vector<EncoderBlockWeights> blocks_;
+};
 
 // Optional intermediate outputs (HF's names) for conformance tests and debugging.
 struct ClipTrace {
@@ -90,7 +123,7 @@ class ClipModel {
   // The f32 weights, read by the CUDA model when it uploads them (fused QKV included).
   Tensor weight(const std::string& name) const { return weights_->get(name); }
   const std::vector<EncoderBlockWeights>& text_blocks() const { return text_blocks_; }
-  const std::vector<EncoderBlockWeights>& vision_blocks() const { return vision_blocks_; }
+  const std::vector<EncoderBlockWeights>& vision_blocks() const { return vision_.blocks(); }
 
   // Bytes of activations a batch needs (to size arenas up front).
   size_t image_workspace_bytes(int64_t batch) const;
@@ -104,7 +137,7 @@ class ClipModel {
   std::unique_ptr<F32Weights> weights_;
   float logit_scale_ = 0.0f;
   std::vector<EncoderBlockWeights> text_blocks_;
-  std::vector<EncoderBlockWeights> vision_blocks_;
+  ClipVisionTower vision_;
 };
 
 }  // namespace mmserve::models

@@ -322,7 +322,7 @@ StatusOr<LlamaKvCache> LlamaModel::new_cache(int64_t capacity) const {
 }
 
 Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
-                           float* all_logits, MoeRoutingTrace* routing) const {
+                           float* all_logits, const LlamaForwardExtras& extras) const {
   if (n <= 0) return invalid_argument("forward needs at least one token");
   if (cache.pool.layers != config_.num_hidden_layers || cache.pool.kv_size != config_.kv_size()) {
     return invalid_argument("the KV cache was made for another model");
@@ -346,8 +346,10 @@ Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache
   step.max_query_len = n;
   const int64_t first = all_logits != nullptr ? 0 : n - 1;
   for (int64_t t = first; t < n; ++t) step.logit_rows.push_back(static_cast<int32_t>(t));
+  step.embed_rows = extras.embed_rows;
+  step.embeds = extras.embeds;
   std::vector<float> logits(static_cast<size_t>((n - first) * config_.vocab_size));
-  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data(), routing));
+  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data(), extras.routing));
   cache.length += n;
   if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
   if (last_logits != nullptr) {

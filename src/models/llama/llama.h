@@ -83,6 +83,14 @@ struct MoeRoutingTrace {
   std::vector<float> weights;
 };
 
+// What LlamaModel::forward may also take or give: input embeddings for some rows (as DecoderStep's embed_rows /
+// embeds), and Mixtral's routing.
+struct LlamaForwardExtras {
+  std::vector<int32_t> embed_rows;  // rows of this call's tokens, ascending
+  const float* embeds = nullptr;    // [embed_rows.size(), hidden]
+  MoeRoutingTrace* routing = nullptr;
+};
+
 // The paged KV pool of the CPU path: per layer, [num_blocks * block_size, kv_size] f32 for K and for V (slot s of
 // layer l at (l * slots + s) * kv_size), the layout of kernels/paged_attention.h.
 // The memory comes from calloc: pages nobody writes stay unbacked, so a large pool costs what is used.
@@ -134,7 +142,7 @@ class LlamaModel {
   // token to `last_logits` [vocab] when non-null, and of every token to `all_logits` [n, vocab] when non-null.
   // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).
   Status forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
-                 float* all_logits = nullptr, MoeRoutingTrace* routing = nullptr) const;
+                 float* all_logits = nullptr, const LlamaForwardExtras& extras = {}) const;
   // Plain greedy decoding (argmax of the raw logits, ties to the lowest id) of up to max_new_tokens after the
   // prompt, stopping after an eos id unless ignore_eos. Returns the generated ids only.
   StatusOr<std::vector<int32_t>> greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,
