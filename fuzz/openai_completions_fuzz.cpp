@@ -2,7 +2,8 @@
 // /v1/completions (first byte even) and /v1/chat/completions (odd). Checked: parsing returns; an accepted request
 // has a model, exactly one prompt form, valid sampling values, max_tokens >= 1, n in [1, 16], logprobs in
 // [-1, 20] and the same in its params, choice seeds of seed + i; its encoders (n choices with logprobs of the
-// requested width, stream chunks, choice ends, the stream end) produce JSON that parses back. A broken promise
+// requested width, stream chunks, choice ends, the stream end) produce JSON that parses back; a chat request's
+// image_url parts (api/chat_images.h) all became {"type": "image"} parts, one per image taken. A broken promise
 // traps.
 // Run: build/fuzz/fuzz/openai_completions_fuzz -max_total_time=60 fuzz/corpus/openai_completions_fuzz
 #include <cstdint>
@@ -47,6 +48,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r->n < 1 || r->n > api::kChoicesMax || r->logprobs < -1 || r->logprobs > api::kLogprobsMax ||
       p.logprobs != r->logprobs) {
     __builtin_trap();
+  }
+  if (p.messages) {  // every image taken left an {"type": "image"} part, and no image_url part is left
+    size_t image_parts = 0;
+    for (const auto& m : *p.messages) {
+      if (!m.is_object() || !m.contains("content") || !m["content"].is_array()) continue;
+      for (const auto& part : m["content"]) {
+        if (part.is_object() && part.value("type", "") == "image") ++image_parts;
+        if (part.is_object() && part.value("type", "") == "image_url") __builtin_trap();
+      }
+    }
+    if (r->images.size() > image_parts) __builtin_trap();
+    for (const auto& image : r->images) {
+      if (image.kind != engine::InputKind::kImageBytes || image.image_bytes.empty()) __builtin_trap();
+    }
   }
   const auto last = api::choice_params(*r, r->n - 1);
   if (p.sampling.seed.has_value() != last->sampling.seed.has_value()) __builtin_trap();

@@ -2,11 +2,14 @@
 // OpenAI's order, and completions' top_logprobs objects most likely first (JavaScript keeps insertion order).
 #include "api/openai_completions_codec.h"
 
+#include "api/chat_images.h"
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "api/chat_images.h"
 #include "api/json_parse.h"
 #include "api/json_writer.h"
 
@@ -118,7 +121,7 @@ ojson chat_logprobs(std::span<const engine::TokenLogprob> lps, const text::HfTok
 
 }  // namespace
 
-StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat) {
+StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat, bool allow_url_fetch) {
   ASSIGN_OR_RETURN(json root, parse_json(body));
   if (!root.is_object()) return invalid_argument("the request body must be a JSON object");
   CompletionRequest r;
@@ -141,7 +144,9 @@ StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bo
         return invalid_argument("each message must be an object with a string 'role'");
       }
     }
-    p.messages = *messages;
+    ChatImageOptions images;
+    images.allow_url_fetch = allow_url_fetch;
+    ASSIGN_OR_RETURN(p.messages, take_chat_images(*messages, images, r.images));
     if (root.contains("tools") && !root["tools"].is_null()) {
       return unimplemented("'tools' are not supported yet");
     }

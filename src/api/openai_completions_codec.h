@@ -6,7 +6,8 @@
 // {tokens, token_logprobs, top_logprobs, text_offset}) and chat's `logprobs: true` + `top_logprobs: N`
 // ({content: [{token, logprob, bytes, top_logprobs}]}), N in [0, 20] (vLLM's bound; OpenAI's is 5 for completions);
 // token strings are the decode of each single id, as vLLM shows them. Refused with a 400 naming the field: echo,
-// suffix, tools, several prompts in one request; unknown roles' shapes are left to the chat template.
+// suffix, tools, several prompts in one request; unknown roles' shapes are left to the chat template. Chat content
+// parts of type image_url carry images (data URLs) for a LLaVA: api/chat_images.h.
 // Tests: tests/unit/api/openai_completions_codec_test.cpp; fuzz: fuzz/openai_completions_fuzz.cpp.
 #pragma once
 
@@ -35,11 +36,15 @@ struct CompletionRequest {
   // -1: no logprobs; else the number of alternatives per token (completions' `logprobs`, chat's `top_logprobs`,
   // 0 for chat's `logprobs: true` alone). The same value is in params->logprobs.
   int64_t logprobs = -1;
+  // Chat: the images of the messages' image_url parts, in order (api/chat_images.h); each part is {"type": "image"}
+  // in params->messages.
+  std::vector<engine::InputItem> images;
 };
 
 // `chat`: /v1/chat/completions (messages) else /v1/completions (prompt). kInvalidArgument naming the field;
 // kUnimplemented for OpenAI features not written yet.
-StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat);
+StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat,
+                                                    bool allow_url_fetch = false);
 
 // The params of choice `index` of n: a copy of the request's, whose seed (when one was given) is seed + index, so
 // that the n choices differ and the request stays reproducible.

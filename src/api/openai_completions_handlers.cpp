@@ -158,7 +158,7 @@ Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, cons
 }
 
 Reply handle_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request, bool chat) {
-  StatusOr<CompletionRequest> parsed = parse_completion_request(request.body, chat);
+  StatusOr<CompletionRequest> parsed = parse_completion_request(request.body, chat, env.codec.allow_url_fetch);
   if (!parsed.ok()) return error_reply(kFamily, parsed.status());
   context.model = parsed->model;
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
@@ -171,6 +171,7 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
     text.text = *parsed->prompt;
     common.inputs.push_back(std::move(text));
   }
+  for (serving::InputItem& image : parsed->images) common.inputs.push_back(std::move(image));
   common.options = std::move(*options);
   common.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
   const std::string id = completion_id(chat);

@@ -116,6 +116,7 @@ int run_segment(const SegmentArgs& args);
 struct GenerateArgs {
   std::string model_dir;
   std::string prompt, prompt_ids, messages;
+  std::vector<std::string> images;  // LLaVA: one file per <image> placeholder, in order
   int max_new_tokens = 16;
   double temperature = 1.0;
   double top_p = 1.0;

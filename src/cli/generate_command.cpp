@@ -8,6 +8,8 @@
 // of config.json / generation_config.json unless --ignore-eos, or a --stop string found in the detokenised text
 // ("stop"; the text ends before it). Prints {"prompt_ids", "ids", "text", "finish_reason"} (--output json) with
 // `ids` the generated ids and `text` HF's decode(ids, skip_special_tokens=True) (cut at a stop string), or the text.
+// A LLaVA takes images: --image files, one per "<image>" in --prompt (expanded as HF's LlavaProcessor does, so
+// prompt_ids are the expanded ids), or image_url parts in --messages (data URLs or local paths; api/chat_images.h).
 // chat-template: prints {"prompt": apply_chat_template(messages, tokenize=False, add_generation_prompt=...)}.
 // Errors print "mmserve: error: ..." and exit 1. Tests: tests/e2e/cli_test.cpp (Generate*, ChatTemplate*).
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "api/chat_images.h"
 #include "cli/commands.h"
 #include "cli/local_run.h"
 #include "engine/llama_executor.h"
@@ -29,8 +32,8 @@ namespace {
 Status check_llama(const std::string& model_dir, const char* command) {
   ASSIGN_OR_RETURN(models::Family family, models::detect_family(model_dir));
   if (family != models::Family::kLlama) {
-    return invalid_argument(model_dir + ": " + command + " needs a Llama-family model (Llama, Mistral, Qwen2, Qwen3); "
-                            "this is a " + models::family_name(family) + " model");
+    return invalid_argument(model_dir + ": " + command + " needs a decoder (Llama, Mistral, Qwen2, Qwen3, Mixtral, "
+                            "LLaVA); this is a " + models::family_name(family) + " model");
   }
   return ok_status();
 }
@@ -96,10 +99,20 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   if (!args.prompt_ids.empty()) {
     ASSIGN_OR_RETURN(params.prompt_ids, parse_ids(args.prompt_ids));
   } else if (!args.messages.empty()) {
-    ASSIGN_OR_RETURN(params.messages, read_messages(args.messages));
+    if (!args.images.empty()) return invalid_argument("--image goes with --prompt; put images in --messages parts");
+    ASSIGN_OR_RETURN(nlohmann::ordered_json messages, read_messages(args.messages));
+    api::ChatImageOptions image_options;
+    image_options.local_paths = true;
+    ASSIGN_OR_RETURN(params.messages, api::take_chat_images(messages, image_options, inputs));
   } else {
     inputs.emplace_back();
     inputs.back().text = args.prompt;
+  }
+  for (const std::string& path : args.images) {
+    engine::InputItem image;
+    image.kind = engine::InputKind::kImageBytes;
+    ASSIGN_OR_RETURN(image.image_bytes, read_input_file(path));
+    inputs.push_back(std::move(image));
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const engine::ModelOutput> output,
                    run_local(*executor, *preparer, std::move(inputs), &params));

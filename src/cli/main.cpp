@@ -64,11 +64,16 @@ int main(int argc, char** argv) {
 
   GenerateArgs generate;
   CLI::App* generate_cmd =
-      app.add_subcommand("generate", "Generate text with a Llama-family model (Llama, Mistral, Qwen2, Qwen3; CPU)");
+      app.add_subcommand("generate", "Generate text with a decoder (Llama, Mistral, Qwen2, Qwen3, Mixtral, LLaVA)");
   generate_cmd->add_option("--model", generate.model_dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
   generate_cmd->add_option("--prompt", generate.prompt, "prompt text (tokenised as HF's tokenizer(text))");
   generate_cmd->add_option("--prompt-ids", generate.prompt_ids, "prompt token ids I,J,... (used as given)");
-  generate_cmd->add_option("--messages", generate.messages, "a JSON file of chat messages (the model's chat template)");
+  generate_cmd->add_option("--messages", generate.messages,
+                           "a JSON file of chat messages (the model's chat template; image_url parts may be data URLs "
+                           "or local paths)");
+  generate_cmd->add_option("--image", generate.images,
+                           "LLaVA: an image file for each <image> in --prompt, in order (repeatable)")
+      ->check(CLI::ExistingFile);
   generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "most tokens to generate")
       ->check(CLI::PositiveNumber);
   generate_cmd->add_option("--temperature", generate.temperature, "0 is plain greedy (default 1)");

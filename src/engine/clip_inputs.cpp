@@ -5,6 +5,7 @@
 #include <cmath>
 #include <span>
 
+#include "engine/request_image.h"
 #include "frontends/image/image.h"
 #include "kernels/pixel_levels/pixel_levels.h"
 
@@ -84,19 +85,10 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
     std::vector<float>().swap(input.pixel_values);
     return ok_status();
   }
-  image::DecodeOptions decode;
-  decode.max_pixels = options_.common.max_image_pixels;
-  const auto* bytes = reinterpret_cast<const uint8_t*>(input.image_bytes.data());
-  auto decoded = image::decode_rgb(std::span<const uint8_t>(bytes, input.image_bytes.size()), decode);
-  if (!decoded.ok()) {
-    const Status& st = decoded.status();
-    if (st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kTooLarge) {
-      return too_large(what + " (image): " + st.message());
-    }
-    return invalid_argument(what + " (image): " + st.message());
-  }
+  ASSIGN_OR_RETURN(image::RgbImage decoded,
+                   decode_request_image(input.image_bytes, options_.common.max_image_pixels, what + " (image)"));
   std::string().swap(input.image_bytes);
-  image::RgbImage cropped = image::resize_and_crop(*decoded, image_config_);
+  image::RgbImage cropped = image::resize_and_crop(decoded, image_config_);
   if (cropped.width != s || cropped.height != s) {
     // Only reachable with do_center_crop off: the resized image must already be S x S.
     return invalid_argument(what + " (image): preprocessed to " + std::to_string(cropped.width) + "x" +

@@ -9,8 +9,10 @@
 #include "core/json_config.h"
 #include "engine/decoder_backend.h"
 #include "engine/decoder_scheduler.h"
+#include "engine/embedding_cache.h"
 #include "engine/families.h"
 #include "engine/kv_block_manager.h"
+#include "engine/request_image.h"
 #include "kernels/sampling/sampling.h"
 #if MMSERVE_HAS_CUDA
 #include "engine/llama_cuda_backend.h"
@@ -23,10 +25,11 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, kernels/sampling's twin.
+// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, kernels/sampling's twin. The
+// model may be a LLaVA's decoder (shared with the LlavaModel that owns it).
 class LlamaCpuBackend final : public DecoderBackend {
  public:
-  LlamaCpuBackend(std::unique_ptr<models::LlamaModel> model, models::LlamaKvPool pool)
+  LlamaCpuBackend(std::shared_ptr<const models::LlamaModel> model, models::LlamaKvPool pool)
       : model_(std::move(model)), pool_(std::move(pool)) {}
   std::string describe() const override { return "cpu f32"; }
   int64_t num_blocks() const override { return pool_.num_blocks; }
@@ -77,7 +80,7 @@ class LlamaCpuBackend final : public DecoderBackend {
   }
 
  private:
-  std::unique_ptr<models::LlamaModel> model_;
+  std::shared_ptr<const models::LlamaModel> model_;
   models::LlamaKvPool pool_;
   std::vector<float> logits_;  // [rows_, vocab] of the last forward
   int64_t rows_ = 0;
@@ -97,6 +100,8 @@ struct Live : DecoderSequence {
   size_t streamed = 0;  // bytes of `text` handed to on_delta (a possible stop string's start waits)
   double compute_ms = 0;
   std::chrono::steady_clock::time_point admitted;  // first_ms / last_ms count from here (its queue time ends here)
+  std::vector<float> features;      // LLaVA: [placeholders, hidden], the images' features in prompt order
+  std::vector<int32_t> feature_row;  // LLaVA: per prompt position, its row of `features` or -1
   double first_ms = -1, last_ms = -1;
   bool done = false;
   std::span<const int32_t> generated() const {
@@ -135,6 +140,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   }
   if (llama.block_size <= 0 || llama.block_size > 1024 || llama.max_num_seqs <= 0 ||
       llama.max_num_batched_tokens <= 0 || llama.max_model_len < 0 || llama.kv_cache_bytes < 0 ||
+      llama.encoder_cache_bytes < 0 ||
       !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
     return invalid_argument("Llama-family options: block_size 1..1024, max_num_seqs and max_num_batched_tokens "
                             "positive, max_model_len and kv_cache_bytes >= 0, gpu_memory_utilization in (0, 1]");
@@ -144,12 +150,27 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->llama_ = llama;
   ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(model_dir));
   e->tokenizer_ = std::move(tokenizer);
+  ASSIGN_OR_RETURN(nlohmann::json config_json, read_json_file(model_dir + "/config.json"));
+  const bool llava = config_json.is_object() && config_json.value("model_type", "") == "llava";
+  if (llava && !options.device.is_cpu()) {
+    return unimplemented("LLaVA runs on the CPU for now (device " + options.device.to_string() +
+                         "): the CUDA decoder does not take image features yet");
+  }
   if (options.device.is_cpu()) {
     if (options.dtype && *options.dtype != DType::kF32) {
       return unimplemented(std::string("the Llama family's CPU path computes in f32, not ") +
                            dtype_name(*options.dtype));
     }
-    ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> model, models::LlamaModel::load(model_dir));
+    std::shared_ptr<const models::LlamaModel> model;
+    if (llava) {
+      ASSIGN_OR_RETURN(std::unique_ptr<models::LlavaModel> loaded, models::LlavaModel::load(model_dir));
+      e->llava_ = std::move(loaded);
+      model = std::shared_ptr<const models::LlamaModel>(e->llava_, &e->llava_->text());  // owned by the LLaVA
+      e->encoder_cache_ = std::make_unique<EmbeddingCache>("llava_encoder", llama.encoder_cache_bytes);
+    } else {
+      ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> loaded, models::LlamaModel::load(model_dir));
+      model = std::move(loaded);
+    }
     e->config_ = model->config();
     e->max_model_len_ = llama.max_model_len > 0 ? std::min(llama.max_model_len, model->max_length())
                                                 : model->max_length();
@@ -210,7 +231,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
   RETURN_IF_ERROR(check_known_keys(family_config,
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
-                                    "enable_chunked_prefill", "enable_continuous_batching"},
+                                    "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -225,6 +246,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.enable_chunked_prefill, o.get_bool_or("enable_chunked_prefill", llama.enable_chunked_prefill));
     ASSIGN_OR_RETURN(llama.enable_continuous_batching,
                      o.get_bool_or("enable_continuous_batching", llama.enable_continuous_batching));
+    ASSIGN_OR_RETURN(llama.encoder_cache_bytes, o.get_int_or("encoder_cache_bytes", llama.encoder_cache_bytes));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options, llama));
   return std::unique_ptr<Executor>(std::move(e));
@@ -250,7 +272,15 @@ std::vector<CacheStats> LlamaExecutor::caches() const {
   prefix.entries = cached_blocks_.load();
   prefix.bytes = prefix.entries * block_bytes;
   prefix.capacity_bytes = backend_->pool_bytes();
-  return {prefix};
+  if (!encoder_cache_) return {prefix};
+  CacheStats encoder;
+  encoder.name = "llava_encoder";
+  encoder.hits = encoder_hits_.load();
+  encoder.misses = encoder_misses_.load();
+  encoder.entries = encoder_entries_.load();
+  encoder.bytes = encoder_bytes_.load();
+  encoder.capacity_bytes = llama_.encoder_cache_bytes;
+  return {prefix, encoder};
 }
 
 std::optional<SequenceStats> LlamaExecutor::sequences() const {
@@ -352,6 +382,26 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     s->tokens = input->prompt;
     s->admitted = std::chrono::steady_clock::now();
     s->seed = input->sampling.seed.value_or(std::random_device{}());
+    if (!input->images.empty()) {  // LLaVA: the images' features now, where the placeholders take them later
+      StatusOr<std::vector<float>> features = image_features(*input);
+      if (!features.ok()) {
+        hooks.finish(i, features.status(), 0);
+        return;
+      }
+      s->features = std::move(*features);
+      s->feature_row.assign(static_cast<size_t>(length), -1);
+      int32_t next = 0;
+      const int32_t placeholder = static_cast<int32_t>(llava_->config().image_token_index);
+      for (int64_t p = 0; p < length; ++p) {
+        if (input->prompt[p] == placeholder) s->feature_row[p] = next++;
+      }
+      // Prefix-cache salt: the images' content (two requests with other images never share a block).
+      uint64_t salt = 0xcbf29ce484222325ull;
+      for (const std::string& h : input->image_hashes) {
+        salt = (salt ^ std::stoull(h.substr(0, 16), nullptr, 16)) * 0x100000001b3ull;
+      }
+      s->extra_hash = salt;
+    }
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
     scheduler_->add(s.get());
@@ -442,6 +492,19 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       for (auto& s : live) finish(*s, internal_error("the scheduler found no room for this sequence"));
       break;
     }
+    // LLaVA: the placeholder rows of this step's prefill chunks take their image features.
+    std::vector<float> step_embeds;
+    int32_t row = 0;
+    for (const StepEntry& e : plan.entries) {
+      const Live* s = static_cast<const Live*>(e.seq);
+      for (int64_t p = e.start; p < e.start + e.count; ++p, ++row) {
+        if (p >= static_cast<int64_t>(s->feature_row.size()) || s->feature_row[p] < 0) continue;
+        plan.step.embed_rows.push_back(row);
+        const float* f = s->features.data() + static_cast<int64_t>(s->feature_row[p]) * config_.hidden_size;
+        step_embeds.insert(step_embeds.end(), f, f + config_.hidden_size);
+      }
+    }
+    plan.step.embeds = step_embeds.empty() ? nullptr : step_embeds.data();
     Status step = backend_->forward(plan.step);
     if (!step.ok()) {
       if (step.code() == StatusCode::kInternal) stats.device_fault = step;
@@ -500,6 +563,42 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
   return stats;
 }
 
+StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& input) {
+  const models::LlavaConfig& c = llava_->config();
+  const int64_t t = c.tokens_per_image(), h = c.text.hidden_size, s = c.vision.image_size;
+  const int64_t per_image = t * h;
+  std::vector<float> out(static_cast<size_t>(per_image * static_cast<int64_t>(input.images.size())));
+  std::vector<size_t> missing;  // images to encode (one batch through the tower)
+  for (size_t i = 0; i < input.images.size(); ++i) {
+    std::shared_ptr<const std::vector<float>> hit = encoder_cache_->find(input.image_hashes[i]);
+    if (hit && static_cast<int64_t>(hit->size()) == per_image) {
+      std::copy(hit->begin(), hit->end(), out.begin() + static_cast<int64_t>(i) * per_image);
+    } else {
+      missing.push_back(i);
+    }
+  }
+  if (!missing.empty()) {
+    const int64_t n = static_cast<int64_t>(missing.size());
+    std::vector<float> pixels;
+    pixels.reserve(static_cast<size_t>(n * 3 * s * s));
+    for (size_t i : missing) pixels.insert(pixels.end(), input.images[i].begin(), input.images[i].end());
+    std::vector<float> features(static_cast<size_t>(n * per_image));
+    Tensor pixel_t(pixels.data(), DType::kF32, {n, 3, s, s}), feature_t(features.data(), DType::kF32, {n, t, h});
+    Arena arena;
+    RETURN_IF_ERROR(llava_->encode_images(pixel_t, feature_t, arena));
+    for (int64_t j = 0; j < n; ++j) {
+      auto entry = std::make_shared<std::vector<float>>(features.begin() + j * per_image,
+                                                        features.begin() + (j + 1) * per_image);
+      std::copy(entry->begin(), entry->end(), out.begin() + static_cast<int64_t>(missing[j]) * per_image);
+      encoder_cache_->insert(input.image_hashes[missing[j]], std::move(entry));
+    }
+  }
+  const CacheStats stats = encoder_cache_->stats();
+  encoder_hits_ = stats.hits, encoder_misses_ = stats.misses, encoder_entries_ = stats.entries;
+  encoder_bytes_ = stats.bytes;
+  return out;
+}
+
 StatusOr<std::unique_ptr<InputPreparer>> LlamaInputs::create_for_server(const std::string& model_dir,
                                                                         const Executor& first,
                                                                         const PreparerOptions& options) {
@@ -508,6 +607,23 @@ StatusOr<std::unique_ptr<InputPreparer>> LlamaInputs::create_for_server(const st
   std::unique_ptr<LlamaInputs> inputs(new LlamaInputs());
   inputs->executor_ = executor;
   inputs->options_ = options;
+  if (const models::LlavaModel* llava = executor->llava()) {
+    ASSIGN_OR_RETURN(inputs->image_config_, image::load_clip_preprocess_config(model_dir));
+    const int64_t s = llava->config().vision.image_size;
+    if (inputs->image_config_->do_center_crop &&
+        (inputs->image_config_->crop_width != s || inputs->image_config_->crop_height != s)) {
+      return invalid_argument(model_dir + "/preprocessor_config.json: crop_size " +
+                              std::to_string(inputs->image_config_->crop_width) + "x" +
+                              std::to_string(inputs->image_config_->crop_height) + " but the vision tower takes " +
+                              std::to_string(s) + "x" + std::to_string(s));
+    }
+    const std::string* token = executor->tokenizer().id_to_token(static_cast<int32_t>(llava->config().image_token_index));
+    if (token == nullptr) {
+      return invalid_argument(model_dir + ": the tokenizer has no token for image_token_index " +
+                              std::to_string(llava->config().image_token_index));
+    }
+    inputs->image_token_ = *token;
+  }
   StatusOr<chat_template::LoadedChatTemplate> chat = chat_template::load_chat_template(model_dir);
   if (chat.ok()) {
     inputs->chat_ = std::move(*chat);
@@ -531,10 +647,12 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   }
   auto input = std::make_unique<LlamaInput>();
   const text::HfTokenizer& tokenizer = executor_->tokenizer();
+  RETURN_IF_ERROR(add_images(inputs, *input));
+  const int64_t images = static_cast<int64_t>(input->images.size());
   const int forms = (p->prompt_ids ? 1 : 0) + (p->messages ? 1 : 0) + (inputs.empty() ? 0 : 1);
   if (forms != 1) return invalid_argument("give exactly one prompt (text, token ids or messages)");
   if (p->prompt_ids) {
-    input->prompt = *p->prompt_ids;
+    ASSIGN_OR_RETURN(input->prompt, expand_ids(*p->prompt_ids, images));
   } else if (p->messages) {
     if (!chat_) return invalid_argument("model '" + options_.model + "' has no chat template: " + chat_error_);
     chat_template::RenderOptions render;
@@ -542,13 +660,15 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
     render.bos_token = chat_->bos_token;
     render.eos_token = chat_->eos_token;
     ASSIGN_OR_RETURN(std::string text, chat_->chat_template.render(*p->messages, render));
+    ASSIGN_OR_RETURN(text, expand_text(text, images));
     // The template writes the special tokens (apply_chat_template(tokenize=True) adds none).
     ASSIGN_OR_RETURN(input->prompt, tokenizer.encode(text, /*add_special_tokens=*/false));
   } else {
     if (inputs.size() != 1 || inputs[0].kind != InputKind::kText) {
       return invalid_argument("a Llama-family model takes one text prompt");
     }
-    ASSIGN_OR_RETURN(input->prompt, tokenizer.encode(inputs[0].text, /*add_special_tokens=*/true));
+    ASSIGN_OR_RETURN(std::string text, expand_text(inputs[0].text, images));
+    ASSIGN_OR_RETURN(input->prompt, tokenizer.encode(text, /*add_special_tokens=*/true));
   }
   if (input->prompt.empty()) return invalid_argument("the prompt has no tokens");
   const int64_t vocab = executor_->config().vocab_size, max_length = executor_->max_model_len();
@@ -576,6 +696,83 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   prepared.retriable = !p->on_delta;
   prepared.input = std::move(input);
   return prepared;
+}
+
+Status LlamaInputs::add_images(std::vector<InputItem>& inputs, LlamaInput& input) const {
+  std::vector<InputItem> rest;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    InputItem& item = inputs[i];
+    if (!item.is_image()) {
+      rest.push_back(std::move(item));
+      continue;
+    }
+    const std::string what = "input " + std::to_string(i) + " (image)";
+    if (!image_config_) return invalid_argument(what + ": model '" + options_.model + "' takes no images");
+    const int64_t s = executor_->llava()->config().vision.image_size;
+    std::vector<float> pixels(static_cast<size_t>(3 * s * s));
+    if (item.kind == InputKind::kPixelValues) {
+      if (item.pixel_values.size() != pixels.size()) {
+        return invalid_argument(what + ": pixel_values must be [3, " + std::to_string(s) + ", " + std::to_string(s) +
+                                "]");
+      }
+      pixels = std::move(item.pixel_values);
+    } else {
+      ASSIGN_OR_RETURN(image::RgbImage decoded, decode_request_image(item.image_bytes, options_.max_image_pixels, what));
+      const image::RgbImage cropped = image::resize_and_crop(decoded, *image_config_);
+      if (cropped.width != s || cropped.height != s) {
+        return invalid_argument(what + ": preprocessed to " + std::to_string(cropped.width) + "x" +
+                                std::to_string(cropped.height) + " but the vision tower takes " + std::to_string(s) +
+                                "x" + std::to_string(s));
+      }
+      image::to_pixel_values(cropped, *image_config_, pixels.data());
+    }
+    input.image_hashes.push_back(
+        content_hash(std::string(reinterpret_cast<const char*>(pixels.data()), pixels.size() * sizeof(float))));
+    input.images.push_back(std::move(pixels));
+  }
+  inputs = std::move(rest);
+  return ok_status();
+}
+
+StatusOr<std::string> LlamaInputs::expand_text(const std::string& text, int64_t images) const {
+  if (image_token_.empty()) return text;
+  std::string out;
+  int64_t found = 0;
+  size_t at = 0;
+  for (size_t next; (next = text.find(image_token_, at)) != std::string::npos; at = next + image_token_.size()) {
+    out.append(text, at, next - at);
+    for (int64_t k = 0; k < executor_->llava()->config().tokens_per_image(); ++k) out += image_token_;
+    ++found;
+  }
+  out.append(text, at, std::string::npos);
+  if (found != images) {
+    return invalid_argument("the prompt has " + std::to_string(found) + " image placeholder(s) " + image_token_ +
+                            " but the request carries " + std::to_string(images) + " image(s)");
+  }
+  return out;
+}
+
+StatusOr<std::vector<int32_t>> LlamaInputs::expand_ids(const std::vector<int32_t>& ids, int64_t images) const {
+  if (image_token_.empty()) return ids;
+  const models::LlavaConfig& c = executor_->llava()->config();
+  const int32_t placeholder = static_cast<int32_t>(c.image_token_index);
+  const int64_t t = c.tokens_per_image();
+  const int64_t found = std::count(ids.begin(), ids.end(), placeholder);
+  if (found == images * t) return ids;  // already expanded (as `mmserve generate` prints prompt_ids)
+  if (found != images) {
+    return invalid_argument("the prompt ids hold " + std::to_string(found) + " image placeholder id(s) " +
+                            std::to_string(placeholder) + "; " + std::to_string(images) + " image(s) need " +
+                            std::to_string(images) + " (one each) or " + std::to_string(images * t) + " (expanded)");
+  }
+  std::vector<int32_t> out;
+  for (int32_t id : ids) {
+    if (id == placeholder) {
+      out.insert(out.end(), static_cast<size_t>(t), placeholder);
+    } else {
+      out.push_back(id);
+    }
+  }
+  return out;
 }
 
 }  // namespace mmserve::engine

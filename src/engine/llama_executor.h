@@ -1,6 +1,16 @@
-// The Llama family (models/llama: Llama, Mistral, Qwen2, Qwen3) behind the family interface: LlamaInputs turns a
-// prompt (text, token ids or chat messages through the model's chat template) into a LlamaInput; LlamaExecutor
-// generates for a batch of them on the CPU.
+// The Llama family (models/llama: Llama, Mistral, Qwen2, Qwen3, Mixtral; and LLaVA, models/llava, a vision tower in
+// front of one of them) behind the family interface: LlamaInputs turns a prompt (text, token ids or chat messages
+// through the model's chat template, with images for a LLaVA) into a LlamaInput; LlamaExecutor generates for a batch
+// of them.
+//
+// Images (LLaVA): each image in the request is decoded and preprocessed PIL-exactly by the directory's
+// preprocessor_config.json; the prompt's image placeholders are expanded as HF's LlavaProcessor does (each
+// "<image>" in a text prompt or a rendered chat becomes tokens_per_image copies before tokenising; prompt ids may
+// carry one placeholder id per image, expanded the same way, or the expanded run). The placeholder count must
+// match the images. At admission the executor encodes the images (the vision tower and projector; an LRU encoder
+// cache keyed by the pixels' content hash skips repeated images) and the prefill chunks feed the features in place
+// of the placeholders (DecoderStep.embed_rows). The prefix cache is salted with the images' hashes, so two requests
+// with different images never share blocks.
 //
 // The decoder engine: the executor keeps a paged KV pool (DecoderBackend: CPU f32 or CUDA), its block manager
 // (prefix caching) and a continuous-batching scheduler (decoder_scheduler.h) for as long as it lives. run() takes
@@ -24,7 +34,9 @@
 #include "engine/token_sampler.h"
 #include "frontends/text/chat_template/chat_template.h"
 #include "frontends/text/hf_tokenizer.h"
+#include "frontends/image/preprocess.h"
 #include "models/llama/llama.h"
+#include "models/llava/llava.h"
 
 namespace mmserve::engine {
 
@@ -56,6 +68,9 @@ struct LlamaParams : virtual RequestParams {
 
 struct LlamaInput : ModelInput {
   std::vector<int32_t> prompt;
+  // LLaVA: the images in placeholder order, preprocessed ([3, S, S] f32 each), and their content hashes.
+  std::vector<std::vector<float>> images;
+  std::vector<std::string> image_hashes;
   SamplingParams sampling;
   int64_t max_tokens = 16;
   int64_t min_tokens = 0;
@@ -90,10 +105,12 @@ struct LlamaOptions {
   // false: static batching, for comparison (the serving benchmark): a batch runs to its end before the next
   // requests join (no BatchHooks::admit).
   bool enable_continuous_batching = true;
+  int64_t encoder_cache_bytes = 256LL << 20;  // LLaVA: image features kept for repeated images (0: none)
 };
 
 class DecoderBackend;
 class DecoderScheduler;
+class EmbeddingCache;
 class KvBlockManager;
 
 class LlamaExecutor final : public Executor {
@@ -120,9 +137,13 @@ class LlamaExecutor final : public Executor {
   const LlamaOptions& llama_options() const { return llama_; }
   const text::HfTokenizer& tokenizer() const { return *tokenizer_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  // The LLaVA around the decoder (nullptr for a text-only model).
+  const models::LlavaModel* llava() const { return llava_.get(); }
 
  private:
   LlamaExecutor() = default;
+  // LLaVA: the image features of `input` [placeholders, hidden] (from the encoder cache or the vision tower).
+  StatusOr<std::vector<float>> image_features(const LlamaInput& input);
   models::LlamaConfig config_;
   DType dtype_ = DType::kF32;
   LlamaOptions llama_;
@@ -133,6 +154,9 @@ class LlamaExecutor final : public Executor {
   std::atomic<int64_t> running_{0}, waiting_{0}, preemptions_{0}, used_blocks_{0}, cached_blocks_{0};
   std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
   std::shared_ptr<const text::HfTokenizer> tokenizer_;  // shared with the outputs (their token strings)
+  std::shared_ptr<const models::LlavaModel> llava_;
+  std::unique_ptr<EmbeddingCache> encoder_cache_;
+  std::atomic<int64_t> encoder_hits_{0}, encoder_misses_{0}, encoder_bytes_{0}, encoder_entries_{0};
   std::vector<int32_t> eos_ids_;
   ExecutorOptions options_;
   FamilyInfo info_;
@@ -145,7 +169,15 @@ class LlamaInputs final : public InputPreparer {
   StatusOr<Prepared> prepare(std::vector<InputItem>& inputs, const RequestParams* params) const override;
 
  private:
+  // LLaVA: the request's images (InputItems of image kinds) preprocessed into `input`, and its placeholders
+  // expanded in `prompt` (text before tokenising, or ids).
+  Status add_images(std::vector<InputItem>& inputs, LlamaInput& input) const;
+  StatusOr<std::string> expand_text(const std::string& text, int64_t images) const;
+  StatusOr<std::vector<int32_t>> expand_ids(const std::vector<int32_t>& ids, int64_t images) const;
+
   const LlamaExecutor* executor_ = nullptr;  // the tokenizer and the model's length (read-only, thread-safe)
+  std::optional<image::ClipPreprocessConfig> image_config_;  // LLaVA
+  std::string image_token_;                                  // LLaVA: the placeholder's text ("<image>")
   std::optional<chat_template::LoadedChatTemplate> chat_;
   std::string chat_error_;  // why there is no chat template (for requests that need one)
   PreparerOptions options_;

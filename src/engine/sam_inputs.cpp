@@ -4,6 +4,7 @@
 #include <cmath>
 #include <span>
 
+#include "engine/request_image.h"
 #include "frontends/image/image.h"
 
 namespace mmserve::engine {
@@ -114,19 +115,9 @@ StatusOr<Prepared> SamInputs::prepare(std::vector<InputItem>& inputs, const Requ
   }
   Prepared out;
   if (image != nullptr) {
-    image::DecodeOptions decode;
-    decode.max_pixels = options_.max_image_pixels;
-    const auto* bytes = reinterpret_cast<const uint8_t*>(image->image_bytes.data());
-    auto decoded = image::decode_rgb(std::span<const uint8_t>(bytes, image->image_bytes.size()), decode);
-    if (!decoded.ok()) {
-      const Status& st = decoded.status();
-      if (st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kTooLarge) {
-        return too_large("image: " + st.message());
-      }
-      return invalid_argument("image: " + st.message());
-    }
+    ASSIGN_OR_RETURN(image::RgbImage decoded, decode_request_image(image->image_bytes, options_.max_image_pixels, "image"));
     input->image_id = content_hash(image->image_bytes);
-    ASSIGN_OR_RETURN(input->geometry, image::preprocess_sam(*decoded, config_));
+    ASSIGN_OR_RETURN(input->geometry, image::preprocess_sam(decoded, config_));
     input->pixels = std::move(input->geometry.pixels);
     remember(input->image_id, input->geometry);
     out.items[kSamImageSlot] = 1;

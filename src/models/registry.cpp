@@ -25,6 +25,8 @@ constexpr Architecture kArchitectures[] = {
     {"MistralForCausalLM", "mistral", Family::kLlama, "llama"},
     {"Qwen2ForCausalLM", "qwen2", Family::kLlama, "llama"},
     {"Qwen3ForCausalLM", "qwen3", Family::kLlama, "llama"},
+    {"MixtralForCausalLM", "mixtral", Family::kLlama, "llama"},
+    {"LlavaForConditionalGeneration", "llava", Family::kLlama, "llama"},  // a decoder behind a vision tower
 };
 
 }  // namespace

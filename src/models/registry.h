@@ -2,7 +2,8 @@
 //
 // The registry maps HF `architectures` names (config.json) to the model families known here, one table line per
 // architecture (registry.cpp): CLIPModel, WhisperForConditionalGeneration, SamModel, and the Llama family
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM: models/llama; not served yet). What serves a family (its
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM: models/llama; and
+// LlavaForConditionalGeneration, models/llava, a decoder behind a vision tower). What serves a family (its
 // executor and input preparation) is engine/families.h. inspect_model_dir() reads only the config and the
 // safetensors headers, never the weights, so it is instant even for large checkpoints.
 // Tests: tests/unit/models/registry_test.cpp.

@@ -417,7 +417,7 @@ TEST(Cli, GenerateRefusesBadArguments) {
   const Result gpu = run({"generate", "--model", dir.string(), "--prompt", "a", "--device", "cuda:0"});
   if (gpu.exit_code != 0) expect_user_error(gpu, "CUDA");
   expect_user_error(run({"generate", "--model", fixture("clip-tiny-quickgelu-f32"), "--prompt", "a"}),
-                    "needs a Llama-family model");
+                    "needs a decoder");
   const fs::path messages = dir / "bad.json";
   std::ofstream(messages) << "{not json";
   expect_user_error(run({"generate", "--model", dir.string(), "--messages", messages.string()}), "not valid JSON");
@@ -453,6 +453,130 @@ TEST(Cli, ChatTemplateEqualsHf) {
   fs::remove_all(dir);
 }
 
+
+// A tiny LLaVA fixture (tests/fixtures/llava, HF's goldens) made servable: the fixture's weights and
+// preprocessor_config.json, plus a byte-level tokenizer.json of the model's 256 ids (ids 0..254 the byte symbols of
+// GPT-2's byte-to-unicode map, 255 the "<image>" placeholder as an added special token) and a LLaVA-1.5-style chat
+// template (HF renders with trim_blocks: the newline after a message is an expression). The ids are what the test
+// compares (with HF's); the tokenizer only has to exist and know "<image>".
+fs::path servable_llava(const std::string& variant) {
+  const fs::path d = temp_dir("llava_" + variant);
+  for (const char* f : {"config.json", "model.safetensors", "preprocessor_config.json"}) {
+    fs::copy_file(fixture("llava/" + variant + "/" + f), d / f);
+  }
+  nlohmann::json vocab = nlohmann::json::object();
+  int extra = 0;
+  for (int b = 0; b < 255; ++b) {  // GPT-2's bytes_to_unicode
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int cp = printable ? b : 256 + extra++;
+    std::string utf8;
+    if (cp < 0x80) {
+      utf8 += static_cast<char>(cp);
+    } else {
+      utf8 += static_cast<char>(0xC0 | (cp >> 6));
+      utf8 += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+    vocab[utf8] = b;
+  }
+  const nlohmann::json tokenizer = {
+      {"version", "1.0"},
+      {"added_tokens", {{{"id", 255}, {"content", "<image>"}, {"single_word", false}, {"lstrip", false},
+                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                 {"ignore_merges", false}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  std::ofstream(d / "tokenizer.json") << tokenizer.dump();
+  std::ofstream(d / "chat_template.jinja")
+      << "{% for m in messages %}{{ m['role'] | upper }}: {% if m['content'] is string %}{{ m['content'] }}{% else %}"
+         "{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>\n{% else %}{{ p['text'] }}{% endif %}"
+         "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}";
+  return d;
+}
+
+std::string join_ids(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (int64_t id : ids) {
+    if (!out.empty()) out.push_back(',');
+    out.append(std::to_string(id));
+  }
+  return out;
+}
+
+// `mmserve generate --image` on a LLaVA: the server's preprocessing of the real image files, the vision tower, the
+// placeholders fed image features through the engine's chunked prefill, and HF's greedy ids, given the prompt with
+// one placeholder id per image (expanded as HF's processor does) or already expanded.
+TEST(Cli, GenerateWithImagesReproducesHfsLlava) {
+  for (const char* variant : {"llava-llama-f32", "llava-llama-list-full-bf16-hubnames", "llava-mixtral-f32-v5names"}) {
+    SCOPED_TRACE(variant);
+    const fs::path dir = servable_llava(variant);
+    const nlohmann::json meta = nlohmann::json::parse(read_text(fixture(std::string("llava/") + variant + "/golden.json")));
+    const std::vector<int64_t> expanded = meta["prompt_ids"].get<std::vector<int64_t>>();
+    const std::vector<int64_t> greedy = meta["greedy_ids"].get<std::vector<int64_t>>();
+    std::vector<int64_t> collapsed;  // one 255 per image
+    for (size_t i = 0; i < expanded.size(); ++i) {
+      if (expanded[i] != 255 || i == 0 || expanded[i - 1] != 255) collapsed.push_back(expanded[i]);
+    }
+    for (const std::vector<int64_t>* ids : {static_cast<const std::vector<int64_t>*>(&collapsed), &expanded}) {
+      std::vector<std::string> args = {"generate", "--model", dir.string(), "--prompt-ids", join_ids(*ids),
+                                       "--temperature", "0", "--max-new-tokens", std::to_string(greedy.size()),
+                                       "--ignore-eos"};
+      for (const auto& image : meta["images"]) {
+        args.push_back("--image");
+        args.push_back(fixture("images/" + image.get<std::string>()));
+      }
+      const Result r = run(args);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const nlohmann::json out = nlohmann::json::parse(r.out);
+      EXPECT_EQ(out["prompt_ids"].get<std::vector<int64_t>>(), expanded);
+      EXPECT_EQ(out["ids"].get<std::vector<int64_t>>(), greedy);
+    }
+    fs::remove_all(dir);
+  }
+}
+
+// The chat form: image_url parts (a local path and a data URL) become {"type": "image"} for the template, whose
+// "<image>" is expanded before tokenising: the same ids as --prompt with --image files; and the refusals.
+TEST(Cli, GenerateWithImageMessagesAndItsErrors) {
+  const fs::path dir = servable_llava("llava-llama-f32");
+  const std::string chelsea = fixture("images/chelsea.png");
+  const fs::path messages = dir / "messages.json";
+  std::ofstream(messages) << nlohmann::json::array(
+      {{{"role", "user"},
+        {"content", {{{"type", "image_url"}, {"image_url", {{"url", chelsea}}}}, {{"type", "text"}, {"text", "hi"}}}}}})
+                                 .dump();
+  const std::vector<std::string> common = {"--temperature", "0", "--max-new-tokens", "4", "--ignore-eos"};
+  std::vector<std::string> chat = {"generate", "--model", dir.string(), "--messages", messages.string()};
+  chat.insert(chat.end(), common.begin(), common.end());
+  const Result a = run(chat);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  std::vector<std::string> plain = {"generate", "--model", dir.string(), "--prompt", "USER: <image>\nhi\nASSISTANT:",
+                                    "--image", chelsea};
+  plain.insert(plain.end(), common.begin(), common.end());
+  const Result b = run(plain);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(ja["prompt_ids"], jb["prompt_ids"]);
+  EXPECT_EQ(ja["ids"], jb["ids"]);
+  const auto ids = ja["prompt_ids"].get<std::vector<int64_t>>();
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), 255), 25);  // 5 x 5 patches, CLS dropped
+
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "<image><image> two", "--image", chelsea}),
+                    "2 image placeholder(s)");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "none", "--image", chelsea}),
+                    "0 image placeholder(s)");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt-ids", "1,255,255,7", "--image", chelsea}),
+                    "image placeholder id");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "<image> x", "--image",
+                         fixture("images/truncated.jpg")}),
+                    "image");
+  std::ofstream(messages) << R"([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}])";
+  expect_user_error(run({"generate", "--model", dir.string(), "--messages", messages.string()}), "URL fetches are disabled");
+  fs::remove_all(dir);
+}
 }  // namespace
 
 }  // namespace mmserve
