@@ -12,7 +12,9 @@
 #include "core/cuda/device_memory.h"
 #include "engine/llama_executor.h"
 #include "kernels/sampling/sampling_cuda.h"
+#include "core/safetensors.h"
 #include "models/llama/llama_cuda.h"
+#include "models/llava/llava_cuda.h"
 
 namespace mmserve::engine {
 namespace {
@@ -176,7 +178,8 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
                                                                   const ExecutorOptions& options,
                                                                   const LlamaOptions& llama,
                                                                   models::LlamaConfig& config, int64_t& max_model_len,
-                                                                  DType& dtype) {
+                                                                  DType& dtype, const models::LlavaConfig* llava,
+                                                                  CudaImageEncoder* vision) {
   std::string why;
   if (!cuda_device_available(&why)) return Status(StatusCode::kUnavailable, "no CUDA device for " + options.device.to_string() + ": " + why);
   models::LlamaCudaOptions o;
@@ -189,7 +192,24 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
   o.max_num_seqs = std::min(llama.max_num_seqs, options.batch_size_max);
   o.max_model_len = llama.max_model_len;
   o.graphs = options.cuda_graphs;
-  ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaCudaModel> model, models::LlamaCudaModel::load(model_dir, o));
+  std::unique_ptr<models::LlamaCudaModel> model;
+  if (llava != nullptr) {
+    // The tower first (it checks the whole checkpoint), then the decoder from the same files.
+    models::LlavaCudaVisionOptions vo;
+    vo.device = o.device;
+    vo.dtype = o.dtype;
+    ASSIGN_OR_RETURN(std::unique_ptr<models::LlavaCudaVision> tower, models::LlavaCudaVision::load(model_dir, vo));
+    ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
+    ASSIGN_OR_RETURN(models::LlavaLayout layout, models::detect_llava_layout(*store, model_dir));
+    ASSIGN_OR_RETURN(model, models::LlamaCudaModel::load_decoder(*store, llava->text, layout.text, o));
+    std::shared_ptr<models::LlavaCudaVision> shared(std::move(tower));
+    vision->encode = [raw = shared.get()](const float* pixels, int64_t n, float* features) {
+      return raw->encode(pixels, n, features);
+    };
+    vision->owner = shared;
+  } else {
+    ASSIGN_OR_RETURN(model, models::LlamaCudaModel::load(model_dir, o));
+  }
   config = model->config();
   max_model_len = model->max_model_len();
   dtype = model->dtype();

@@ -3,6 +3,7 @@
 // batch bucket, sampling on the GPU (kernels/sampling). Built only with MMSERVE_CUDA.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -10,17 +11,27 @@
 #include "engine/decoder_backend.h"
 #include "engine/executor.h"
 #include "models/llama/llama.h"
+#include "models/llava/llava.h"
 
 namespace mmserve::engine {
 
 struct LlamaOptions;
 
+// The image side of a LLaVA on the GPU (models/llava/llava_cuda.h), type-erased for the executor.
+struct CudaImageEncoder {
+  std::function<Status(const float* pixels, int64_t n, float* features)> encode;
+  std::shared_ptr<void> owner;
+};
+
 // Loads the model onto options.device in options.dtype (bf16 by default); fills `config`, `max_model_len`
-// (llama.max_model_len or the model's) and `dtype`.
+// (llama.max_model_len or the model's) and `dtype`. A LLaVA directory (`llava` non-null): the decoder from its
+// language model, and `vision` the tower and projector on the same GPU.
 StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::string& model_dir,
                                                                   const ExecutorOptions& options,
                                                                   const LlamaOptions& llama,
                                                                   models::LlamaConfig& config, int64_t& max_model_len,
-                                                                  DType& dtype);
+                                                                  DType& dtype,
+                                                                  const models::LlavaConfig* llava = nullptr,
+                                                                  CudaImageEncoder* vision = nullptr);
 
 }  // namespace mmserve::engine

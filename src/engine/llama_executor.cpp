@@ -152,9 +152,9 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->tokenizer_ = std::move(tokenizer);
   ASSIGN_OR_RETURN(nlohmann::json config_json, read_json_file(model_dir + "/config.json"));
   const bool llava = config_json.is_object() && config_json.value("model_type", "") == "llava";
-  if (llava && !options.device.is_cpu()) {
-    return unimplemented("LLaVA runs on the CPU for now (device " + options.device.to_string() +
-                         "): the CUDA decoder does not take image features yet");
+  if (llava) {
+    ASSIGN_OR_RETURN(e->llava_config_, models::parse_llava_config(config_json, model_dir + "/config.json"));
+    e->encoder_cache_ = std::make_unique<EmbeddingCache>("llava_encoder", llama.encoder_cache_bytes);
   }
   if (options.device.is_cpu()) {
     if (options.dtype && *options.dtype != DType::kF32) {
@@ -164,9 +164,17 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     std::shared_ptr<const models::LlamaModel> model;
     if (llava) {
       ASSIGN_OR_RETURN(std::unique_ptr<models::LlavaModel> loaded, models::LlavaModel::load(model_dir));
-      e->llava_ = std::move(loaded);
-      model = std::shared_ptr<const models::LlamaModel>(e->llava_, &e->llava_->text());  // owned by the LLaVA
-      e->encoder_cache_ = std::make_unique<EmbeddingCache>("llava_encoder", llama.encoder_cache_bytes);
+      std::shared_ptr<const models::LlavaModel> shared(std::move(loaded));
+      model = std::shared_ptr<const models::LlamaModel>(shared, &shared->text());  // owned by the LLaVA
+      e->encode_images_ = [raw = shared.get()](const float* pixels, int64_t n, float* features) {
+        const models::LlavaConfig& c = raw->config();
+        const int64_t s = c.vision.image_size;
+        Tensor pixel_t(const_cast<float*>(pixels), DType::kF32, {n, 3, s, s});
+        Tensor feature_t(features, DType::kF32, {n, c.tokens_per_image(), c.text.hidden_size});
+        Arena arena;
+        return raw->encode_images(pixel_t, feature_t, arena);
+      };
+      e->vision_owner_ = std::const_pointer_cast<models::LlavaModel>(shared);
     } else {
       ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> loaded, models::LlamaModel::load(model_dir));
       model = std::move(loaded);
@@ -195,8 +203,11 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));
   } else {
 #if MMSERVE_HAS_CUDA
+    CudaImageEncoder vision;
     ASSIGN_OR_RETURN(e->backend_, make_llama_cuda_backend(model_dir, options, llama, e->config_, e->max_model_len_,
-                                                          e->dtype_));
+                                                          e->dtype_, llava ? &*e->llava_config_ : nullptr, &vision));
+    e->encode_images_ = std::move(vision.encode);
+    e->vision_owner_ = std::move(vision.owner);
 #else
     return unimplemented("this build has no CUDA backend (device " + options.device.to_string() + ")");
 #endif
@@ -391,7 +402,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       s->features = std::move(*features);
       s->feature_row.assign(static_cast<size_t>(length), -1);
       int32_t next = 0;
-      const int32_t placeholder = static_cast<int32_t>(llava_->config().image_token_index);
+      const int32_t placeholder = static_cast<int32_t>(llava_config_->image_token_index);
       for (int64_t p = 0; p < length; ++p) {
         if (input->prompt[p] == placeholder) s->feature_row[p] = next++;
       }
@@ -564,7 +575,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
 }
 
 StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& input) {
-  const models::LlavaConfig& c = llava_->config();
+  const models::LlavaConfig& c = *llava_config_;
   const int64_t t = c.tokens_per_image(), h = c.text.hidden_size, s = c.vision.image_size;
   const int64_t per_image = t * h;
   std::vector<float> out(static_cast<size_t>(per_image * static_cast<int64_t>(input.images.size())));
@@ -583,9 +594,7 @@ StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& inp
     pixels.reserve(static_cast<size_t>(n * 3 * s * s));
     for (size_t i : missing) pixels.insert(pixels.end(), input.images[i].begin(), input.images[i].end());
     std::vector<float> features(static_cast<size_t>(n * per_image));
-    Tensor pixel_t(pixels.data(), DType::kF32, {n, 3, s, s}), feature_t(features.data(), DType::kF32, {n, t, h});
-    Arena arena;
-    RETURN_IF_ERROR(llava_->encode_images(pixel_t, feature_t, arena));
+    RETURN_IF_ERROR(encode_images_(pixels.data(), n, features.data()));
     for (int64_t j = 0; j < n; ++j) {
       auto entry = std::make_shared<std::vector<float>>(features.begin() + j * per_image,
                                                         features.begin() + (j + 1) * per_image);
@@ -607,9 +616,9 @@ StatusOr<std::unique_ptr<InputPreparer>> LlamaInputs::create_for_server(const st
   std::unique_ptr<LlamaInputs> inputs(new LlamaInputs());
   inputs->executor_ = executor;
   inputs->options_ = options;
-  if (const models::LlavaModel* llava = executor->llava()) {
+  if (const models::LlavaConfig* llava = executor->llava()) {
     ASSIGN_OR_RETURN(inputs->image_config_, image::load_clip_preprocess_config(model_dir));
-    const int64_t s = llava->config().vision.image_size;
+    const int64_t s = llava->vision.image_size;
     if (inputs->image_config_->do_center_crop &&
         (inputs->image_config_->crop_width != s || inputs->image_config_->crop_height != s)) {
       return invalid_argument(model_dir + "/preprocessor_config.json: crop_size " +
@@ -617,10 +626,10 @@ StatusOr<std::unique_ptr<InputPreparer>> LlamaInputs::create_for_server(const st
                               std::to_string(inputs->image_config_->crop_height) + " but the vision tower takes " +
                               std::to_string(s) + "x" + std::to_string(s));
     }
-    const std::string* token = executor->tokenizer().id_to_token(static_cast<int32_t>(llava->config().image_token_index));
+    const std::string* token = executor->tokenizer().id_to_token(static_cast<int32_t>(llava->image_token_index));
     if (token == nullptr) {
       return invalid_argument(model_dir + ": the tokenizer has no token for image_token_index " +
-                              std::to_string(llava->config().image_token_index));
+                              std::to_string(llava->image_token_index));
     }
     inputs->image_token_ = *token;
   }
@@ -708,7 +717,7 @@ Status LlamaInputs::add_images(std::vector<InputItem>& inputs, LlamaInput& input
     }
     const std::string what = "input " + std::to_string(i) + " (image)";
     if (!image_config_) return invalid_argument(what + ": model '" + options_.model + "' takes no images");
-    const int64_t s = executor_->llava()->config().vision.image_size;
+    const int64_t s = executor_->llava()->vision.image_size;
     std::vector<float> pixels(static_cast<size_t>(3 * s * s));
     if (item.kind == InputKind::kPixelValues) {
       if (item.pixel_values.size() != pixels.size()) {
@@ -741,7 +750,7 @@ StatusOr<std::string> LlamaInputs::expand_text(const std::string& text, int64_t 
   size_t at = 0;
   for (size_t next; (next = text.find(image_token_, at)) != std::string::npos; at = next + image_token_.size()) {
     out.append(text, at, next - at);
-    for (int64_t k = 0; k < executor_->llava()->config().tokens_per_image(); ++k) out += image_token_;
+    for (int64_t k = 0; k < executor_->llava()->tokens_per_image(); ++k) out += image_token_;
     ++found;
   }
   out.append(text, at, std::string::npos);
@@ -754,7 +763,7 @@ StatusOr<std::string> LlamaInputs::expand_text(const std::string& text, int64_t 
 
 StatusOr<std::vector<int32_t>> LlamaInputs::expand_ids(const std::vector<int32_t>& ids, int64_t images) const {
   if (image_token_.empty()) return ids;
-  const models::LlavaConfig& c = executor_->llava()->config();
+  const models::LlavaConfig& c = *executor_->llava();
   const int32_t placeholder = static_cast<int32_t>(c.image_token_index);
   const int64_t t = c.tokens_per_image();
   const int64_t found = std::count(ids.begin(), ids.end(), placeholder);

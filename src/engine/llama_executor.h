@@ -138,7 +138,7 @@ class LlamaExecutor final : public Executor {
   const text::HfTokenizer& tokenizer() const { return *tokenizer_; }
   const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
   // The LLaVA around the decoder (nullptr for a text-only model).
-  const models::LlavaModel* llava() const { return llava_.get(); }
+  const models::LlavaConfig* llava() const { return llava_config_ ? &*llava_config_ : nullptr; }
 
  private:
   LlamaExecutor() = default;
@@ -154,7 +154,11 @@ class LlamaExecutor final : public Executor {
   std::atomic<int64_t> running_{0}, waiting_{0}, preemptions_{0}, used_blocks_{0}, cached_blocks_{0};
   std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
   std::shared_ptr<const text::HfTokenizer> tokenizer_;  // shared with the outputs (their token strings)
-  std::shared_ptr<const models::LlavaModel> llava_;
+  // LLaVA: its config, and the image side on the executor's device (LlavaModel on the CPU, LlavaCudaVision on a
+  // GPU): pixels [n, 3, S, S] -> features [n * tokens_per_image, hidden], owned by vision_owner_.
+  std::optional<models::LlavaConfig> llava_config_;
+  std::function<Status(const float* pixels, int64_t n, float* features)> encode_images_;
+  std::shared_ptr<void> vision_owner_;
   std::unique_ptr<EmbeddingCache> encoder_cache_;
   std::atomic<int64_t> encoder_hits_{0}, encoder_misses_{0}, encoder_bytes_{0}, encoder_entries_{0};
   std::vector<int32_t> eos_ids_;

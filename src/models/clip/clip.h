@@ -79,6 +79,7 @@ class ClipVisionTower {
   static ClipVisionTower bind(const ClipVisionConfig& config, F32Weights& weights, const std::string& prefix);
   const ClipVisionConfig& config() const { return config_; }
   const std::vector<EncoderBlockWeights>& blocks() const { return blocks_; }
+  const std::string& prefix() const { return prefix_; }
   int64_t seq_len() const { return config_.num_patches() + 1; }
 
   // pixels [batch, channels, image_size, image_size] f32 -> [batch * seq_len(), hidden] from `arena` (which must

@@ -63,6 +63,7 @@
 #include "core/status.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "models/clip/clip.h"
+#include "models/common/encoder_block_cuda.h"
 
 namespace mmserve::models {
 
@@ -150,7 +151,7 @@ class ClipCudaModel {
   Status encode_texts(const std::vector<std::vector<int32_t>>& ids, float* embeds, bool normalize = true);
 
  private:
-  struct BlockWeights;
+  using BlockWeights = EncoderBlockCudaWeights;
   struct Weights;
   struct Activations;
   struct Rank;

@@ -20,6 +20,7 @@
 #include "kernels/pixel_levels/pixel_levels_cuda.h"
 #include "models/clip/clip_cuda.h"
 #include "models/clip/clip_cuda_internal.h"
+#include "models/common/encoder_block_cuda.h"
 
 namespace mmserve::models {
 
@@ -33,51 +34,17 @@ Status ClipCudaModel::reduce_residual(Rank& rank, int64_t rows, int64_t hidden) 
 Status ClipCudaModel::encoder_block(Rank& rank, const BlockWeights& w, int64_t rows, int64_t seq, int64_t batch,
                                     const TowerShape& shape, float eps, kernels::Activation activation, bool causal,
                                     const int32_t* kv_lengths) {
-  const DType dt = options_.dtype;
   const Activations& a = *rank.act;
-  cudaStream_t s = rank.stream.get();
-  const int64_t hidden = shape.hidden, inner = shape.inner(), mlp = shape.mlp;
+  const EncoderBlockCudaBuffers buffers{a.x, a.normed, a.qkv, a.context, a.mlp};
+  EncoderBlockCudaArgs args;
+  args.rows = rows, args.seq = seq, args.batch = batch, args.eps = eps, args.activation = activation;
+  args.causal = causal, args.kv_lengths = kv_lengths, args.dtype = options_.dtype;
   // Rank 0 adds its partial sums onto the residual stream (beta = 1); the other ranks overwrite their copy with
   // theirs (beta = 0), so the all-reduce that follows leaves x + the sum of every rank's part (tensor_parallel.h).
-  const float residual_beta = rank.index == 0 ? 1.0f : 0.0f;
-  // normed = layer_norm1(x)
-  kernels::LayerNormCudaArgs ln;
-  ln.x = a.x, ln.x_ld = hidden, ln.weight = w.ln1_w, ln.bias = w.ln1_b, ln.eps = eps, ln.rows = rows;
-  ln.cols = hidden, ln.y = a.normed, ln.y_dtype = dt, ln.y_ld = hidden;
-  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
-  // qkv = normed @ [Wq; Wk; Wv]^T + b   (this rank's heads: [q_r | k_r | v_r])
-  GemmCudaArgs g;
-  g.m = rows, g.n = 3 * inner, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.qkv_w, g.ldw = hidden;
-  g.in_dtype = dt, g.d = a.qkv, g.ldd = 3 * inner, g.out_dtype = dt, g.bias = w.qkv_b;
-  RETURN_IF_ERROR(rank.gemm->run(g, s));
-  // context = attention(q, k, v)
-  kernels::AttentionCudaArgs at;
-  at.qkv = a.qkv, at.qkv_ld = 3 * inner, at.out = a.context, at.out_ld = inner, at.dtype = dt;
-  at.batch = batch, at.seq = seq, at.heads = shape.heads, at.head_dim = shape.head_dim;
-  at.scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim)), at.causal = causal, at.kv_lengths = kv_lengths;
-  RETURN_IF_ERROR(kernels::attention_cuda(at, s));
-  // x += context @ Wo^T + bo  (f32 output, beta = 1: the residual add)
-  g = GemmCudaArgs{};
-  g.m = rows, g.n = hidden, g.k = inner, g.a = a.context, g.lda = inner, g.w = w.out_w, g.ldw = inner;
-  g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.out_b, g.beta = residual_beta;
-  RETURN_IF_ERROR(rank.gemm->run(g, s));
-  RETURN_IF_ERROR(reduce_residual(rank, rows, hidden));
-  // normed = layer_norm2(x)
-  ln.weight = w.ln2_w, ln.bias = w.ln2_b;
-  RETURN_IF_ERROR(kernels::layer_norm_cuda(ln, s));
-  // mlp = act(normed @ W1^T + b1)
-  g = GemmCudaArgs{};
-  g.m = rows, g.n = mlp, g.k = hidden, g.a = a.normed, g.lda = hidden, g.w = w.fc1_w, g.ldw = hidden;
-  g.in_dtype = dt, g.d = a.mlp, g.ldd = mlp, g.out_dtype = dt, g.bias = w.fc1_b;
-  RETURN_IF_ERROR(rank.gemm->run(g, s));
-  RETURN_IF_ERROR(kernels::activation_cuda(activation, a.mlp, dt, rows * mlp, s));
-  // x += mlp @ W2^T + b2
-  g = GemmCudaArgs{};
-  g.m = rows, g.n = hidden, g.k = mlp, g.a = a.mlp, g.lda = mlp, g.w = w.fc2_w;
-  g.ldw = mlp, g.in_dtype = dt, g.d = a.x, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = w.fc2_b;
-  g.beta = residual_beta;
-  RETURN_IF_ERROR(rank.gemm->run(g, s));
-  return reduce_residual(rank, rows, hidden);
+  args.residual_beta = rank.index == 0 ? 1.0f : 0.0f;
+  if (group_) args.after_residual = [&] { return reduce_residual(rank, rows, shape.hidden); };
+  const EncoderBlockCudaShape block_shape{shape.hidden, shape.heads, shape.head_dim, shape.mlp};
+  return encoder_block_cuda(w, buffers, block_shape, args, *rank.gemm, rank.stream.get());
 }
 
 Status ClipCudaModel::vision_forward(Rank& rank, int64_t batch) {

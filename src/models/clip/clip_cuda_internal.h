@@ -13,17 +13,7 @@
 
 namespace mmserve::models {
 
-// Device pointers into weight_arena_. Norms are f32; matrices, embeddings and the biases of GEMMs with a
-// 16-bit output are in the compute dtype; biases of GEMMs that write the f32 residual stream are f32.
-struct ClipCudaModel::BlockWeights {
-  const float *ln1_w = nullptr, *ln1_b = nullptr, *ln2_w = nullptr, *ln2_b = nullptr;
-  const void *qkv_w = nullptr, *qkv_b = nullptr;  // [3H, H], [3H] (dtype)
-  const void* out_w = nullptr;                    // [H, H] (dtype)
-  const float* out_b = nullptr;                   // [H] f32 (null on ranks > 0 under tensor parallel)
-  const void *fc1_w = nullptr, *fc1_b = nullptr;  // [I, H], [I] (dtype)
-  const void* fc2_w = nullptr;                    // [H, I] (dtype)
-  const float* fc2_b = nullptr;                   // [H] f32 (null on ranks > 0)
-};
+// Device pointers into weight_arena_ (the blocks' layout: models/common/encoder_block_cuda.h).
 // Under tensor parallel a rank holds qkv [3H/T, H], out [H, H/T], fc1 [I_r, H], fc2 [H, I_r] (the shapes of
 // TowerShape); everything outside the blocks is whole on every rank.
 

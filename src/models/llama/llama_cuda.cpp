@@ -79,12 +79,12 @@ Status LlamaCudaModel::plan_weights() {
   auto want = [&](const void** slot, DType dtype, int64_t n, std::vector<std::pair<std::string, int64_t>> parts) {
     wants.push_back({slot, DeviceArena::aligned(bytes_of(dtype, n)), std::move(parts), dtype});
   };
-  want(&embed_, d, c.vocab_size * h, {{"model.embed_tokens.weight", 0}});
-  if (!c.tie_word_embeddings) want(&lm_head_, d, c.vocab_size * h, {{"lm_head.weight", 0}});
-  want(&final_norm_, d, h, {{"model.norm.weight", 0}});
+  want(&embed_, d, c.vocab_size * h, {{names_.model + "embed_tokens.weight", 0}});
+  if (!c.tie_word_embeddings) want(&lm_head_, d, c.vocab_size * h, {{names_.lm_head, 0}});
+  want(&final_norm_, d, h, {{names_.model + "norm.weight", 0}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     Layer& w = layers_[static_cast<size_t>(l)];
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = names_.model + "layers." + std::to_string(l) + ".";
     want(&w.qkv, d, qkv_width_ * h,
          {{p + "self_attn.q_proj.weight", 0}, {p + "self_attn.k_proj.weight", q * h},
           {p + "self_attn.v_proj.weight", (q + kv) * h}});
@@ -162,7 +162,7 @@ Status LlamaCudaModel::randomise(uint64_t seed) {
     const bool f32_bias = name.find("o_proj.bias") != std::string::npos || name.find("down_proj.bias") != std::string::npos;
     int64_t n = 0;
     // Element counts from the spec table.
-    for (const WeightSpec& spec : llama_weight_specs(config_)) {
+    for (const WeightSpec& spec : llama_weight_specs(config_, names_)) {
       if (spec.name == name) {
         n = 1;
         for (int64_t dim : spec.shape) n *= dim;
@@ -266,10 +266,21 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};
   RETURN_IF_ERROR(check_weights(*store, llama_weight_specs(config), check).with_context(model_dir));
+  return load_decoder(*store, config, LlamaWeightNames{}, options);
+}
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load_decoder(const WeightStore& store,
+                                                                       const LlamaConfig& config,
+                                                                       const LlamaWeightNames& names,
+                                                                       const LlamaCudaOptions& options) {
+  if (config.num_experts > 0) {
+    return unimplemented("the CUDA path has no mixture-of-experts MLP yet (Mixtral runs on the CPU)");
+  }
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
+  m->names_ = names;
   RETURN_IF_ERROR(m->init(config, options));
   RETURN_IF_ERROR(m->plan_weights());
-  RETURN_IF_ERROR(m->upload(*store));
+  RETURN_IF_ERROR(m->upload(store));
   RETURN_IF_ERROR(m->plan_buffers());
   if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
   return m;
@@ -370,6 +381,18 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     return kernels::rms_norm_cuda(a, s);
   };
   RETURN_IF_ERROR(gather_rows_f32(embed_, d, c.vocab_size, h, arrays_.tokens, tokens, h, x_, s));
+  if (eager_step_ != nullptr && !eager_step_->embed_rows.empty()) {
+    // LLaVA: the placeholder rows take the image features (f32, as the residual stream): one copy per run of
+    // consecutive rows (an image's placeholders are one run).
+    const std::vector<int32_t>& rows = eager_step_->embed_rows;
+    for (size_t i = 0; i < rows.size();) {
+      size_t j = i + 1;
+      while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+      CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(x_ + static_cast<int64_t>(rows[i]) * h, eager_step_->embeds + i * h,
+                                           (j - i) * h * sizeof(float), cudaMemcpyHostToDevice, s));
+      i = j;
+    }
+  }
   kernels::PagedAttentionArgs pa;
   pa.q = qkv_, pa.q_ld = qkv_width_, pa.out = attn_, pa.out_ld = q, pa.dtype = d;
   pa.block_tables = arrays_.tables, pa.block_table_ld = table_ld_, pa.seq_lens = arrays_.seq_lens;
@@ -506,7 +529,13 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
                               std::to_string(c.vocab_size) + ")");
     }
   }
-  const bool decode = t == n && static_cast<int64_t>(step.logit_rows.size()) == n;
+  for (size_t i = 0; i < step.embed_rows.size(); ++i) {
+    if (step.embed_rows[i] < 0 || step.embed_rows[i] >= t || (i > 0 && step.embed_rows[i] <= step.embed_rows[i - 1])) {
+      return invalid_argument("embed_rows must be ascending rows of the step's tokens");
+    }
+  }
+  if (!step.embed_rows.empty() && step.embeds == nullptr) return invalid_argument("embed_rows without embeds");
+  const bool decode = t == n && static_cast<int64_t>(step.logit_rows.size()) == n && step.embed_rows.empty();
   const int64_t bucket = decode ? bucket_for(n) : -1;
   auto graph = bucket > 0 ? graphs_.find(bucket) : graphs_.end();
   if (graph != graphs_.end()) {

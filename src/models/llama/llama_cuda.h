@@ -53,6 +53,11 @@ class LlamaCudaModel {
  public:
   // From an HF directory (weights of any stored float dtype converted to options.dtype).
   static StatusOr<std::unique_ptr<LlamaCudaModel>> load(const std::string& model_dir, const LlamaCudaOptions& options);
+  // The decoder of a checkpoint that embeds one (LLaVA): `config` and `names` say what and where; the store's
+  // tensors were checked by the caller.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> load_decoder(const WeightStore& store, const LlamaConfig& config,
+                                                                const LlamaWeightNames& names,
+                                                                const LlamaCudaOptions& options);
   // Random weights of `config`'s shapes (normal-ish, std 0.02; norms 1): benchmarks of shapes with no checkpoint.
   static StatusOr<std::unique_ptr<LlamaCudaModel>> random(const LlamaConfig& config, const LlamaCudaOptions& options,
                                                           uint64_t seed);
@@ -74,7 +79,8 @@ class LlamaCudaModel {
   // options.graphs.
   Status capture_graphs();
   // Runs the step on stream(); logits() [step.logit_rows.size(), vocab] f32 on the device when the stream is
-  // done. kInvalidArgument for ids outside the vocabulary and steps larger than the options allow (checked on the
+  // done. Rows in step.embed_rows take step.embeds (host f32, copied before the call returns) as their input
+  // embedding (LLaVA's image features); such steps run eagerly. kInvalidArgument for ids outside the vocabulary and steps larger than the options allow (checked on the
   // host before anything is launched). Table entries and slots come from the scheduler and are trusted.
   Status forward(const DecoderStep& step);
   const float* logits() const { return logits_; }
@@ -100,6 +106,7 @@ class LlamaCudaModel {
   int64_t bucket_for(int64_t seqs) const;
 
   LlamaConfig config_;
+  LlamaWeightNames names_;
   LlamaCudaOptions options_;
   int64_t max_model_len_ = 0, table_ld_ = 0, num_blocks_ = 0, pool_bytes_ = 0, qkv_width_ = 0;
   CudaStream stream_;

@@ -86,6 +86,44 @@ StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::
   return c;
 }
 
+StatusOr<LlavaLayout> detect_llava_layout(const WeightStore& store, const std::string& model_dir) {
+  LlavaLayout layout;
+  layout.text.model = find_prefix(store, {"language_model.model.", "model.language_model."}, "embed_tokens.weight");
+  layout.text.lm_head = store.find("language_model.lm_head.weight") != nullptr ? "language_model.lm_head.weight"
+                                                                                : "lm_head.weight";
+  layout.vision = find_prefix(
+      store, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.", "model.vision_tower."},
+      "embeddings.class_embedding");
+  layout.projector = find_prefix(store, {"multi_modal_projector.", "model.multi_modal_projector."}, "linear_1.weight");
+  if (layout.text.model.empty() || layout.vision.empty() || layout.projector.empty()) {
+    return invalid_argument(model_dir + ": not a LLaVA checkpoint (no " +
+                            std::string(layout.text.model.empty() ? "language_model embed_tokens"
+                                        : layout.vision.empty()   ? "vision_tower embeddings"
+                                                                  : "multi_modal_projector") +
+                            " tensor under any known name)");
+  }
+  return layout;
+}
+
+std::vector<WeightSpec> llava_vision_specs(const LlavaConfig& c, const LlavaLayout& layout) {
+  std::vector<WeightSpec> specs = clip_vision_weight_specs(c.vision, layout.vision, /*post_layernorm_optional=*/true);
+  const int64_t in = c.vision.hidden_size * static_cast<int64_t>(c.feature_layers.size()), h = c.text.hidden_size;
+  const std::string& p = layout.projector;
+  specs.push_back({p + "linear_1.weight", {h, in}});
+  specs.push_back({p + "linear_2.weight", {h, h}});
+  if (c.projector_bias) {
+    specs.push_back({p + "linear_1.bias", {h}});
+    specs.push_back({p + "linear_2.bias", {h}});
+  }
+  return specs;
+}
+
+std::vector<WeightSpec> llava_weight_specs(const LlavaConfig& c, const LlavaLayout& layout) {
+  std::vector<WeightSpec> specs = llava_vision_specs(c, layout);
+  for (WeightSpec& s : llama_weight_specs(c.text, layout.text)) specs.push_back(std::move(s));
+  return specs;
+}
+
 StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_dir) {
   const std::string config_path = model_dir + "/config.json";
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
@@ -94,32 +132,10 @@ StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_
   const LlavaConfig& c = model->config_;
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
 
-  // Which of the layouts this checkpoint uses (llava.h).
-  LlamaWeightNames text_names;
-  text_names.model = find_prefix(*store, {"language_model.model.", "model.language_model."}, "embed_tokens.weight");
-  text_names.lm_head = store->find("language_model.lm_head.weight") != nullptr ? "language_model.lm_head.weight"
-                                                                                : "lm_head.weight";
-  const std::string vision = find_prefix(
-      *store, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.", "model.vision_tower."},
-      "embeddings.class_embedding");
-  const std::string projector =
-      find_prefix(*store, {"multi_modal_projector.", "model.multi_modal_projector."}, "linear_1.weight");
-  if (text_names.model.empty() || vision.empty() || projector.empty()) {
-    return invalid_argument(model_dir + ": not a LLaVA checkpoint (no " +
-                            std::string(text_names.model.empty() ? "language_model embed_tokens"
-                                        : vision.empty()         ? "vision_tower embeddings"
-                                                                 : "multi_modal_projector") +
-                            " tensor under any known name)");
-  }
-  std::vector<WeightSpec> specs = clip_vision_weight_specs(c.vision, vision, /*post_layernorm_optional=*/true);
-  const int64_t in = c.vision.hidden_size * static_cast<int64_t>(c.feature_layers.size()), h = c.text.hidden_size;
-  specs.push_back({projector + "linear_1.weight", {h, in}});
-  specs.push_back({projector + "linear_2.weight", {h, h}});
-  if (c.projector_bias) {
-    specs.push_back({projector + "linear_1.bias", {h}});
-    specs.push_back({projector + "linear_2.bias", {h}});
-  }
-  for (WeightSpec& s : llama_weight_specs(c.text, text_names)) specs.push_back(std::move(s));
+  ASSIGN_OR_RETURN(LlavaLayout layout, detect_llava_layout(*store, model_dir));
+  const std::vector<WeightSpec> specs = llava_weight_specs(c, layout);
+  const std::string& vision = layout.vision;
+  const std::string& projector = layout.projector;
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq", "position_ids"};
   RETURN_IF_ERROR(check_weights(*store, specs, check).with_context(model_dir));
@@ -132,7 +148,7 @@ StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_
     model->linear1_b_ = model->weights_->get(projector + "linear_1.bias");
     model->linear2_b_ = model->weights_->get(projector + "linear_2.bias");
   }
-  model->text_ = LlamaModel::from_weights(c.text, model->weights_, text_names);
+  model->text_ = LlamaModel::from_weights(c.text, model->weights_, layout.text);
   return model;
 }
 

@@ -50,6 +50,18 @@ struct LlavaConfig {
 // Llama family and for strategies other than default / full).
 StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::string& label);
 
+// Where a LLaVA checkpoint keeps its three parts (detected from the tensor names; llava.h's layouts).
+struct LlavaLayout {
+  LlamaWeightNames text;
+  std::string vision;     // the CLIP tower's prefix ("vision_tower.vision_model.", ...)
+  std::string projector;  // "multi_modal_projector." or "model.multi_modal_projector."
+};
+StatusOr<LlavaLayout> detect_llava_layout(const WeightStore& store, const std::string& model_dir);
+// The weight table of the vision tower and the projector (post_layernorm optional: never read).
+std::vector<WeightSpec> llava_vision_specs(const LlavaConfig& c, const LlavaLayout& layout);
+// The whole table: vision, projector, decoder.
+std::vector<WeightSpec> llava_weight_specs(const LlavaConfig& c, const LlavaLayout& layout);
+
 class LlavaModel {
  public:
   static StatusOr<std::unique_ptr<LlavaModel>> load(const std::string& model_dir);
