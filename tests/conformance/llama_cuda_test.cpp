@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../conformance/golden.h"
+#include "../conformance/llama_cuda_util.h"
 #include "core/cuda/cuda_status.h"
 #include "engine/llama_executor.h"
 #include "kernels/testing/cuda_test_util.h"
@@ -24,43 +25,6 @@ namespace mmserve::models {
 namespace {
 
 namespace fs = std::filesystem;
-
-// max |got - want| over a row, relative to the row's largest |want| (at least 1).
-float row_error(const float* got, const float* want, int64_t vocab) {
-  float scale = 1, worst = 0;
-  for (int64_t v = 0; v < vocab; ++v) scale = std::max(scale, std::fabs(want[v]));
-  for (int64_t v = 0; v < vocab; ++v) worst = std::max(worst, std::fabs(got[v] - want[v]));
-  return worst / scale;
-}
-
-// One sequence through the paged model by hand: the prompt in one step, then HF's greedy ids one by one.
-struct OneSequence {
-  LlamaCudaModel& m;
-  int64_t length = 0;
-  StatusOr<std::vector<float>> step(const std::vector<int32_t>& tokens, bool all_rows) {
-    DecoderStep s;
-    s.tokens = tokens;
-    for (size_t t = 0; t < tokens.size(); ++t) {
-      s.positions.push_back(static_cast<int32_t>(length + t));
-      s.slots.push_back(static_cast<int32_t>(length + t));  // blocks 0, 1, ... in order
-    }
-    const int64_t n = static_cast<int64_t>(tokens.size());
-    s.query_start = {0, static_cast<int32_t>(n)};
-    s.seq_lens = {static_cast<int32_t>(length + n)};
-    s.table_ld = m.table_ld();
-    for (int64_t i = 0; i < s.table_ld; ++i) s.block_tables.push_back(static_cast<int32_t>(i));
-    for (int64_t r = all_rows ? 0 : n - 1; r < n; ++r) s.logit_rows.push_back(static_cast<int32_t>(r));
-    s.max_seq_len = length + n;
-    s.max_query_len = n;
-    RETURN_IF_ERROR(m.forward(s));
-    length += n;
-    const int64_t vocab = m.config().vocab_size;
-    std::vector<float> out(s.logit_rows.size() * static_cast<size_t>(vocab));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), m.logits(), out.size() * 4, cudaMemcpyDeviceToHost, m.stream()));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(m.stream()));
-    return out;
-  }
-};
 
 // `tolerance`: the bound on the largest row error; with HF's bf16 logits in the fixture, bf16 takes 2x theirs.
 void check_variant(const fs::path& dir, DType dtype, bool graphs, float tolerance) {
