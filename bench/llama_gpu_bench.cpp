@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "decoder_bench_util.h"
 #include "core/cuda/cuda_status.h"
 #include "engine/decoder_scheduler.h"
 #include "engine/kv_block_manager.h"
@@ -26,6 +27,7 @@
 #include "models/llama/llama_cuda.h"
 
 using namespace mmserve;
+using bench::now_s;
 
 namespace {
 
@@ -52,19 +54,6 @@ models::LlamaConfig arch(const std::string& name) {
   return c;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-#define CHECK_OK(expr)                                                           \
-  do {                                                                           \
-    Status _s = (expr);                                                          \
-    if (!_s.ok()) {                                                              \
-      std::fprintf(stderr, "%s: %s\n", #expr, _s.to_string().c_str());          \
-      std::exit(1);                                                              \
-    }                                                                            \
-  } while (0)
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,12 +75,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::vector<int64_t> sizes;
-  for (size_t p = 0; p < batches.size();) {
-    size_t q = batches.find(',', p);
-    sizes.push_back(std::stoll(batches.substr(p, q - p)));
-    p = q == std::string::npos ? batches.size() : q + 1;
-  }
+  const std::vector<int64_t> sizes = bench::parse_batches(batches);
   const int64_t most = *std::max_element(sizes.begin(), sizes.end());
   models::LlamaCudaOptions o;
   o.dtype = DType::kBF16;
@@ -101,20 +85,13 @@ int main(int argc, char** argv) {
   o.graphs = graphs;
   const double t_load = now_s();
   auto model = models::LlamaCudaModel::random(arch(name), o, 1);
-  CHECK_OK(model.status());
+  BENCH_CHECK_OK(model.status());
   models::LlamaCudaModel& m = **model;
   std::fprintf(stderr, "%s ready in %.1f s: weights %.2f GB, pool %.2f GB (%lld blocks)\n", name.c_str(),
                now_s() - t_load, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
   const int64_t vocab = m.config().vocab_size;
   cudaStream_t s = m.stream();
-  kernels::SamplingRowParams* d_params = nullptr;
-  int32_t* d_ids = nullptr;
-  CHECK_OK(cuda_status(cudaMalloc(&d_params, most * sizeof(kernels::SamplingRowParams)), "malloc", __FILE__, __LINE__));
-  CHECK_OK(cuda_status(cudaMalloc(&d_ids, most * sizeof(int32_t)), "malloc", __FILE__, __LINE__));
-  std::vector<kernels::SamplingRowParams> greedy(static_cast<size_t>(most));
-  for (auto& p : greedy) p.temperature = 0;
-  cudaMemcpy(d_params, greedy.data(), greedy.size() * sizeof(greedy[0]), cudaMemcpyHostToDevice);
-  std::vector<int32_t> ids(static_cast<size_t>(most));
+  bench::GreedySampler sampler(most, vocab);
 
   engine::KvBlockManager blocks(m.num_blocks(), m.block_size(), /*prefix_caching=*/false);
   engine::SchedulerConfig sc;
@@ -126,20 +103,14 @@ int main(int argc, char** argv) {
   // One engine step: forward, greedy on the GPU, the ids back; returns the plan's sequences that sampled.
   auto step = [&](std::vector<engine::DecoderSequence*>& sampled) {
     engine::StepPlan plan = scheduler.schedule();
-    CHECK_OK(m.forward(plan.step));
-    const int64_t rows = static_cast<int64_t>(plan.step.logit_rows.size());
-    kernels::SamplingArgs a;
-    a.logits = const_cast<float*>(m.logits()), a.rows = rows, a.vocab = vocab, a.vocab_ld = vocab;
-    a.params = d_params, a.ids = d_ids;
-    CHECK_OK(kernels::sample_tokens_cuda(a, s));
-    cudaMemcpyAsync(ids.data(), d_ids, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);
+    BENCH_CHECK_OK(m.forward(plan.step));
+    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), s);
     scheduler.complete(plan);
     sampled.clear();
     for (const engine::StepEntry& e : plan.entries) {
       if (e.wants_logits) sampled.push_back(e.seq);
     }
-    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(ids[r]);
+    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(sampler.ids()[r]);
   };
   nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
   std::vector<engine::DecoderSequence*> sampled;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "decoder_bench_util.h"
 #include "core/cuda/cuda_status.h"
 #include "engine/decoder_scheduler.h"
 #include "engine/kv_block_manager.h"
@@ -27,6 +28,7 @@
 #include "models/llava/llava_cuda.h"
 
 using namespace mmserve;
+using bench::now_s;
 
 namespace {
 
@@ -46,19 +48,6 @@ models::LlavaConfig llava_1_5_7b() {
   return c;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-#define CHECK_OK(expr)                                                  \
-  do {                                                                  \
-    Status _s = (expr);                                                 \
-    if (!_s.ok()) {                                                     \
-      std::fprintf(stderr, "%s: %s\n", #expr, _s.to_string().c_str()); \
-      std::exit(1);                                                     \
-    }                                                                   \
-  } while (0)
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,12 +65,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::vector<int64_t> sizes;
-  for (size_t p = 0; p < batches.size();) {
-    const size_t q = batches.find(',', p);
-    sizes.push_back(std::stoll(batches.substr(p, q - p)));
-    p = q == std::string::npos ? batches.size() : q + 1;
-  }
+  const std::vector<int64_t> sizes = bench::parse_batches(batches);
   const int64_t most = *std::max_element(sizes.begin(), sizes.end());
   const models::LlavaConfig cfg = llava_1_5_7b();
   const int64_t t_img = cfg.tokens_per_image(), h = cfg.text.hidden_size, s_img = cfg.vision.image_size;
@@ -89,27 +73,20 @@ int main(int argc, char** argv) {
   vo.max_images = most;
   const double t_load = now_s();
   auto vision = models::LlavaCudaVision::random(cfg, vo, 7);
-  CHECK_OK(vision.status());
+  BENCH_CHECK_OK(vision.status());
   models::LlamaCudaOptions o;
   o.dtype = DType::kBF16;
   o.max_num_seqs = most;
   o.max_num_tokens = 2048;
   o.max_model_len = 1 + t_img + text + new_tokens + 16;
   auto model = models::LlamaCudaModel::random(cfg.text, o, 1);
-  CHECK_OK(model.status());
+  BENCH_CHECK_OK(model.status());
   models::LlamaCudaModel& m = **model;
   std::fprintf(stderr, "LLaVA-1.5-7B shapes ready in %.1f s: tower %.2f GB, decoder %.2f GB, pool %.2f GB\n",
                now_s() - t_load, (*vision)->weight_bytes() / 1e9, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9);
   const int64_t vocab = cfg.text.vocab_size;
   cudaStream_t s = m.stream();
-  kernels::SamplingRowParams* d_params = nullptr;
-  int32_t* d_ids = nullptr;
-  CHECK_OK(cuda_status(cudaMalloc(&d_params, most * sizeof(kernels::SamplingRowParams)), "malloc", __FILE__, __LINE__));
-  CHECK_OK(cuda_status(cudaMalloc(&d_ids, most * sizeof(int32_t)), "malloc", __FILE__, __LINE__));
-  std::vector<kernels::SamplingRowParams> greedy(static_cast<size_t>(most));
-  for (auto& p : greedy) p.temperature = 0;
-  cudaMemcpy(d_params, greedy.data(), greedy.size() * sizeof(greedy[0]), cudaMemcpyHostToDevice);
-  std::vector<int32_t> ids(static_cast<size_t>(most));
+  bench::GreedySampler sampler(most, vocab);
 
   // Host pixels (random levels) and a host buffer for the features, as the executor has them.
   std::mt19937 rng(0);
@@ -146,25 +123,19 @@ int main(int argc, char** argv) {
       }
     }
     plan.step.embeds = step_embeds.empty() ? nullptr : step_embeds.data();
-    CHECK_OK(m.forward(plan.step));
-    const int64_t rows = static_cast<int64_t>(plan.step.logit_rows.size());
-    kernels::SamplingArgs a;
-    a.logits = const_cast<float*>(m.logits()), a.rows = rows, a.vocab = vocab, a.vocab_ld = vocab;
-    a.params = d_params, a.ids = d_ids;
-    CHECK_OK(kernels::sample_tokens_cuda(a, s));
-    cudaMemcpyAsync(ids.data(), d_ids, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s);
-    cudaStreamSynchronize(s);
+    BENCH_CHECK_OK(m.forward(plan.step));
+    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), s);
     scheduler.complete(plan);
     sampled.clear();
     for (const engine::StepEntry& e : plan.entries) {
       if (e.wants_logits) sampled.push_back(e.seq);
     }
-    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(ids[r]);
+    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(sampler.ids()[r]);
   };
   // B requests: their images through the tower, their prompts prefilled, then decoded to N tokens each.
   auto run = [&](int64_t b, int64_t n_tokens) {
     std::vector<engine::DecoderSequence> seqs(static_cast<size_t>(b));
-    CHECK_OK((*vision)->encode(pixels.data(), b, features.data()));
+    BENCH_CHECK_OK((*vision)->encode(pixels.data(), b, features.data()));
     for (auto& q : seqs) {
       q.tokens = prompt;
       scheduler.add(&q);
@@ -185,7 +156,7 @@ int main(int argc, char** argv) {
   std::vector<double> prefill, tower;
   for (int64_t it = 0; it <= iters; ++it) {
     const double t0 = now_s();
-    CHECK_OK((*vision)->encode(pixels.data(), 1, features.data()));
+    BENCH_CHECK_OK((*vision)->encode(pixels.data(), 1, features.data()));
     const double t1 = now_s();
     run(1, 1);  // encodes again: the prefill figure below is the whole first token, the tower figure its share
     const double t2 = now_s();
