@@ -1,5 +1,5 @@
 // libFuzzer target for the OpenAI embeddings request codec (api/openai_codec.h): parse_openai_embeddings on
-// arbitrary bodies, with image URLs refused as 400 or as 501 (the first byte picks CodecOptions::allow_url_fetch).
+// arbitrary bodies (image URLs are refused as 400; the first byte is skipped, as the corpus was made with it).
 //
 // The codec must return a Status for anything malformed (bad JSON, wrong types, unknown fields, token-id arrays,
 // bad data URLs and base64, empty inputs), never crash or leak. An accepted request has as many inputs as it
@@ -16,8 +16,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > (1 << 20)) return 0;
-  mmserve::api::CodecOptions options;
-  options.allow_url_fetch = (data[0] & 1) != 0;
+  const mmserve::api::CodecOptions options;
   const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
   auto request = mmserve::api::parse_openai_embeddings(body, options);
   if (request.ok() && (request->inputs.size() != request->input_count || request->inputs.empty())) std::abort();

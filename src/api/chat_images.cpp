@@ -16,10 +16,6 @@ StatusOr<std::string> image_bytes(const std::string& url, const ChatImageOptions
     return std::move(parsed->bytes);
   }
   if (looks_like_http_url(url)) {
-    if (options.allow_url_fetch) {
-      return Status(StatusCode::kUnimplemented,
-                    where + ": fetching image URLs is not implemented; send a data URL (data:image/png;base64,...)");
-    }
     return invalid_argument(where + ": URL fetches are disabled; send images as data URLs (data:image/png;base64,...)");
   }
   if (!options.local_paths) {

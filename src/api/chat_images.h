@@ -5,8 +5,8 @@
 // order the template writes the placeholders). Text parts and string contents pass through unchanged.
 //
 // URLs: base64 data URLs of PNG/JPEG/WebP (api/data_url.h); local file paths only where `local_paths` is set (the
-// CLI's --messages file; never a server request); http(s) URLs are refused: 400 "URL fetches are disabled", or
-// 501 where the server was started with --allow-url-fetch (fetching is not written yet).
+// CLI's --messages file; never a server request); http(s) URLs are refused: 400 "URL fetches are disabled" (a
+// server fetching what clients name is a request-forgery risk; docs/api.md "Images").
 // Errors name the message and part: kInvalidArgument for malformed parts, unreadable files and bad data URLs;
 // kInvalidArgument when more than `max_images` images come.
 // Tests: tests/unit/api/chat_images_test.cpp; fuzz: fuzz/chat_images_fuzz.cpp.
@@ -22,7 +22,6 @@
 namespace mmserve::api {
 
 struct ChatImageOptions {
-  bool allow_url_fetch = false;  // the server's --allow-url-fetch: http(s) URLs are 501 rather than 400
   bool local_paths = false;      // a "url" that is neither a data URL nor http(s) is a file to read (CLI only)
   int64_t max_images = 16;
 };

@@ -185,7 +185,7 @@ void HttpServer::handle(const Request& request, Response& response) {
     return;
   }
   const Route& route = routes()[static_cast<size_t>(context->route_index)];
-  const HandlerEnv env{server_, CodecOptions{options_.allow_url_fetch}, http_.shutting_down()};
+  const HandlerEnv env{server_, CodecOptions{}, http_.shutting_down()};
   Reply reply;
   try {
     switch (route.id) {

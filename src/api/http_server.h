@@ -31,7 +31,6 @@ struct HttpServerOptions {
   TransportOptions transport;    // threads, timeouts, body limit
   ApiKeys keys;                  // none = no authentication
   std::string access_log_path;   // empty = stderr
-  bool allow_url_fetch = false;  // image URLs: 501 "not implemented" instead of 400 "disabled"
   const TopologyMonitor* topology = nullptr;  // GET /v2/debug/topology; null: telemetry off (must outlive us)
 };
 

@@ -134,12 +134,7 @@ StatusOr<std::vector<std::string_view>> split_bytes_elements(std::string_view se
   return out;
 }
 
-Status refuse_url(const std::string& input, size_t index, const CodecOptions& options) {
-  if (options.allow_url_fetch) {
-    return Status(StatusCode::kUnimplemented,
-                  "input " + quote_name(input) + " element " + std::to_string(index) +
-                      ": fetching image URLs is not implemented; send the image bytes (base64) instead");
-  }
+Status refuse_url(const std::string& input, size_t index) {
   return input_error(input, "element " + std::to_string(index) +
                                 " is a URL: URL fetches are disabled; send the image bytes (base64) instead");
 }
@@ -149,7 +144,7 @@ StatusOr<std::string> image_from_json(const json& element, size_t index, const s
                                       const CodecOptions& options) {
   if (!element.is_string()) return input_error(input, "element " + std::to_string(index) + " must be a string");
   const std::string& text = element.get_ref<const std::string&>();
-  if (looks_like_http_url(text)) return refuse_url(input, index, options);
+  if (looks_like_http_url(text)) return refuse_url(input, index);
   if (looks_like_data_url(text)) {
     StatusOr<DataUrl> url = parse_image_data_url(text);
     if (!url.ok()) return input_error(input, "element " + std::to_string(index) + ": " + url.status().message());

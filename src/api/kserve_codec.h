@@ -28,9 +28,9 @@
 
 namespace mmserve::api {
 
-struct CodecOptions {
-  bool allow_url_fetch = false;  // true: image URLs are refused as "not implemented" (501) instead of 400
-};
+// Options of the request codecs that come from the server's flags (none today: image URLs are always refused,
+// docs/api.md "Images").
+struct CodecOptions {};
 
 struct KServeOutputRequest {
   std::string name;

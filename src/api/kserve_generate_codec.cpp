@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
+#include "api/data_url.h"
 #include "api/json_parse.h"
 #include "api/json_writer.h"
 
@@ -24,10 +25,11 @@ constexpr std::array<std::string_view, 15> kFields = {
 bool known(const std::string& key) { return std::find(kFields.begin(), kFields.end(), key) != kFields.end(); }
 
 // Names the keys of `object` outside kFields (and `extra`), or "" when there are none.
-std::string unknown_keys(const json& object, std::string_view extra1, std::string_view extra2) {
+std::string unknown_keys(const json& object, std::string_view extra1, std::string_view extra2,
+                         std::string_view extra3 = "") {
   std::string names;
   for (const auto& [key, value] : object.items()) {
-    if (known(key) || key == extra1 || key == extra2) continue;
+    if (known(key) || key == extra1 || key == extra2 || (!extra3.empty() && key == extra3)) continue;
     names += (names.empty() ? "'" : ", '") + key.substr(0, 64) + "'";
   }
   return names;
@@ -40,9 +42,27 @@ ojson header(const std::string& model) { return {{"model_name", model}, {"model_
 StatusOr<CompletionRequest> parse_generate_request(const std::string& body, const std::string& model) {
   ASSIGN_OR_RETURN(json root, parse_json(body));
   if (!root.is_object()) return invalid_argument("the request body must be a JSON object");
-  if (std::string bad = unknown_keys(root, "text_input", "parameters"); !bad.empty()) {
-    return invalid_argument("unknown field(s) " + bad + " (the generate extension takes text_input, parameters and " +
-                            "the generation fields of docs/api.md)");
+  if (std::string bad = unknown_keys(root, "text_input", "parameters", "image"); !bad.empty()) {
+    return invalid_argument("unknown field(s) " + bad + " (the generate extension takes text_input, image, " +
+                            "parameters and the generation fields of docs/api.md)");
+  }
+  std::vector<engine::InputItem> images;
+  if (const auto image = root.find("image"); image != root.end()) {
+    // A LLaVA's images: a data URL, or a list of them (one per "<image>" in text_input, in order).
+    const json list = image->is_array() ? *image : json::array({*image});
+    if (list.empty()) return invalid_argument("'image' must be a data URL or a non-empty list of them");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string where = "image[" + std::to_string(i) + "]";
+      if (!list[i].is_string() || !looks_like_data_url(list[i].get<std::string>())) {
+        return invalid_argument(where + " must be an image data URL (data:image/png;base64,...)");
+      }
+      StatusOr<DataUrl> url = parse_image_data_url(list[i].get<std::string>());
+      if (!url.ok()) return url.status().with_context(where);
+      engine::InputItem item;
+      item.kind = engine::InputKind::kImageBytes;
+      item.image_bytes = std::move(url->bytes);
+      images.push_back(std::move(item));
+    }
   }
   const auto text = root.find("text_input");
   if (text == root.end() || !text->is_string() || text->get<std::string>().empty()) {
@@ -81,7 +101,9 @@ StatusOr<CompletionRequest> parse_generate_request(const std::string& body, cons
   }
   fields["model"] = model;
   fields["prompt"] = *text;
-  return parse_completion_request(dump_json(fields), /*chat=*/false);
+  ASSIGN_OR_RETURN(CompletionRequest r, parse_completion_request(dump_json(fields), /*chat=*/false));
+  r.images = std::move(images);
+  return r;
 }
 
 std::string encode_generate(const std::string& model, const engine::LlamaOutput& out) {

@@ -6,7 +6,8 @@
 // bad_words there) and "parameters" to request parameters; a field given in both places is a 400. Fields (TRT-LLM /
 // vLLM names): max_tokens (default 16), temperature, top_p, top_k, seed, stop (a string or a list; stop_words is the
 // same), min_tokens, ignore_eos, repetition_penalty, presence_penalty, frequency_penalty, min_p; stream (a boolean,
-// ignored: the route decides); bad_words only empty ("" or []). Anything else is a 400 naming the keys.
+// ignored: the route decides); bad_words only empty ("" or []); and, for a LLaVA, "image" at the top level: an image
+// data URL or a list of them, one per "<image>" in text_input. Anything else is a 400 naming the keys.
 // Answers: {"model_name", "model_version": "1", "text_output", "finish_reason", "prompt_tokens",
 // "completion_tokens"}; a stream is `data: {"model_name", "model_version", "text_output": <delta>}` events and a
 // last one with an empty text_output, the finish_reason and the token counts.

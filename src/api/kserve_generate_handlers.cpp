@@ -36,6 +36,7 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
   text.kind = serving::InputKind::kText;
   text.text = *parsed->prompt;
   spec.inputs.push_back(std::move(text));
+  for (serving::InputItem& image : parsed->images) spec.inputs.push_back(std::move(image));
   spec.options = std::move(*options);
   spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
   const std::string model = context.model;

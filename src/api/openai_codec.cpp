@@ -35,10 +35,6 @@ StatusOr<InputItem> parse_item(const json& value, size_t index, const CodecOptio
     return item;
   }
   if (looks_like_http_url(text)) {
-    if (options.allow_url_fetch) {
-      return Status(StatusCode::kUnimplemented,
-                    where + ": fetching image URLs is not implemented; send a data URL (data:image/png;base64,...)");
-    }
     return invalid_argument(where + ": URL fetches are disabled; send images as data URLs (data:image/png;base64,...)");
   }
   item.kind = InputKind::kText;

@@ -121,7 +121,7 @@ ojson chat_logprobs(std::span<const engine::TokenLogprob> lps, const text::HfTok
 
 }  // namespace
 
-StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat, bool allow_url_fetch) {
+StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat) {
   ASSIGN_OR_RETURN(json root, parse_json(body));
   if (!root.is_object()) return invalid_argument("the request body must be a JSON object");
   CompletionRequest r;
@@ -144,9 +144,7 @@ StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bo
         return invalid_argument("each message must be an object with a string 'role'");
       }
     }
-    ChatImageOptions images;
-    images.allow_url_fetch = allow_url_fetch;
-    ASSIGN_OR_RETURN(p.messages, take_chat_images(*messages, images, r.images));
+    ASSIGN_OR_RETURN(p.messages, take_chat_images(*messages, ChatImageOptions{}, r.images));
     if (root.contains("tools") && !root["tools"].is_null()) {
       return unimplemented("'tools' are not supported yet");
     }

@@ -43,8 +43,7 @@ struct CompletionRequest {
 
 // `chat`: /v1/chat/completions (messages) else /v1/completions (prompt). kInvalidArgument naming the field;
 // kUnimplemented for OpenAI features not written yet.
-StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat,
-                                                    bool allow_url_fetch = false);
+StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bool chat);
 
 // The params of choice `index` of n: a copy of the request's, whose seed (when one was given) is seed + index, so
 // that the n choices differ and the request stays reproducible.

@@ -158,7 +158,7 @@ Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, cons
 }
 
 Reply handle_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request, bool chat) {
-  StatusOr<CompletionRequest> parsed = parse_completion_request(request.body, chat, env.codec.allow_url_fetch);
+  StatusOr<CompletionRequest> parsed = parse_completion_request(request.body, chat);
   if (!parsed.ok()) return error_reply(kFamily, parsed.status());
   context.model = parsed->model;
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);

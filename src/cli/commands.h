@@ -50,7 +50,6 @@ struct ServeArgs {
   long long max_image_pixels = 64LL * 1024 * 1024;
   double drain_timeout_s = 30;
   std::string access_log;           // file for JSON access-log lines; empty = stderr
-  bool allow_url_fetch = false;     // images by URL: off (only data URLs and bytes)
   std::vector<std::string> models;  // --model NAME: load only these (default: all)
   std::string device;               // --device: every model on this device (default: each model's mmserve.yaml)
 };

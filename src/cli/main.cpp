@@ -109,8 +109,6 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--max-image-pixels", serve.max_image_pixels, "refuse larger images (413)");
   serve_cmd->add_option("--drain-timeout", serve.drain_timeout_s, "seconds to finish in-flight work on SIGTERM");
   serve_cmd->add_option("--access-log", serve.access_log, "file for JSON access-log lines, appended (default stderr)");
-  serve_cmd->add_flag("--allow-url-fetch", serve.allow_url_fetch,
-                      "answer image URLs with 501 'not implemented' instead of 400 'disabled' (nothing is fetched)");
   serve_cmd->add_option("--model", serve.models, "load only these models (repeatable)");
   serve_cmd->add_option("--device", serve.device,
                         "run every model on this device: cpu, cuda or cuda:N (default: each model's mmserve.yaml)");

@@ -99,7 +99,6 @@ StatusOr<api::HttpServerOptions> http_options(const ServeArgs& args) {
   for (const std::string& key : args.api_keys) RETURN_IF_ERROR(options.keys.add(key).with_context("--api-key"));
   if (!args.api_keys_file.empty()) RETURN_IF_ERROR(options.keys.add_file(args.api_keys_file));
   options.access_log_path = args.access_log;
-  options.allow_url_fetch = args.allow_url_fetch;
   return options;
 }
 

@@ -454,46 +454,18 @@ TEST(Cli, ChatTemplateEqualsHf) {
 }
 
 
-// A tiny LLaVA fixture (tests/fixtures/llava, HF's goldens) made servable: the fixture's weights and
-// preprocessor_config.json, plus a byte-level tokenizer.json of the model's 256 ids (ids 0..254 the byte symbols of
-// GPT-2's byte-to-unicode map, 255 the "<image>" placeholder as an added special token) and a LLaVA-1.5-style chat
-// template (HF renders with trim_blocks: the newline after a message is an expression). The ids are what the test
-// compares (with HF's); the tokenizer only has to exist and know "<image>".
+// A tiny LLaVA fixture (tests/fixtures/llava, HF's goldens) made servable: its weights and preprocessor_config.json,
+// plus tests/fixtures/llava_servable's byte-level tokenizer.json of the model's 256 ids ("<image>" = 255) and
+// LLaVA-1.5-style chat template. The ids are what the tests compare (with HF's); the tokenizer only has to exist
+// and know "<image>".
 fs::path servable_llava(const std::string& variant) {
   const fs::path d = temp_dir("llava_" + variant);
   for (const char* f : {"config.json", "model.safetensors", "preprocessor_config.json"}) {
     fs::copy_file(fixture("llava/" + variant + "/" + f), d / f);
   }
-  nlohmann::json vocab = nlohmann::json::object();
-  int extra = 0;
-  for (int b = 0; b < 255; ++b) {  // GPT-2's bytes_to_unicode
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    const int cp = printable ? b : 256 + extra++;
-    std::string utf8;
-    if (cp < 0x80) {
-      utf8 += static_cast<char>(cp);
-    } else {
-      utf8 += static_cast<char>(0xC0 | (cp >> 6));
-      utf8 += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-    vocab[utf8] = b;
+  for (const char* f : {"tokenizer.json", "chat_template.jinja"}) {
+    fs::copy_file(fixture(std::string("llava_servable/") + f), d / f);
   }
-  const nlohmann::json tokenizer = {
-      {"version", "1.0"},
-      {"added_tokens", {{{"id", 255}, {"content", "<image>"}, {"single_word", false}, {"lstrip", false},
-                         {"rstrip", false}, {"normalized", false}, {"special", true}}}},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
-                 {"ignore_merges", false}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
-  std::ofstream(d / "tokenizer.json") << tokenizer.dump();
-  std::ofstream(d / "chat_template.jinja")
-      << "{% for m in messages %}{{ m['role'] | upper }}: {% if m['content'] is string %}{{ m['content'] }}{% else %}"
-         "{% for p in m['content'] %}{% if p['type'] == 'image' %}<image>\n{% else %}{{ p['text'] }}{% endif %}"
-         "{% endfor %}{% endif %}{{ '\\n' }}{% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}";
   return d;
 }
 

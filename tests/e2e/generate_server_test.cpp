@@ -27,6 +27,7 @@ using namespace e2e;
 
 constexpr const char* kLlm = "stories";
 constexpr const char* kClip = "clip";
+constexpr const char* kLlava = "llava";
 
 // One server for the whole suite (a conversion and a model load per test would dominate the run).
 class Generate : public ::testing::Test {
@@ -45,6 +46,15 @@ class Generate : public ::testing::Test {
     ASSERT_EQ(std::system(convert.c_str()), 0) << convert;
     fs::copy_file(fs::path(MMSERVE_FIXTURES_DIR) / "chat_templates/templates/llama2.jinja",
                   *root_ / kLlm / "chat_template.jinja");
+    // The tiny HF LLaVA (tests/fixtures/llava) made servable by llava_servable's tokenizer and chat template.
+    fs::create_directories(*root_ / kLlava);
+    const fs::path fx = MMSERVE_FIXTURES_DIR;
+    for (const char* f : {"config.json", "model.safetensors", "preprocessor_config.json"}) {
+      fs::copy_file(fx / "llava/llava-llama-f32" / f, *root_ / kLlava / f);
+    }
+    for (const char* f : {"tokenizer.json", "chat_template.jinja"}) {
+      fs::copy_file(fx / "llava_servable" / f, *root_ / kLlava / f);
+    }
     server_ = new ServerProcess(*root_);
     ASSERT_TRUE(server_->wait_ready()) << server_->stderr_text();
   }
@@ -368,6 +378,71 @@ TEST_F(Generate, KserveGenerateAnswersAsTritonAndMatchesCompletions) {
                    {{"text_input", "Once"}, {"max_tokens", 3}, {"parameters", {{"stop", "."}}}})
                 .back()["completion_tokens"],
             3);
+}
+
+// A LLaVA served: an OpenAI chat with an image_url data URL and KServe generate with an "image" input give the
+// tokens `mmserve generate --image` gives (which reproduces HF's greedy ids: tests/e2e/cli_test.cpp), and image
+// mistakes are 400s with a message.
+TEST_F(Generate, ImagesThroughChatAndKserveGiveTheClisTokens) {
+  const fs::path chelsea = fs::path(MMSERVE_FIXTURES_DIR) / "images/chelsea.png";
+  const std::string url = "data:image/png;base64," + base64(read_file(chelsea));
+  const json chat = {{"model", kLlava},
+                     {"messages", {{{"role", "user"},
+                                    {"content", {{{"type", "image_url"}, {"image_url", {{"url", url}}}},
+                                                 {{"type", "text"}, {"text", "hi"}}}}}}},
+                     {"temperature", 0}, {"max_tokens", 6}, {"ignore_eos", true}};
+  const json a = post_ok("/v1/chat/completions", chat);
+  ASSERT_TRUE(a.contains("choices")) << a.dump();
+  ASSERT_EQ(a["usage"]["completion_tokens"], 6);
+  // The CLI's --prompt takes the newlines literally: render them with printf first.
+  const std::string cmd = "p=$(printf 'USER: <image>\nhi\nASSISTANT:'); " + mmserve_binary() + " generate --model " +
+                          (*root_ / kLlava).string() + " --prompt \"$p\" --image " + chelsea.string() +
+                          " --temperature 0 --max-new-tokens 6 --ignore-eos 2>/dev/null";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  const json cli = json::parse(out);
+  // The text of the same ids (HF's decode; bytes that are no UTF-8 become U+FFFD on both sides).
+  EXPECT_EQ(a["choices"][0]["message"]["content"], cli["text"]);
+  EXPECT_EQ(cli["ids"].size(), 6u);
+  EXPECT_FALSE(cli["text"].get<std::string>().empty());
+  EXPECT_EQ(a["usage"]["prompt_tokens"], cli["prompt_ids"].size());
+  // KServe generate with the chat's rendered prompt and the image.
+  const json k = post_ok("/v2/models/llava/generate", {{"text_input", "USER: <image>\nhi\nASSISTANT:"},
+                                                        {"image", url},
+                                                        {"temperature", 0},
+                                                        {"max_tokens", 6},
+                                                        {"ignore_eos", true}});
+  EXPECT_EQ(k["text_output"], a["choices"][0]["message"]["content"]);
+  EXPECT_EQ(k["prompt_tokens"], a["usage"]["prompt_tokens"]);
+  // Mistakes: more placeholders than images, an image for a text-only model, a broken data URL, a URL, bytes that
+  // are no image.
+  auto image_chat = [](const std::string& image) {
+    const json part = {{"type", "image_url"}, {"image_url", {{"url", image}}}};
+    return json{{"model", kLlava}, {"messages", {{{"role", "user"}, {"content", {part}}}}}};
+  };
+  struct Bad {
+    std::string path;
+    json body;
+    std::string needle;
+  };
+  const std::vector<Bad> bad = {
+      {"/v2/models/llava/generate", {{"text_input", "<image><image>"}, {"image", url}}, "placeholder"},
+      {"/v2/models/stories/generate", {{"text_input", "<image> a"}, {"image", url}}, "takes no images"},
+      {"/v2/models/llava/generate", {{"text_input", "<image>"}, {"image", "data:image/png;base64,***"}}, "image"},
+      {"/v1/chat/completions", image_chat("http://10.1.1.1/a.png"), "URL fetches are disabled"},
+      {"/v1/chat/completions", image_chat("data:image/png;base64,aGVsbG8="), "image"}};
+  for (const Bad& b : bad) {
+    auto r = post(b.path, b.body);
+    ASSERT_TRUE(r) << b.path;
+    EXPECT_EQ(r->status, 400) << b.body.dump() << " -> " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    EXPECT_NE(r->body.find(b.needle), std::string::npos) << r->body;
+  }
 }
 
 TEST_F(Generate, MalformedBodiesGet400WithAJsonMessage) {

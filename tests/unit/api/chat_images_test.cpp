@@ -1,6 +1,6 @@
 // take_chat_images (api/chat_images.h): image_url parts become {"type": "image"} and their bytes InputItems in
-// order; text parts and string contents pass; data URLs, local paths (CLI only) and http(s) URLs (400, or 501 with
-// --allow-url-fetch); malformed parts, broken data URLs, unreadable files and too many images are errors naming the
+// order; text parts and string contents pass; data URLs, local paths (CLI only) and http(s) URLs (400, never
+// fetched); malformed parts, broken data URLs, unreadable files and too many images are errors naming the
 // part. Also through parse_completion_request (the chat codec carries the images).
 #include "api/chat_images.h"
 
@@ -55,9 +55,6 @@ TEST(ChatImages, UrlsAndPathsFollowTheOptions) {
   Status s = one("https://example.com/cat.png", {});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("URL fetches are disabled"), std::string::npos) << s.message();
-  ChatImageOptions fetch;
-  fetch.allow_url_fetch = true;
-  EXPECT_EQ(one("https://example.com/cat.png", fetch).code(), StatusCode::kUnimplemented);
   // A local path is a file only for the CLI.
   const std::filesystem::path file = std::filesystem::temp_directory_path() / "mmserve_chat_image_test.png";
   std::ofstream(file) << "PNGBYTES";
@@ -107,8 +104,8 @@ TEST(ChatImages, TheChatCodecCarriesTheImages) {
   EXPECT_EQ(r->images[0].image_bytes, "pixels");
   EXPECT_EQ((*r->params->messages)[0]["content"][0], ojson({{"type", "image"}}));
   auto url = parse_completion_request(R"({"model": "m", "messages": [{"role": "user", "content": [
-      {"type": "image_url", "image_url": {"url": "http://10.0.0.1/a.png"}}]}]})", true, /*allow_url_fetch=*/true);
-  EXPECT_EQ(url.status().code(), StatusCode::kUnimplemented);
+      {"type": "image_url", "image_url": {"url": "http://10.0.0.1/a.png"}}]}]})", true);
+  EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/base64.h"
+
 namespace mmserve::api {
 namespace {
 
@@ -98,6 +100,30 @@ TEST(KserveGenerateCodec, EncodesTritonsShapes) {
   EXPECT_EQ(end["finish_reason"], "length");
   EXPECT_EQ(end["completion_tokens"], 3);
   EXPECT_EQ(json::parse(encode_generate_error_event("boom").substr(6)), (json{{"error", "boom"}}));
+}
+
+// A LLaVA's images: "image" is a data URL or a list of them, each an InputItem in order; anything else is a 400.
+TEST(KServeGenerateCodec, ImagesAreDataUrlsInOrder) {
+  const std::string png1 = "data:image/png;base64," + base64_encode("first"), png2 = "data:image/png;base64," +
+                                                                                  base64_encode("second");
+  auto one = parse_generate_request(json{{"text_input", "<image> what"}, {"image", png1}}.dump(), "llava");
+  ASSERT_TRUE(one.ok()) << one.status().to_string();
+  ASSERT_EQ(one->images.size(), 1u);
+  EXPECT_EQ(one->images[0].kind, engine::InputKind::kImageBytes);
+  EXPECT_EQ(one->images[0].image_bytes, "first");
+  auto two = parse_generate_request(json{{"text_input", "<image><image>"}, {"image", {png1, png2}}}.dump(), "llava");
+  ASSERT_TRUE(two.ok());
+  ASSERT_EQ(two->images.size(), 2u);
+  EXPECT_EQ(two->images[1].image_bytes, "second");
+  for (const json& bad : {json(7), json::array(), json("https://example.com/a.png"), json("aGk="),
+                          json("data:image/png;base64,***"), json({png1, 3})}) {
+    auto r = parse_generate_request(json{{"text_input", "x"}, {"image", bad}}.dump(), "llava");
+    ASSERT_FALSE(r.ok()) << bad.dump();
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("image"), std::string::npos) << r.status().message();
+  }
+  // Not a parameter: images are inputs.
+  EXPECT_FALSE(parse_generate_request(json{{"text_input", "x"}, {"parameters", {{"image", png1}}}}.dump(), "m").ok());
 }
 
 }  // namespace

@@ -74,8 +74,7 @@ TEST(OpenAiCodec, RefusesBadRequests) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << body;
     EXPECT_NE(s.message().find(needle), std::string::npos) << body << " -> " << s.message();
   }
-  EXPECT_EQ(error_of(R"({"model": "m", "input": "http://x/y.png"})", CodecOptions{true}).code(),
-            StatusCode::kUnimplemented);
+  EXPECT_EQ(error_of(R"({"model": "m", "input": "http://x/y.png"})").code(), StatusCode::kInvalidArgument);
 }
 
 serving::ResponseData response(size_t n, int64_t tokens) {
