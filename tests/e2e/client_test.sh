@@ -6,7 +6,8 @@
 #   openai-audio  the same SDK's audio.transcriptions/translations.create against the tiny Whisper fixture
 #               (tests/e2e/openai/audio.test.mjs): every response_format, stream events, SDK errors
 #   openai-completions  the same SDK's completions / chat.completions against the real stories260K
-#               (tests/e2e/openai/completions.test.mjs): run.c's story, streaming, usage, stop, seeds, SDK errors
+#               (tests/e2e/openai/completions.test.mjs): run.c's story, streaming, usage, stop, seeds, SDK errors;
+#               a chat with an image (data URL) on the tiny HF LLaVA
 #   prometheus  a real Prometheus scraping the server every 1 s with deploy/prometheus/mmserve_rules.yml:
 #               SPEC 5.3's two PromQL expressions and the recorded series are numbers; promtool check metrics
 #   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
@@ -112,8 +113,13 @@ run_openai_completions() {
     --tokenizer "$SRC/assets/llama2c/tok512.bin" --output "$TMP/models/stories" 2>/dev/null \
     || fail "convert-llama2c failed"
   cp "$SRC/tests/fixtures/chat_templates/templates/llama2.jinja" "$TMP/models/stories/chat_template.jinja"
+  # The tiny HF LLaVA (tests/fixtures/llava) with the servable tokenizer and chat template (llava_servable).
+  mkdir -p "$TMP/models/llava"
+  cp "$SRC"/tests/fixtures/llava/llava-llama-f32/{config.json,model.safetensors,preprocessor_config.json} \
+     "$SRC"/tests/fixtures/llava_servable/{tokenizer.json,chat_template.jinja} "$TMP/models/llava/"
   start_server --api-key sk-mmserve-test
-  MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_LLM=stories MMSERVE_MODEL=$MODEL \
+  MMSERVE_URL=$URL MMSERVE_API_KEY=sk-mmserve-test MMSERVE_LLM=stories MMSERVE_MODEL=$MODEL MMSERVE_VLM=llava \
+    MMSERVE_IMAGE=$SRC/tests/fixtures/images/chelsea.png \
     MMSERVE_GOLDEN=$SRC/tests/fixtures/llama2c/stories260K_golden_t0.txt node --test "$dir/completions.test.mjs"
 }
 

@@ -5,10 +5,13 @@
 // same seed gives the same sampled text, chat.completions.create (whole and streamed) returns an assistant
 // message, and the SDK's error classes for an unknown model, a CLIP model, bad sampling values and a prompt
 // longer than the context; logprobs (greedy = top-1 at every step, chat's bytes and sorted alternatives) and n
-// choices (seed + i, summed usage, a streamed chat with each choice's role and finish).
+// choices (seed + i, summed usage, a streamed chat with each choice's role and finish); a chat with an image
+// (an image_url content part with a data URL) on a tiny LLaVA, whole and streamed, and an image sent to a
+// text-only model refused as a BadRequestError.
 //
 // Run by tests/e2e/client_test.sh openai-completions (ctest e2e_client_openai-completions), which sets
-// MMSERVE_URL, MMSERVE_API_KEY, MMSERVE_LLM (the decoder's name), MMSERVE_MODEL (a CLIP model), MMSERVE_GOLDEN.
+// MMSERVE_URL, MMSERVE_API_KEY, MMSERVE_LLM (the decoder's name), MMSERVE_MODEL (a CLIP model), MMSERVE_GOLDEN,
+// MMSERVE_VLM (a LLaVA) and MMSERVE_IMAGE (a PNG file).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -151,4 +154,26 @@ test('n choices: indexed, seeded per choice, summed usage; streamed with each fi
   assert.equal(usage.completion_tokens, 12);
   await assert.rejects(client.completions.create({ model, prompt: 'a', n: 17 }),
                        (e) => e instanceof OpenAI.BadRequestError && /'n'/.test(e.message));
+});
+
+test('a chat with an image: whole and streamed agree; a text-only model refuses the image', async () => {
+  const url = `data:image/png;base64,${readFileSync(env('MMSERVE_IMAGE')).toString('base64')}`;
+  const messages = [{ role: 'user', content: [{ type: 'image_url', image_url: { url } },
+                                              { type: 'text', text: 'What is in the picture?' }] }];
+  const vlm = env('MMSERVE_VLM');
+  const whole = await client.chat.completions.create({ model: vlm, messages, max_tokens: 8, temperature: 0,
+                                                       ignore_eos: true });
+  assert.equal(whole.choices[0].message.role, 'assistant');
+  assert.equal(whole.usage.completion_tokens, 8);
+  assert.ok(whole.usage.prompt_tokens > 25, `${whole.usage.prompt_tokens} prompt tokens: 25 are the image's`);
+  const stream = await client.chat.completions.create({ model: vlm, messages, max_tokens: 8, temperature: 0,
+                                                        ignore_eos: true, stream: true });
+  let text = '';
+  for await (const chunk of stream) text += chunk.choices[0]?.delta?.content ?? '';
+  assert.equal(text, whole.choices[0].message.content);
+  await assert.rejects(client.chat.completions.create({ model, messages, max_tokens: 4 }), (e) => {
+    assert.ok(e instanceof OpenAI.BadRequestError, String(e));
+    assert.match(e.message, /takes no images/);
+    return true;
+  });
 });
