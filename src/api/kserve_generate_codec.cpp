@@ -112,6 +112,7 @@ std::string encode_generate(const std::string& model, const engine::LlamaOutput&
   j["finish_reason"] = out.finish_reason;
   j["prompt_tokens"] = static_cast<int64_t>(out.prompt_ids.size());
   j["completion_tokens"] = static_cast<int64_t>(out.ids.size());
+  if (out.routing_k > 0) j["routing"] = routing_json(out);
   return dump_json(j);
 }
 
@@ -127,6 +128,7 @@ std::string encode_generate_end(const std::string& model, const engine::LlamaOut
   j["finish_reason"] = out.finish_reason;
   j["prompt_tokens"] = static_cast<int64_t>(out.prompt_ids.size());
   j["completion_tokens"] = static_cast<int64_t>(out.ids.size());
+  if (out.routing_k > 0) j["routing"] = routing_json(out);
   return "data: " + dump_json(j) + "\n\n";
 }
 

@@ -9,6 +9,7 @@
 
 #include "api/event_stream.h"
 #include "api/handlers.h"
+#include "api/request_options.h"
 #include "api/kserve_generate_codec.h"
 
 namespace mmserve::api {
@@ -28,6 +29,7 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
   if (std::optional<Reply> bad = check_model_version(context.model, context.version)) return *bad;
   StatusOr<CompletionRequest> parsed = parse_generate_request(request.body, context.model);
   if (!parsed.ok()) return error_reply(kFamily, parsed.status());
+  parsed->params->trace_routing = parse_trace_routing_header(request.get_header_value("x-mmserve-trace-routing"));
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
   if (!options.ok()) return error_reply(kFamily, options.status());
   serving::RequestSpec spec;

@@ -298,6 +298,27 @@ ojson chunk_choice(const CompletionRequest& r, int64_t index, const std::string&
 
 }  // namespace
 
+nlohmann::ordered_json routing_json(const engine::LlamaOutput& out) {
+  ojson experts = ojson::array(), weights = ojson::array();
+  const int64_t layers = out.routing_layers, k = out.routing_k;
+  const int64_t tokens = layers * k > 0 ? static_cast<int64_t>(out.routing_experts.size()) / (layers * k) : 0;
+  for (int64_t t = 0; t < tokens; ++t) {
+    ojson e_layers = ojson::array(), w_layers = ojson::array();
+    for (int64_t l = 0; l < layers; ++l) {
+      ojson e = ojson::array(), w = ojson::array();
+      for (int64_t j = 0; j < k; ++j) {
+        e.push_back(out.routing_experts[(t * layers + l) * k + j]);
+        w.push_back(out.routing_weights[(t * layers + l) * k + j]);
+      }
+      e_layers.push_back(std::move(e));
+      w_layers.push_back(std::move(w));
+    }
+    experts.push_back(std::move(e_layers));
+    weights.push_back(std::move(w_layers));
+  }
+  return {{"layers", layers}, {"top_k", k}, {"experts", std::move(experts)}, {"weights", std::move(weights)}};
+}
+
 std::string encode_completion(const CompletionRequest& r, const std::string& id, int64_t created,
                               std::span<const engine::LlamaOutput* const> choices) {
   ojson j = base(r, id, created, false);
@@ -320,6 +341,7 @@ std::string encode_completion(const CompletionRequest& r, const std::string& id,
                                           {"text_offset", ojson::array()}};
     }
     choice["finish_reason"] = out.finish_reason;
+    if (out.routing_k > 0) choice["routing"] = routing_json(out);  // x-mmserve-trace-routing: 1 (docs/api.md)
     j["choices"].push_back(std::move(choice));
   }
   j["usage"] = usage_json(completion_usage(choices));
@@ -353,6 +375,7 @@ std::string encode_choice_end(const CompletionRequest& r, const std::string& id,
   ojson choice = chunk_choice(r, state.index, "", false, logprobs_json(r, rest, out.tokenizer.get(), state.text_offset),
                               out.finish_reason);
   if (r.chat) choice["delta"] = ojson::object();
+  if (out.routing_k > 0) choice["routing"] = routing_json(out);  // the whole answer's, on its last chunk
   last["choices"] = ojson::array({std::move(choice)});
   return events + event(last);
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -60,6 +61,13 @@ struct CompletionUsage {
 CompletionUsage completion_usage(std::span<const engine::LlamaOutput* const> choices);
 
 // The whole response: choice i is choices[i] (non-null, from the same request).
+// The routing trace of a mixture-of-experts answer (x-mmserve-trace-routing): {"layers": L, "top_k": k,
+// "experts": [token][layer][k], "weights": [token][layer][k]}.
+nlohmann::ordered_json routing_json(const engine::LlamaOutput& out);
+
+// A choice whose output carries a routing trace (x-mmserve-trace-routing on a mixture-of-experts model) gets
+// "routing": {"layers": L, "top_k": k, "experts": [token][layer][k], "weights": [token][layer][k]} (docs/api.md);
+// streamed, on the choice's last chunk.
 std::string encode_completion(const CompletionRequest& request, const std::string& id, int64_t created,
                               std::span<const engine::LlamaOutput* const> choices);
 

@@ -19,6 +19,7 @@
 
 #include "api/event_stream.h"
 #include "api/handlers.h"
+#include "api/request_options.h"
 #include "api/openai_audio_codec.h"
 #include "api/openai_completions_codec.h"
 
@@ -160,6 +161,7 @@ Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, cons
 Reply handle_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request, bool chat) {
   StatusOr<CompletionRequest> parsed = parse_completion_request(request.body, chat);
   if (!parsed.ok()) return error_reply(kFamily, parsed.status());
+  parsed->params->trace_routing = parse_trace_routing_header(request.get_header_value("x-mmserve-trace-routing"));
   context.model = parsed->model;
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
   if (!options.ok()) return error_reply(kFamily, options.status());

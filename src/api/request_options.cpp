@@ -26,6 +26,14 @@ Status timeout_range_error(const std::string& where) {
 
 }  // namespace
 
+bool parse_trace_routing_header(std::string_view value) {
+  if (value == "1") return true;
+  if (value.size() != 4) return false;
+  std::string lower(value);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower == "true";
+}
+
 StatusOr<int> parse_priority_header(std::string_view value) {
   value = trim(value);
   int out = 0;

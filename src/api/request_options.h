@@ -20,6 +20,9 @@ inline constexpr double kTimeoutMsMax = 24.0 * 3600 * 1000;
 
 // Header values. kInvalidArgument naming the header when malformed.
 StatusOr<int> parse_priority_header(std::string_view value);
+// `x-mmserve-trace-routing`: "1" or "true" (any case) asks a mixture-of-experts model for its per-token routing;
+// anything else (or no header) does not.
+bool parse_trace_routing_header(std::string_view value);
 StatusOr<double> parse_timeout_header(std::string_view value);
 
 // JSON values (KServe `parameters.priority` / `parameters.timeout_ms`). kInvalidArgument on a wrong type/range.

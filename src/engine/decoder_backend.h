@@ -16,6 +16,7 @@
 #include "engine/token_sampler.h"
 #include "kernels/sampling/sampling.h"
 #include "models/common/decoder_step.h"
+#include "models/llama/llama.h"
 
 namespace mmserve::engine {
 
@@ -58,6 +59,8 @@ class DecoderBackend {
   virtual Status forward(const models::DecoderStep& step) = 0;
   // One token per row of the last forward's logit rows (rows.size() == step.logit_rows.size()).
   virtual Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) = 0;
+  // A mixture-of-experts model's routing of the last forward ([layers, step tokens, k]), or null.
+  virtual const models::MoeRoutingTrace* routing() const { return nullptr; }
 };
 
 }  // namespace mmserve::engine

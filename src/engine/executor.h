@@ -155,6 +155,13 @@ struct CacheStats {
   int64_t hits = 0, misses = 0, entries = 0, bytes = 0, capacity_bytes = 0;
 };
 
+// A mixture-of-experts decoder's routing so far (issue 15: expert load per layer): tokens[l * experts + e] is how
+// many (token, expert) decisions of layer l chose expert e, every token the engine ran counted once per layer.
+struct ExpertLoadStats {
+  int64_t layers = 0, experts = 0;
+  std::vector<int64_t> tokens;
+};
+
 // A generating family's sequences (vLLM's gauges): mmserve_num_requests_running / _waiting, mmserve_num_preemptions_total,
 // mmserve_kv_cache_usage_ratio. Read from other threads (the metrics scrape): executors keep them in atomics.
 struct SequenceStats {
@@ -209,6 +216,7 @@ class Executor {
   virtual BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) = 0;
   virtual std::vector<CacheStats> caches() const { return {}; }
   virtual std::optional<SequenceStats> sequences() const { return std::nullopt; }
+  virtual std::optional<ExpertLoadStats> expert_load() const { return std::nullopt; }
 };
 
 // Options every family's executor takes. Family-specific ones come as each family's own struct (ClipOptions,

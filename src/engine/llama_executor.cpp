@@ -39,7 +39,11 @@ class LlamaCpuBackend final : public DecoderBackend {
   Status forward(const models::DecoderStep& step) override {
     rows_ = static_cast<int64_t>(step.logit_rows.size());
     logits_.resize(static_cast<size_t>(rows_ * model_->config().vocab_size));
-    return model_->forward_step(step, pool_, logits_.data());
+    const bool moe = model_->config().num_experts > 0;
+    return model_->forward_step(step, pool_, logits_.data(), moe ? &routing_ : nullptr);
+  }
+  const models::MoeRoutingTrace* routing() const override {
+    return model_->config().num_experts > 0 ? &routing_ : nullptr;
   }
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
     const int64_t vocab = model_->config().vocab_size, n = static_cast<int64_t>(rows.size());
@@ -84,6 +88,7 @@ class LlamaCpuBackend final : public DecoderBackend {
   models::LlamaKvPool pool_;
   std::vector<float> logits_;  // [rows_, vocab] of the last forward
   int64_t rows_ = 0;
+  models::MoeRoutingTrace routing_;  // Mixtral: the last forward's
 };
 
 // One request in the engine: what the scheduler knows of it (its base: the plan's entries point here), and the rest.
@@ -100,6 +105,8 @@ struct Live : DecoderSequence {
   size_t streamed = 0;  // bytes of `text` handed to on_delta (a possible stop string's start waits)
   double compute_ms = 0;
   std::chrono::steady_clock::time_point admitted;  // first_ms / last_ms count from here (its queue time ends here)
+  std::vector<int32_t> routing_experts;  // trace_routing: [generated tokens, layers, k]
+  std::vector<float> routing_weights;
   std::vector<float> features;      // LLaVA: [placeholders, hidden], the images' features in prompt order
   std::vector<int32_t> feature_row;  // LLaVA: per prompt position, its row of `features` or -1
   double first_ms = -1, last_ms = -1;
@@ -219,6 +226,10 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
                             std::to_string(e->max_model_len_) + ")");
   }
   e->eos_ids_ = llama_eos_ids(model_dir, e->config_, *e->tokenizer_);
+  if (e->config_.num_experts > 0) {
+    e->expert_tokens_ = std::vector<std::atomic<int64_t>>(
+        static_cast<size_t>(e->config_.num_hidden_layers * e->config_.num_experts));
+  }
   e->blocks_ = std::make_unique<KvBlockManager>(e->backend_->num_blocks(), e->backend_->block_size(),
                                                 llama.enable_prefix_caching);
   SchedulerConfig sc;
@@ -272,6 +283,15 @@ std::string LlamaExecutor::describe() const {
          std::to_string(max_model_len_) + ", KV pool " + std::to_string(backend_->num_blocks()) + " blocks of " +
          std::to_string(backend_->block_size()) + " (" + std::to_string(backend_->pool_bytes() >> 20) + " MiB)" +
          (llama_.enable_prefix_caching ? ", prefix caching" : "");
+}
+
+std::optional<ExpertLoadStats> LlamaExecutor::expert_load() const {
+  if (config_.num_experts <= 0) return std::nullopt;
+  ExpertLoadStats s;
+  s.layers = config_.num_hidden_layers, s.experts = config_.num_experts;
+  s.tokens.reserve(expert_tokens_.size());
+  for (const auto& t : expert_tokens_) s.tokens.push_back(t.load());
+  return s;
 }
 
 std::vector<CacheStats> LlamaExecutor::caches() const {
@@ -353,6 +373,12 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->batch_size = stats.slot_items[0];
     out->first_ms = s.first_ms;
     out->last_ms = s.last_ms;
+    if (s.input->trace_routing && backend_->routing() != nullptr) {
+      out->routing_layers = config_.num_hidden_layers;
+      out->routing_k = config_.experts_per_token;
+      out->routing_experts = std::move(s.routing_experts);
+      out->routing_weights = std::move(s.routing_weights);
+    }
     // Without a stop string the text is HF's decode of the ids; the stream's tail is flushed to the callback.
     const bool stop_string = reason == "stop" && !out->ids.empty() &&
                              std::find(eos_ids_.begin(), eos_ids_.end(), out->ids.back()) == eos_ids_.end();
@@ -475,6 +501,29 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     }
   };
 
+  // Mixtral: the step's routing into the expert-load counters (every token, every layer), and the routing of the
+  // row that produced each sampled token into the traces of the requests that asked (x-mmserve-trace-routing).
+  auto record_routing = [&](const models::MoeRoutingTrace& routing, const StepPlan& plan) {
+    const int64_t k = routing.k, t = routing.tokens, e_count = config_.num_experts;
+    for (int64_t l = 0; l < routing.layers; ++l) {
+      for (int64_t i = 0; i < t * k; ++i) {
+        expert_tokens_[static_cast<size_t>(l * e_count + routing.experts[l * t * k + i])].fetch_add(1);
+      }
+    }
+    int64_t row = 0;
+    for (const StepEntry& e : plan.entries) {
+      row += e.count;
+      Live* s = static_cast<Live*>(e.seq);
+      if (!e.wants_logits || !s->input->trace_routing) continue;
+      for (int64_t l = 0; l < routing.layers; ++l) {
+        const int64_t at = (l * t + row - 1) * k;
+        s->routing_experts.insert(s->routing_experts.end(), routing.experts.begin() + at,
+                                  routing.experts.begin() + at + k);
+        s->routing_weights.insert(s->routing_weights.end(), routing.weights.begin() + at,
+                                  routing.weights.begin() + at + k);
+      }
+    }
+  };
   for (size_t i = 0; i < items.size(); ++i) start_sequence(i);
   auto last_yield = std::chrono::steady_clock::now(), last_progress = last_yield;
   std::vector<SampleRow> rows;
@@ -525,6 +574,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       break;
     }
     scheduler_->complete(plan);
+    if (const models::MoeRoutingTrace* routing = backend_->routing()) record_routing(*routing, plan);
     rows.clear();
     sampling.clear();
     std::vector<int32_t> no_eos;
@@ -698,6 +748,7 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   input->ignore_eos = p->ignore_eos;
   input->logprobs = p->logprobs;
   input->on_delta = p->on_delta;
+  input->trace_routing = p->trace_routing;
   Prepared prepared;
   prepared.tokens = static_cast<int64_t>(input->prompt.size());
   prepared.items = {1, 0};

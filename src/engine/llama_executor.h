@@ -64,6 +64,8 @@ struct LlamaParams : virtual RequestParams {
   int64_t logprobs = -1;
   // Engine thread, as text completes; returning false cancels the request (the client left).
   std::function<bool(const TextDelta& delta)> on_delta;
+  // A mixture-of-experts model: return each generated token's routing (LlamaOutput::routing_*); SPEC 4.4's trace.
+  bool trace_routing = false;
 };
 
 struct LlamaInput : ModelInput {
@@ -78,6 +80,7 @@ struct LlamaInput : ModelInput {
   bool ignore_eos = false;
   int64_t logprobs = -1;
   std::function<bool(const TextDelta& delta)> on_delta;
+  bool trace_routing = false;
 };
 
 struct LlamaOutput : ModelOutput {
@@ -87,6 +90,12 @@ struct LlamaOutput : ModelOutput {
   std::shared_ptr<const text::HfTokenizer> tokenizer;  // the model's: token strings for logprobs
   std::string finish_reason;  // "stop" | "length"
   double first_ms = -1, last_ms = -1;  // from the request's admission to the engine to its first / last token
+  // trace_routing on a mixture-of-experts model: per generated token and layer, the chosen experts (descending
+  // weight) and their renormalised weights, [ids.size(), routing_layers, routing_k] (the routing of the position
+  // whose logits chose the token: the prompt's last for the first token, then each token before it).
+  int64_t routing_layers = 0, routing_k = 0;
+  std::vector<int32_t> routing_experts;
+  std::vector<float> routing_weights;
   int64_t generated_tokens() const override { return static_cast<int64_t>(ids.size()); }
   double first_token_ms() const override { return first_ms; }
   double last_token_ms() const override { return last_ms; }
@@ -131,6 +140,7 @@ class LlamaExecutor final : public Executor {
   BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
   std::vector<CacheStats> caches() const override;
   std::optional<SequenceStats> sequences() const override;
+  std::optional<ExpertLoadStats> expert_load() const override;
 
   const models::LlamaConfig& config() const { return config_; }
   int64_t max_model_len() const { return max_model_len_; }
@@ -161,6 +171,7 @@ class LlamaExecutor final : public Executor {
   std::shared_ptr<void> vision_owner_;
   std::unique_ptr<EmbeddingCache> encoder_cache_;
   std::atomic<int64_t> encoder_hits_{0}, encoder_misses_{0}, encoder_bytes_{0}, encoder_entries_{0};
+  std::vector<std::atomic<int64_t>> expert_tokens_;  // Mixtral: [layers, experts] routing decisions
   std::vector<int32_t> eos_ids_;
   ExecutorOptions options_;
   FamilyInfo info_;

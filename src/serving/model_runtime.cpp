@@ -404,6 +404,11 @@ void ModelRuntime::publish_caches(const engine::Executor& executor, Replica& rep
   std::optional<engine::SequenceStats> sequences = executor.sequences();
   metrics_.add_sequence_delta(replica.sequences, sequences, static_cast<int>(replicas_.size()));
   replica.sequences = sequences;
+  std::optional<engine::ExpertLoadStats> load = executor.expert_load();
+  if (load) {
+    metrics_.add_expert_load_delta(replica.expert_load, *load);
+    replica.expert_load = std::move(load);
+  }
   std::vector<engine::CacheStats> now = executor.caches();
   if (now.empty() && replica.caches.empty()) return;
   metrics_.add_cache_delta(replica.caches, now);

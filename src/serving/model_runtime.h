@@ -121,6 +121,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
     int injected_faults = 0;                 // test seam: batches left to fail (-1: all)
     std::vector<engine::CacheStats> caches;  // the executor's, when last published (its engine thread only)
     std::optional<engine::SequenceStats> sequences;  // likewise, for generating families
+    std::optional<engine::ExpertLoadStats> expert_load;  // likewise, for mixture-of-experts decoders
   };
 
   ModelRuntime(std::string name, ModelConfig config, const RuntimeContext& context, models::Family family);

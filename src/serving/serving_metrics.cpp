@@ -97,6 +97,14 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
           r.gauge("mmserve_cache_bytes", "Bytes an executor's caches hold, over the replicas.", {"model", "cache"})),
       cache_entries(r.gauge("mmserve_cache_entries", "Entries an executor's caches hold, over the replicas.",
                             {"model", "cache"})),
+      expert_tokens(r.counter("mmserve_moe_expert_tokens_total",
+                              "Tokens a mixture-of-experts layer routed to an expert (each token counts once per "
+                              "chosen expert).",
+                              {"model", "layer", "expert"})),
+      top_expert_share(r.gauge("mmserve_moe_top_expert_share",
+                               "Share of a layer's routing decisions that went to its busiest expert (1/k of top-k "
+                               "is balanced), since the replica loaded (with replicas: the last one to publish).",
+                               {"model", "layer"})),
       queue_depth(r.gauge("mmserve_queue_depth", "Requests waiting in the model's queue.", {"model"})),
       inflight(r.gauge("mmserve_inflight_requests", "Admitted requests not yet completed.", {"model"})),
       load_seconds(r.gauge("mmserve_model_load_seconds", "Seconds the last load took (with warm-up).", {"model"})),
@@ -162,6 +170,27 @@ void ModelMetrics::add_sequence_delta(const std::optional<engine::SequenceStats>
   Counter& preemptions = families_->preemptions.with(labels);  // exposed (as 0) from the first publication
   if (now->preemptions > old.preemptions) preemptions.inc(static_cast<double>(now->preemptions - old.preemptions));
   families_->kv_cache_usage.with(labels).add((now->kv_cache_usage - old.kv_cache_usage) / std::max(replicas, 1));
+}
+
+void ModelMetrics::add_expert_load_delta(const std::optional<engine::ExpertLoadStats>& before,
+                                         const engine::ExpertLoadStats& now) {
+  for (int64_t l = 0; l < now.layers; ++l) {
+    int64_t total = 0, top = 0;
+    for (int64_t e = 0; e < now.experts; ++e) {
+      const size_t i = static_cast<size_t>(l * now.experts + e);
+      const int64_t old = before && i < before->tokens.size() ? before->tokens[i] : 0;
+      if (now.tokens[i] > old) {
+        families_->expert_tokens.with({model_, std::to_string(l), std::to_string(e)})
+            .inc(static_cast<double>(now.tokens[i] - old));
+      }
+      total += now.tokens[i];
+      top = std::max(top, now.tokens[i]);
+    }
+    if (total > 0) {
+      families_->top_expert_share.with({model_, std::to_string(l)})
+          .set(static_cast<double>(top) / static_cast<double>(total));  // the publishing replica's
+    }
+  }
 }
 
 void ModelMetrics::add_cache_delta(const std::vector<engine::CacheStats>& before,

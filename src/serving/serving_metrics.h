@@ -69,6 +69,8 @@ struct ServingMetrics {
   Family<Counter>& cache_misses;
   Family<Gauge>& cache_bytes;
   Family<Gauge>& cache_entries;
+  Family<Counter>& expert_tokens;    // mixture-of-experts decoders (engine::ExpertLoadStats)
+  Family<Gauge>& top_expert_share;
   Family<Gauge>& queue_depth;
   Family<Gauge>& inflight;
   Family<Gauge>& load_seconds;
@@ -103,6 +105,8 @@ class ModelMetrics {
   void record_generation(const engine::ModelOutput& output, int64_t prompt_tokens, double before_batch_ms);
   // Adds the change since `before` of one executor's caches (an engine thread publishes its own executor's).
   void add_cache_delta(const std::vector<engine::CacheStats>& before, const std::vector<engine::CacheStats>& now);
+  // The routing decisions since `before` per (layer, expert), and each layer's share of its busiest expert.
+  void add_expert_load_delta(const std::optional<engine::ExpertLoadStats>& before, const engine::ExpertLoadStats& now);
   // The same for a generating family's sequence gauges (the usage ratio is averaged over `replicas`).
   void add_sequence_delta(const std::optional<engine::SequenceStats>& before,
                           const std::optional<engine::SequenceStats>& now, int replicas);

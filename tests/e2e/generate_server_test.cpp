@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "../conformance/golden.h"
 #include "server_process.h"
 
 namespace mmserve {
@@ -28,6 +29,7 @@ using namespace e2e;
 constexpr const char* kLlm = "stories";
 constexpr const char* kClip = "clip";
 constexpr const char* kLlava = "llava";
+constexpr const char* kMixtral = "mixtral";
 
 // One server for the whole suite (a conversion and a model load per test would dominate the run).
 class Generate : public ::testing::Test {
@@ -55,6 +57,12 @@ class Generate : public ::testing::Test {
     for (const char* f : {"tokenizer.json", "chat_template.jinja"}) {
       fs::copy_file(fx / "llava_servable" / f, *root_ / kLlava / f);
     }
+    // A tiny HF Mixtral (tests/fixtures/mixtral) with the same 256-id tokenizer.
+    fs::create_directories(*root_ / kMixtral);
+    for (const char* f : {"config.json", "model.safetensors"}) {
+      fs::copy_file(fx / "mixtral/mixtral-5x-top2-f32" / f, *root_ / kMixtral / f);
+    }
+    fs::copy_file(fx / "llava_servable/tokenizer.json", *root_ / kMixtral / "tokenizer.json");
     server_ = new ServerProcess(*root_);
     ASSERT_TRUE(server_->wait_ready()) << server_->stderr_text();
   }
@@ -443,6 +451,74 @@ TEST_F(Generate, ImagesThroughChatAndKserveGiveTheClisTokens) {
     ASSERT_FALSE(j.is_discarded()) << r->body;
     EXPECT_NE(r->body.find(b.needle), std::string::npos) << r->body;
   }
+}
+
+// SPEC 4.4's routing trace: with x-mmserve-trace-routing: 1 a Mixtral's answer carries, per generated token and
+// layer, the experts HF's router chose and their weights (tests/fixtures/mixtral's goldens: the routing of the
+// position whose logits picked each token); without the header there is none; the expert-load metrics count
+// every routed token.
+TEST_F(Generate, MixtralRoutingTraceIsHfsRouterAndTheMetricsCountIt) {
+  const fs::path dir = fs::path(MMSERVE_FIXTURES_DIR) / "mixtral/mixtral-5x-top2-f32";
+  const json meta = json::parse(read_file(dir / "golden.json"));
+  testing::Golden golden((dir / "golden.safetensors").string());
+  const std::vector<int64_t> topk = golden.i64("router_topk");
+  const std::vector<float> weights = golden.f32("router_weights");
+  const std::vector<int64_t> greedy = meta["greedy_ids"].get<std::vector<int64_t>>();
+  const int64_t p = static_cast<int64_t>(meta["prompt_ids"].size()), n = static_cast<int64_t>(greedy.size());
+  const int64_t fed = p + n - 1, k = 2, layers = 2;
+  const json body = {{"model", kMixtral}, {"prompt", meta["prompt_ids"]}, {"max_tokens", n}, {"temperature", 0},
+                     {"ignore_eos", true}};
+  auto r = server_->client().Post("/v1/completions", {{"x-mmserve-trace-routing", "1"}}, body.dump(),
+                                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const json& routing = j["choices"][0]["routing"];
+  ASSERT_EQ(routing["layers"], layers);
+  ASSERT_EQ(routing["top_k"], k);
+  ASSERT_EQ(static_cast<int64_t>(routing["experts"].size()), n);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t l = 0; l < layers; ++l) {
+      for (int64_t e = 0; e < k; ++e) {
+        const size_t at = static_cast<size_t>((l * fed + p - 1 + t) * k + e);
+        EXPECT_EQ(routing["experts"][t][l][e].get<int64_t>(), topk[at]) << t << " " << l << " " << e;
+        EXPECT_NEAR(routing["weights"][t][l][e].get<double>(), weights[at], 1e-5);
+      }
+    }
+  }
+  EXPECT_EQ(j["usage"]["completion_tokens"], n);
+  // No header, no trace (and KServe generate carries it the same way when asked).
+  EXPECT_FALSE(post_ok("/v1/completions", body)["choices"][0].contains("routing"));
+  auto k_gen = server_->client().Post("/v2/models/mixtral/generate", {{"x-mmserve-trace-routing", "true"}},
+                                      json{{"text_input", "ab"}, {"max_tokens", 3}, {"ignore_eos", true}}.dump(),
+                                      "application/json");
+  ASSERT_TRUE(k_gen);
+  ASSERT_EQ(k_gen->status, 200) << k_gen->body;
+  EXPECT_EQ(json::parse(k_gen->body)["routing"]["experts"].size(), 3u);
+  // The expert-load metrics: every layer's routed tokens (k per token) and its busiest expert's share.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    auto m = server_->client().Get("/metrics");
+    ASSERT_TRUE(m);
+    text = m->body;
+    if (text.find("mmserve_moe_top_expert_share{model=\"mixtral\",layer=\"1\"}") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  double routed = 0;
+  for (int e = 0; e < 5; ++e) {
+    const std::string name = "mmserve_moe_expert_tokens_total{model=\"mixtral\",layer=\"0\",expert=\"" +
+                             std::to_string(e) + "\"} ";
+    const size_t at = text.find(name);
+    if (at != std::string::npos) routed += std::stod(text.substr(at + name.size()));
+  }
+  // Two completions of p + n - 1 fed tokens and one of 2 + 2, k decisions each (warm-up tokens too: at least).
+  EXPECT_GE(routed, static_cast<double>(k * (2 * fed + 4))) << text.substr(0, 2000);
+  const std::string share = "mmserve_moe_top_expert_share{model=\"mixtral\",layer=\"0\"} ";
+  const size_t at = text.find(share);
+  ASSERT_NE(at, std::string::npos);
+  const double s = std::stod(text.substr(at + share.size()));
+  EXPECT_GE(s, 1.0 / 5);
+  EXPECT_LE(s, 1.0);
 }
 
 TEST_F(Generate, MalformedBodiesGet400WithAJsonMessage) {
