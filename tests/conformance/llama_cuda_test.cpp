@@ -2,8 +2,9 @@
 // tests/fixtures/llama against HF's f32 logits (prompt rows and every greedy step, fed HF's ids) in f32 (within
 // 2e-4 of the row's largest |logit|: the same model, cuBLAS's and our kernels' summation orders) and in bf16
 // (within 4e-2: bf16 weights and activations; greedy agreement reported), steps replayed from CUDA graphs against
-// eager ones, and the executor on the GPU: stories260K's greedy story equal to llama2.c run.c's (f32), a batch of
-// mixed requests each equal to its run alone, prefix caching and preemption changing nothing.
+// eager ones, the tiny Mixtrals the same way, and the executor on the GPU: stories260K's greedy story equal to
+// llama2.c run.c's (f32), a batch of mixed requests each equal to its run alone, prefix caching and preemption
+// changing nothing.
 // Skipped, saying why, without a GPU.
 #include <gtest/gtest.h>
 
@@ -95,6 +96,21 @@ TEST(LlamaCuda, EveryVariantMatchesTransformers) {
     ++variants;
   }
   EXPECT_GE(variants, 7);
+}
+
+// Mixtral on the GPU (the router GEMM, kernels/moe's routing, one GEMM per expert): HF's f32 logits within 2e-4,
+// bf16 under the 2x rule, on the tiny HF Mixtrals of tests/fixtures/mixtral (eager steps: no decode graphs).
+TEST(LlamaCuda, MixtralMatchesTransformers) {
+  MMSERVE_REQUIRE_GPU();
+  int variants = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(testing::fixture("mixtral"))) {
+    if (!fs::exists(entry.path() / "golden.json")) continue;
+    SCOPED_TRACE(entry.path().filename().string());
+    check_variant(entry.path(), DType::kF32, /*graphs=*/true, 2e-4f);
+    check_variant(entry.path(), DType::kBF16, /*graphs=*/true, 4e-2f);
+    ++variants;
+  }
+  EXPECT_GE(variants, 2);
 }
 
 class LlamaCudaExecutor : public ::testing::Test {

@@ -495,24 +495,29 @@ TEST_F(Generate, MixtralRoutingTraceIsHfsRouterAndTheMetricsCountIt) {
   ASSERT_TRUE(k_gen);
   ASSERT_EQ(k_gen->status, 200) << k_gen->body;
   EXPECT_EQ(json::parse(k_gen->body)["routing"]["experts"].size(), 3u);
-  // The expert-load metrics: every layer's routed tokens (k per token) and its busiest expert's share.
+  // The expert-load metrics: every layer's routed tokens (k per token) and its busiest expert's share. Published
+  // between steps and after each batch: poll until the last request's tokens are in.
+  // Two completions of p + n - 1 fed tokens and one of 2 + 2, k decisions each (warm-up tokens too: at least).
+  const double expected = static_cast<double>(k * (2 * fed + 4));
+  auto routed_in = [](const std::string& text) {
+    double routed = 0;
+    for (int e = 0; e < 5; ++e) {
+      const std::string name = "mmserve_moe_expert_tokens_total{model=\"mixtral\",layer=\"0\",expert=\"" +
+                               std::to_string(e) + "\"} ";
+      const size_t at = text.find(name);
+      if (at != std::string::npos) routed += std::stod(text.substr(at + name.size()));
+    }
+    return routed;
+  };
   std::string text;
-  for (int i = 0; i < 100; ++i) {
+  for (int i = 0; i < 250; ++i) {
     auto m = server_->client().Get("/metrics");
     ASSERT_TRUE(m);
     text = m->body;
-    if (text.find("mmserve_moe_top_expert_share{model=\"mixtral\",layer=\"1\"}") != std::string::npos) break;
+    if (routed_in(text) >= expected) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  double routed = 0;
-  for (int e = 0; e < 5; ++e) {
-    const std::string name = "mmserve_moe_expert_tokens_total{model=\"mixtral\",layer=\"0\",expert=\"" +
-                             std::to_string(e) + "\"} ";
-    const size_t at = text.find(name);
-    if (at != std::string::npos) routed += std::stod(text.substr(at + name.size()));
-  }
-  // Two completions of p + n - 1 fed tokens and one of 2 + 2, k decisions each (warm-up tokens too: at least).
-  EXPECT_GE(routed, static_cast<double>(k * (2 * fed + 4))) << text.substr(0, 2000);
+  EXPECT_GE(routed_in(text), expected) << text.substr(0, 2000);
   const std::string share = "mmserve_moe_top_expert_share{model=\"mixtral\",layer=\"0\"} ";
   const size_t at = text.find(share);
   ASSERT_NE(at, std::string::npos);

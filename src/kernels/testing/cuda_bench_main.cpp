@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
       {"rms_norm", bench_rms_norm_cuda},
       {"rope", bench_rope_cuda},
       {"swiglu", bench_swiglu_cuda},
+      {"moe", bench_moe_cuda},
       {"sampling", bench_sampling_cuda},
   };
   for (const auto& [name, run] : benches) {

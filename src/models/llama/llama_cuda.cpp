@@ -9,6 +9,7 @@
 #include "core/json_config.h"
 #include "core/safetensors.h"
 #include "kernels/gemm/gemm_small_m_cuda.h"
+#include "kernels/moe/moe_cuda.h"
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
 #include "kernels/rope/rope_cuda.h"
@@ -94,6 +95,22 @@ Status LlamaCudaModel::plan_weights() {
     }
     want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
     if (c.o_bias) want(reinterpret_cast<const void**>(&w.o_bias), DType::kF32, h, {{p + "self_attn.o_proj.bias", 0}});
+    if (c.num_experts > 0) {
+      const int64_t e_count = c.num_experts;
+      std::vector<std::pair<std::string, int64_t>> w13, w2;
+      for (int64_t e = 0; e < e_count; ++e) {
+        const std::string x = p + "block_sparse_moe.experts." + std::to_string(e) + ".";
+        w13.push_back({x + "w1.weight", e * 2 * i * h});
+        w13.push_back({x + "w3.weight", e * 2 * i * h + i * h});
+        w2.push_back({x + "w2.weight", e * h * i});
+      }
+      want(&w.router, d, e_count * h, {{p + "block_sparse_moe.gate.weight", 0}});
+      want(&w.w13, d, e_count * 2 * i * h, std::move(w13));
+      want(&w.w2, d, e_count * h * i, std::move(w2));
+      want(&w.input_norm, d, h, {{p + "input_layernorm.weight", 0}});
+      want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
+      continue;
+    }
     want(&w.gate_up, d, 2 * i * h, {{p + "mlp.gate_proj.weight", 0}, {p + "mlp.up_proj.weight", i * h}});
     if (c.mlp_bias) {
       want(&w.gate_up_bias, d, 2 * i, {{p + "mlp.gate_proj.bias", 0}, {p + "mlp.up_proj.bias", i}});
@@ -189,8 +206,18 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(d, rows * c.q_size()), bytes_of(d, rows * 2 * c.intermediate_size), bytes_of(d, rows * c.intermediate_size),
       bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
       bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
+  std::vector<size_t> all = sizes;
+  const int64_t e_count = c.num_experts, pairs = rows * std::max<int64_t>(c.experts_per_token, 1);
+  if (e_count > 0) {  // Mixtral: the router's logits, the routing, the plan and the pairs' activations
+    for (size_t b : {bytes_of(DType::kF32, rows * e_count), bytes_of(DType::kI32, pairs), bytes_of(DType::kF32, pairs),
+                     bytes_of(DType::kI32, e_count + 1), bytes_of(DType::kI32, pairs), bytes_of(DType::kI32, pairs),
+                     bytes_of(d, pairs * h), bytes_of(d, pairs * 2 * c.intermediate_size),
+                     bytes_of(d, pairs * c.intermediate_size), bytes_of(DType::kF32, pairs * h)}) {
+      all.push_back(b);
+    }
+  }
   size_t buffer_bytes = 0;
-  for (size_t b : sizes) buffer_bytes += DeviceArena::aligned(b) + DeviceArena::kAlignment;
+  for (size_t b : all) buffer_bytes += DeviceArena::aligned(b) + DeviceArena::kAlignment;
   for (int64_t b : buckets_) {
     buffer_bytes += DeviceArena::aligned(bytes_of(DType::kI32, StepArrays::ints(b, b, table_ld_))) + DeviceArena::kAlignment;
   }
@@ -237,6 +264,19 @@ Status LlamaCudaModel::plan_buffers() {
   }
   arrays_ = eager_arrays_;
   ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
+  if (e_count > 0) {
+    ASSIGN_OR_RETURN(router_logits_, buffers_.allocate_array<float>(rows * e_count));
+    ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(pairs));
+    ASSIGN_OR_RETURN(moe_weights_, buffers_.allocate_array<float>(pairs));
+    ASSIGN_OR_RETURN(moe_offsets_, buffers_.allocate_array<int32_t>(e_count + 1));
+    ASSIGN_OR_RETURN(moe_pair_, buffers_.allocate_array<int32_t>(pairs));
+    ASSIGN_OR_RETURN(moe_row_of_, buffers_.allocate_array<int32_t>(pairs));
+    ASSIGN_OR_RETURN(moe_xp_, buffers_.allocate(bytes_of(d, pairs * h)));
+    ASSIGN_OR_RETURN(moe_gate_up_, buffers_.allocate(bytes_of(d, pairs * 2 * c.intermediate_size)));
+    ASSIGN_OR_RETURN(moe_act_, buffers_.allocate(bytes_of(d, pairs * c.intermediate_size)));
+    ASSIGN_OR_RETURN(moe_yp_, buffers_.allocate_array<float>(pairs * h));
+    RETURN_IF_ERROR(moe_host_offsets_.init(bytes_of(DType::kI32, e_count + 1)));
+  }
   ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   CUDA_RETURN_IF_ERROR(cudaMemset(k_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
@@ -259,9 +299,6 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   const std::string config_path = model_dir + "/config.json";
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   ASSIGN_OR_RETURN(LlamaConfig config, parse_llama_config(json, config_path));
-  if (config.num_experts > 0) {
-    return unimplemented(config_path + ": the CUDA path has no mixture-of-experts MLP yet (Mixtral runs on the CPU)");
-  }
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};
@@ -273,9 +310,6 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load_decoder(const Wei
                                                                        const LlamaConfig& config,
                                                                        const LlamaWeightNames& names,
                                                                        const LlamaCudaOptions& options) {
-  if (config.num_experts > 0) {
-    return unimplemented("the CUDA path has no mixture-of-experts MLP yet (Mixtral runs on the CPU)");
-  }
   std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
   m->names_ = names;
   RETURN_IF_ERROR(m->init(config, options));
@@ -441,6 +475,10 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
+    if (c.num_experts > 0) {
+      RETURN_IF_ERROR(moe_mlp(w, tokens));
+      continue;
+    }
     kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
     mlp.a = normed_, mlp.w = w.gate_up, mlp.ldw = h, mlp.bias = w.gate_up_bias, mlp.y = act_;
     mlp.inter = inter, mlp.k = h, mlp.dtype = d;
@@ -462,8 +500,51 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   return ok_status();
 }
 
+Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  cudaStream_t s = stream_.get();
+  const int64_t h = c.hidden_size, i = c.intermediate_size, e_count = c.num_experts, k = c.experts_per_token;
+  auto gemm = [&](const void* a, int64_t lda, const void* wt, int64_t n, int64_t kk, void* out, DType out_dtype,
+                  int64_t m) {
+    kernels::GemmCudaArgs g;
+    g.m = m, g.n = n, g.k = kk, g.a = a, g.lda = lda, g.w = wt, g.ldw = kk, g.in_dtype = d;
+    g.d = out, g.ldd = n, g.out_dtype = out_dtype;
+    return gemm_->run(g, s);
+  };
+  auto at = [&](const void* p, DType dt, int64_t n) { return static_cast<const uint8_t*>(p) + bytes_of(dt, n); };
+  auto at_mut = [&](void* p, DType dt, int64_t n) { return static_cast<uint8_t*>(p) + bytes_of(dt, n); };
+  // Route: logits in f32 (HF's softmax runs in f32 on the router's output), top-k, then the pairs grouped by expert.
+  RETURN_IF_ERROR(gemm(normed_, h, w.router, e_count, h, router_logits_, DType::kF32, tokens));
+  RETURN_IF_ERROR(kernels::moe_route_cuda(router_logits_, e_count, tokens, e_count, k, moe_ids_, moe_weights_, s));
+  RETURN_IF_ERROR(kernels::moe_plan_cuda(moe_ids_, tokens, e_count, k, moe_offsets_, moe_pair_, moe_row_of_, s));
+  RETURN_IF_ERROR(kernels::moe_permute_cuda(normed_, h, d, moe_pair_, tokens * k, k, h, moe_xp_, h, s));
+  auto* offsets = moe_host_offsets_.data_as<int32_t>();
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets, moe_offsets_, (e_count + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  // Each expert over its rows: [w1; w3], then SwiGLU over every pair at once, then w2 (f32 out, for the combine).
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    RETURN_IF_ERROR(gemm(at(moe_xp_, d, first * h), h, at(w.w13, d, e * 2 * i * h), 2 * i, h,
+                         at_mut(moe_gate_up_, d, first * 2 * i), d, rows));
+  }
+  kernels::SwigluArgs sw;
+  sw.gate = moe_gate_up_, sw.up = at(moe_gate_up_, d, i), sw.in_dtype = d, sw.in_ld = 2 * i, sw.rows = tokens * k;
+  sw.cols = i, sw.y = moe_act_, sw.y_dtype = d, sw.y_ld = i;
+  RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
+  for (int64_t e = 0; e < e_count; ++e) {
+    const int64_t first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    RETURN_IF_ERROR(gemm(at(moe_act_, d, first * i), i, at(w.w2, d, e * h * i), h, i, moe_yp_ + first * h,
+                         DType::kF32, rows));
+  }
+  return kernels::moe_combine_cuda(moe_yp_, h, moe_row_of_, moe_ids_, moe_weights_, tokens, k, h, x_, h,
+                                   /*accumulate=*/true, s);
+}
+
 Status LlamaCudaModel::capture_graphs() {
-  if (dynamic_rope_) return ok_status();  // per-sequence frequencies: eager
+  if (dynamic_rope_ || config_.num_experts > 0) return ok_status();  // per-sequence frequencies, MoE: eager
   cudaStream_t s = stream_.get();
   // Every bucket once eagerly (kernels accept the shapes, cuBLASLt's plans are cached), then captured.
   for (int64_t b : buckets_) {

@@ -15,6 +15,10 @@
 // steps run eagerly (their launches are few next to their FLOPs). Dynamic NTK RoPE (frequencies that depend on each
 // sequence's length) runs eagerly too, one RoPE launch per sequence.
 // Sampling is not here: logits() stays on the device for kernels/sampling (engine/llama_cuda_backend.cpp).
+// Mixtral: the MLP is the router GEMM (f32 logits), kernels/moe's routing, plan and permute on the device, the
+// experts' row counts copied to the host, one [w1; w3] GEMM per expert with rows, one SwiGLU over all pairs, one w2
+// GEMM per expert (f32 out), and the weighted combine added to the residual. The host copy makes every step eager
+// (no decode graphs); a device-side grouped GEMM is the next step (docs/perf/mixtral_gpu.md).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
@@ -91,7 +95,12 @@ class LlamaCudaModel {
                *down = nullptr;
     const float *o_bias = nullptr, *down_bias = nullptr;  // write the f32 residual: f32
     const void *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+    // Mixtral: the router [E, h], every expert's [w1; w3] [E, 2i, h] and w2 [E, h, i], in the compute dtype.
+    const void *router = nullptr, *w13 = nullptr, *w2 = nullptr;
   };
+  // Mixtral's sparse MLP of one layer over `tokens` rows of normed_, added to the residual x_ (eager: the experts'
+  // row counts come back to the host once per layer).
+  Status moe_mlp(const Layer& w, int64_t tokens);
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -121,6 +130,11 @@ class LlamaCudaModel {
   void *normed_ = nullptr, *qkv_ = nullptr, *attn_ = nullptr, *gate_up_ = nullptr, *act_ = nullptr;
   void *k_pool_ = nullptr, *v_pool_ = nullptr, *attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
+  // Mixtral's buffers (rows * k (token, expert) pairs).
+  float *router_logits_ = nullptr, *moe_weights_ = nullptr, *moe_yp_ = nullptr;
+  int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_pair_ = nullptr, *moe_row_of_ = nullptr;
+  void *moe_xp_ = nullptr, *moe_gate_up_ = nullptr, *moe_act_ = nullptr;
+  PinnedBuffer moe_host_offsets_;
   // A step's int32 arrays, laid out back to back (tokens, positions, slots and logit rows [tokens], query_start
   // [seqs + 1], seq_lens [seqs], tables [seqs, table_ld]) in the pinned staging buffer and on the device.
   struct StepArrays {

@@ -1,0 +1,108 @@
+// The MoE routing kernels on the GPU against their CPU twins (moe.h) on the same inputs: routing over odd expert
+// counts (1, 5, 8, 33, 256) and k with ties and a well-separated router (the same ids; weights within 1e-6), the plan
+// bit for bit (offsets, pairs, rows) with empty experts, permute exactly in f32 and bf16, combine with and without
+// the residual add (within 1e-6 relative), and broken arguments refused before launching. Skipped, with the reason,
+// where no GPU is visible.
+#include "kernels/moe/moe_cuda.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/moe/moe.h"
+#include "kernels/testing/cuda_test_util.h"
+#include "kernels/testing/kernel_test_util.h"
+
+namespace mmserve::kernels {
+namespace {
+
+using cuda_test::DeviceVector;
+using test_util::random_floats;
+
+TEST(MoeCudaTest, RouteAndPlanEqualTheCpuTwins) {
+  MMSERVE_REQUIRE_GPU();
+  for (int64_t experts : {1, 5, 8, 33, 256}) {
+    for (int64_t k : {1, 2, 3}) {
+      if (k > experts) continue;
+      SCOPED_TRACE(std::to_string(experts) + " experts, top-" + std::to_string(k));
+      const int64_t tokens = 37, ld = experts + 2;
+      // Logits on a grid of 1/8 plus one exact tie per token: separated enough that expf's ulps cannot reorder.
+      std::vector<float> logits = random_floats(static_cast<size_t>(tokens * ld), 11, -4.0f, 4.0f);
+      for (float& v : logits) v = std::round(v * 8.0f) / 8.0f + 0.0f;
+      for (int64_t t = 0; t < tokens && experts > 2; ++t) logits[t * ld + 2] = logits[t * ld + 1];
+      std::vector<int32_t> want_ids(static_cast<size_t>(tokens * k));
+      std::vector<float> want_w(want_ids.size());
+      moe_route(logits.data(), ld, tokens, experts, k, want_ids.data(), want_w.data());
+      DeviceVector<float> d_logits(logits), d_w(want_w.size());
+      DeviceVector<int32_t> d_ids(want_ids.size());
+      ASSERT_TRUE(moe_route_cuda(d_logits.get(), ld, tokens, experts, k, d_ids.get(), d_w.get(), nullptr).ok());
+      const std::vector<int32_t> ids = d_ids.download();
+      const std::vector<float> w = d_w.download();
+      EXPECT_EQ(ids, want_ids);
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want_w[i], 1e-6) << i;
+      // The plan of those ids.
+      const MoePlan want = moe_plan(want_ids.data(), tokens, experts, k);
+      DeviceVector<int32_t> offsets(static_cast<size_t>(experts + 1)), pair(want_ids.size()), row_of(want_ids.size());
+      ASSERT_TRUE(moe_plan_cuda(d_ids.get(), tokens, experts, k, offsets.get(), pair.get(), row_of.get(), nullptr).ok());
+      EXPECT_EQ(offsets.download(), want.offsets);
+      EXPECT_EQ(pair.download(), want.pair);
+      EXPECT_EQ(row_of.download(), want.row_of);
+    }
+  }
+}
+
+TEST(MoeCudaTest, PermuteAndCombineEqualTheCpuTwins) {
+  MMSERVE_REQUIRE_GPU();
+  const int64_t tokens = 19, experts = 7, k = 3, cols = 45, ld = 50;
+  std::vector<float> logits = random_floats(static_cast<size_t>(tokens * experts), 5, -3.0f, 3.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+  std::vector<float> w(ids.size());
+  moe_route(logits.data(), experts, tokens, experts, k, ids.data(), w.data());
+  const MoePlan plan = moe_plan(ids.data(), tokens, experts, k);
+  DeviceVector<int32_t> d_pair(plan.pair), d_row_of(plan.row_of), d_ids(ids);
+  DeviceVector<float> d_w(w);
+  // Permute, f32 and bf16 (bit patterns moved as they are).
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const std::vector<float> x = cuda_test::round_through(random_floats(static_cast<size_t>(tokens * ld), 6, -1, 1), dtype);
+    std::vector<float> want(static_cast<size_t>(tokens * k * cols));
+    moe_permute(x.data(), ld, plan, cols, want.data(), cols);
+    const std::vector<uint8_t> bytes = cuda_test::encode(x, dtype);
+    DeviceVector<uint8_t> d_x(bytes), d_xp(want.size() * dtype_size(dtype));
+    ASSERT_TRUE(moe_permute_cuda(d_x.get(), ld, dtype, d_pair.get(), tokens * k, k, cols, d_xp.get(), cols, nullptr).ok());
+    EXPECT_EQ(cuda_test::decode(d_xp.download(), dtype), want) << dtype_name(dtype);
+  }
+  // Combine into a fresh output and onto a residual.
+  const std::vector<float> yp = random_floats(static_cast<size_t>(tokens * k * cols), 7, -2, 2);
+  const std::vector<float> residual = random_floats(static_cast<size_t>(tokens * ld), 8, -1, 1);
+  std::vector<float> sum(static_cast<size_t>(tokens * ld), 0.0f);
+  moe_combine(yp.data(), cols, plan, ids.data(), w.data(), cols, sum.data(), ld);
+  DeviceVector<float> d_yp(yp);
+  for (bool accumulate : {false, true}) {
+    DeviceVector<float> d_out(residual);
+    ASSERT_TRUE(moe_combine_cuda(d_yp.get(), cols, d_row_of.get(), d_ids.get(), d_w.get(), tokens, k, cols, d_out.get(),
+                                 ld, accumulate, nullptr).ok());
+    const std::vector<float> out = d_out.download();
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t c = 0; c < ld; ++c) {
+        const size_t i = static_cast<size_t>(t * ld + c);
+        const float want = c >= cols ? residual[i] : accumulate ? residual[i] + sum[i] : sum[i];
+        EXPECT_NEAR(out[i], want, 1e-6f * std::max(1.0f, std::fabs(want))) << t << " " << c << " " << accumulate;
+      }
+    }
+  }
+}
+
+TEST(MoeCudaTest, BrokenArgumentsAreRefusedBeforeLaunching) {
+  MMSERVE_REQUIRE_GPU();
+  EXPECT_EQ(moe_route_cuda(nullptr, 8, 4, 8, 0, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(moe_route_cuda(nullptr, 8, 4, 8, 9, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(moe_route_cuda(nullptr, 300, 4, 300, 2, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(moe_plan_cuda(nullptr, 4, 0, 1, nullptr, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(moe_combine_cuda(nullptr, 1, nullptr, nullptr, nullptr, 4, 65, 1, nullptr, 1, false, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(moe_route_cuda(nullptr, 8, 0, 8, 2, nullptr, nullptr, nullptr).ok());  // no tokens: nothing to do
+}
+
+}  // namespace
+}  // namespace mmserve::kernels
