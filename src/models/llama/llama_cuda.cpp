@@ -33,6 +33,18 @@ int64_t LlamaCudaModel::memory_bytes() const {
                               kernels::CublasLtGemm::kDefaultWorkspaceBytes);
 }
 
+namespace {
+
+// Mixtral's expert GEMMs: M rounded up to 16 rows up to 64, then to 64 (at most kMoePadRows extra).
+constexpr int64_t kMoePadRows = 63;
+int64_t padded_rows(int64_t rows) {
+  if (rows <= 0) return 0;
+  const int64_t step = rows <= 64 ? 16 : 64;
+  return (rows + step - 1) / step * step;
+}
+
+}  // namespace
+
 Status LlamaCudaModel::init(const LlamaConfig& config, const LlamaCudaOptions& options) {
   config_ = config;
   options_ = options;
@@ -207,7 +219,8 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
       bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
   std::vector<size_t> all = sizes;
-  const int64_t e_count = c.num_experts, pairs = rows * std::max<int64_t>(c.experts_per_token, 1);
+  const int64_t e_count = c.num_experts;
+  const int64_t pairs = rows * std::max<int64_t>(c.experts_per_token, 1) + (e_count > 0 ? kMoePadRows : 0);
   if (e_count > 0) {  // Mixtral: the router's logits, the routing, the plan and the pairs' activations
     for (size_t b : {bytes_of(DType::kF32, rows * e_count), bytes_of(DType::kI32, pairs), bytes_of(DType::kF32, pairs),
                      bytes_of(DType::kI32, e_count + 1), bytes_of(DType::kI32, pairs), bytes_of(DType::kI32, pairs),
@@ -523,8 +536,12 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets, moe_offsets_, (e_count + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   // Each expert over its rows: [w1; w3], then SwiGLU over every pair at once, then w2 (f32 out, for the combine).
+  // A GEMM's M is rounded up (padded_rows) so that a few shapes serve every routing: cuBLASLt picks an algorithm
+  // per new shape, which costs more than the padded rows' arithmetic. The padding rows read the next expert's
+  // inputs and write rows that expert (run later, in ascending order) overwrites, or the buffers' slack past the
+  // last pair (moe_pad_rows); nothing reads them.
   for (int64_t e = 0; e < e_count; ++e) {
-    const int64_t first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    const int64_t first = offsets[e], rows = padded_rows(offsets[e + 1] - offsets[e]);
     if (rows == 0) continue;
     RETURN_IF_ERROR(gemm(at(moe_xp_, d, first * h), h, at(w.w13, d, e * 2 * i * h), 2 * i, h,
                          at_mut(moe_gate_up_, d, first * 2 * i), d, rows));
@@ -534,7 +551,7 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
   sw.cols = i, sw.y = moe_act_, sw.y_dtype = d, sw.y_ld = i;
   RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
   for (int64_t e = 0; e < e_count; ++e) {
-    const int64_t first = offsets[e], rows = offsets[e + 1] - offsets[e];
+    const int64_t first = offsets[e], rows = padded_rows(offsets[e + 1] - offsets[e]);
     if (rows == 0) continue;
     RETURN_IF_ERROR(gemm(at(moe_act_, d, first * i), i, at(w.w2, d, e * h * i), h, i, moe_yp_ + first * h,
                          DType::kF32, rows));
