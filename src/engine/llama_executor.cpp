@@ -794,17 +794,24 @@ Status LlamaInputs::add_images(std::vector<InputItem>& inputs, LlamaInput& input
   return ok_status();
 }
 
-StatusOr<std::string> LlamaInputs::expand_text(const std::string& text, int64_t images) const {
-  if (image_token_.empty()) return text;
+std::string expand_image_placeholders(const std::string& text, const std::string& token, int64_t tokens_per_image,
+                                      int64_t& found) {
   std::string out;
-  int64_t found = 0;
+  found = 0;
   size_t at = 0;
-  for (size_t next; (next = text.find(image_token_, at)) != std::string::npos; at = next + image_token_.size()) {
+  for (size_t next; (next = text.find(token, at)) != std::string::npos; at = next + token.size()) {
     out.append(text, at, next - at);
-    for (int64_t k = 0; k < executor_->llava()->tokens_per_image(); ++k) out += image_token_;
+    for (int64_t k = 0; k < tokens_per_image; ++k) out += token;
     ++found;
   }
   out.append(text, at, std::string::npos);
+  return out;
+}
+
+StatusOr<std::string> LlamaInputs::expand_text(const std::string& text, int64_t images) const {
+  if (image_token_.empty()) return text;
+  int64_t found = 0;
+  std::string out = expand_image_placeholders(text, image_token_, executor_->llava()->tokens_per_image(), found);
   if (found != images) {
     return invalid_argument("the prompt has " + std::to_string(found) + " image placeholder(s) " + image_token_ +
                             " but the request carries " + std::to_string(images) + " image(s)");

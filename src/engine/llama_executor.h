@@ -198,6 +198,11 @@ class LlamaInputs final : public InputPreparer {
   PreparerOptions options_;
 };
 
+// HF LlavaProcessor's placeholder expansion: each occurrence of `token` in `text` becomes tokens_per_image copies of
+// it (before tokenising); `found` receives how many there were.
+std::string expand_image_placeholders(const std::string& text, const std::string& token, int64_t tokens_per_image,
+                                      int64_t& found);
+
 // The EOS ids of a model directory: config.json's, generation_config.json's (HF's generate uses them), the
 // tokenizer's eos_token.
 std::vector<int32_t> llama_eos_ids(const std::string& model_dir, const models::LlamaConfig& config,
