@@ -53,7 +53,13 @@ class LlamaCudaBackend final : public DecoderBackend {
   int64_t memory_bytes() const override { return model_->memory_bytes(); }
   Status forward(const models::DecoderStep& step) override {
     rows_ = static_cast<int64_t>(step.logit_rows.size());
-    return model_->forward(step);
+    RETURN_IF_ERROR(model_->forward(step));
+    // Mixtral: the step's routing to the host (its steps are eager and synchronise per layer anyway).
+    if (model_->config().num_experts > 0) return model_->copy_routing(routing_);
+    return ok_status();
+  }
+  const models::MoeRoutingTrace* routing() const override {
+    return model_->config().num_experts > 0 ? &routing_ : nullptr;
   }
 
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
@@ -160,6 +166,7 @@ class LlamaCudaBackend final : public DecoderBackend {
 
  private:
   std::unique_ptr<models::LlamaCudaModel> model_;
+  models::MoeRoutingTrace routing_;
   int64_t rows_ = 0;
   PinnedBuffer host_;
   kernels::SamplingRowParams* d_params_ = nullptr;

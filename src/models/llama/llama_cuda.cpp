@@ -223,7 +223,8 @@ Status LlamaCudaModel::plan_buffers() {
   const int64_t e_count = c.num_experts;
   const int64_t pairs = rows * std::max<int64_t>(c.experts_per_token, 1) + (e_count > 0 ? kMoePadRows : 0);
   if (e_count > 0) {  // Mixtral: the router's logits, the routing, the plan and the pairs' activations
-    for (size_t b : {bytes_of(DType::kF32, rows * e_count), bytes_of(DType::kI32, pairs), bytes_of(DType::kF32, pairs),
+    for (size_t b : {bytes_of(DType::kF32, rows * e_count), bytes_of(DType::kI32, c.num_hidden_layers * pairs),
+                     bytes_of(DType::kF32, c.num_hidden_layers * pairs),
                      bytes_of(DType::kI32, e_count + 1), bytes_of(DType::kI32, pairs), bytes_of(DType::kI32, pairs),
                      bytes_of(d, pairs * h), bytes_of(d, pairs * 2 * c.intermediate_size),
                      bytes_of(d, pairs * c.intermediate_size), bytes_of(DType::kF32, pairs * h)}) {
@@ -280,8 +281,8 @@ Status LlamaCudaModel::plan_buffers() {
   ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
   if (e_count > 0) {
     ASSIGN_OR_RETURN(router_logits_, buffers_.allocate_array<float>(rows * e_count));
-    ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(pairs));
-    ASSIGN_OR_RETURN(moe_weights_, buffers_.allocate_array<float>(pairs));
+    ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(c.num_hidden_layers * pairs));
+    ASSIGN_OR_RETURN(moe_weights_, buffers_.allocate_array<float>(c.num_hidden_layers * pairs));
     ASSIGN_OR_RETURN(moe_offsets_, buffers_.allocate_array<int32_t>(e_count + 1));
     ASSIGN_OR_RETURN(moe_pair_, buffers_.allocate_array<int32_t>(pairs));
     ASSIGN_OR_RETURN(moe_row_of_, buffers_.allocate_array<int32_t>(pairs));
@@ -490,7 +491,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
     if (c.num_experts > 0) {
-      RETURN_IF_ERROR(moe_mlp(w, tokens));
+      RETURN_IF_ERROR(moe_mlp(w, l, tokens));
       continue;
     }
     kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
@@ -514,7 +515,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   return ok_status();
 }
 
-Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
+Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t layer, int64_t tokens) {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
   cudaStream_t s = stream_.get();
@@ -530,8 +531,11 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
   auto at_mut = [&](void* p, DType dt, int64_t n) { return static_cast<uint8_t*>(p) + bytes_of(dt, n); };
   // Route: logits in f32 (HF's softmax runs in f32 on the router's output), top-k, then the pairs grouped by expert.
   RETURN_IF_ERROR(gemm(normed_, h, w.router, e_count, h, router_logits_, DType::kF32, tokens));
-  RETURN_IF_ERROR(kernels::moe_route_cuda(router_logits_, e_count, tokens, e_count, k, moe_ids_, moe_weights_, s));
-  RETURN_IF_ERROR(kernels::moe_plan_cuda(moe_ids_, tokens, e_count, k, moe_offsets_, moe_pair_, moe_row_of_, s));
+  int32_t* ids = moe_ids_ + layer * tokens * k;  // this layer's slice of the step's routing
+  float* weights = moe_weights_ + layer * tokens * k;
+  last_tokens_ = tokens;
+  RETURN_IF_ERROR(kernels::moe_route_cuda(router_logits_, e_count, tokens, e_count, k, ids, weights, s));
+  RETURN_IF_ERROR(kernels::moe_plan_cuda(ids, tokens, e_count, k, moe_offsets_, moe_pair_, moe_row_of_, s));
   RETURN_IF_ERROR(kernels::moe_permute_cuda(normed_, h, d, moe_pair_, tokens * k, k, h, moe_xp_, h, s));
   auto* offsets = moe_host_offsets_.data_as<int32_t>();
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets, moe_offsets_, (e_count + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
@@ -558,8 +562,21 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t tokens) {
     RETURN_IF_ERROR(gemm(at(moe_act_, d, first * i), i, at(w.w2, d, e * h * i), h, i, moe_yp_ + first * h,
                          DType::kF32, rows));
   }
-  return kernels::moe_combine_cuda(moe_yp_, h, moe_row_of_, moe_ids_, moe_weights_, tokens, k, h, x_, h,
-                                   /*accumulate=*/true, s);
+  return kernels::moe_combine_cuda(moe_yp_, h, moe_row_of_, ids, weights, tokens, k, h, x_, h, /*accumulate=*/true, s);
+}
+
+Status LlamaCudaModel::copy_routing(MoeRoutingTrace& out) {
+  const LlamaConfig& c = config_;
+  if (c.num_experts <= 0) return failed_precondition("copy_routing on a model without experts");
+  out.layers = c.num_hidden_layers, out.tokens = last_tokens_, out.k = c.experts_per_token;
+  const size_t n = static_cast<size_t>(out.layers * out.tokens * out.k);
+  out.experts.resize(n);
+  out.weights.resize(n);
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.experts.data(), moe_ids_, n * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                       stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.weights.data(), moe_weights_, n * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream_.get()));
+  return stream_.synchronize();
 }
 
 Status LlamaCudaModel::capture_graphs() {

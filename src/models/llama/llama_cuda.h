@@ -88,6 +88,8 @@ class LlamaCudaModel {
   // host before anything is launched). Table entries and slots come from the scheduler and are trusted.
   Status forward(const DecoderStep& step);
   const float* logits() const { return logits_; }
+  // Mixtral: the last forward's routing, [layers, step tokens, k], copied to the host (waits for the stream).
+  Status copy_routing(MoeRoutingTrace& out);
 
  private:
   struct Layer {
@@ -100,7 +102,7 @@ class LlamaCudaModel {
   };
   // Mixtral's sparse MLP of one layer over `tokens` rows of normed_, added to the residual x_ (eager: the experts'
   // row counts come back to the host once per layer).
-  Status moe_mlp(const Layer& w, int64_t tokens);
+  Status moe_mlp(const Layer& w, int64_t layer, int64_t tokens);
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -131,7 +133,9 @@ class LlamaCudaModel {
   void *k_pool_ = nullptr, *v_pool_ = nullptr, *attn_workspace_ = nullptr;
   size_t attn_workspace_bytes_ = 0;
   // Mixtral's buffers (rows * k (token, expert) pairs).
+  // moe_ids_ / moe_weights_ hold every layer's routing of the step ([layers, tokens, k]) for copy_routing().
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *moe_yp_ = nullptr;
+  int64_t last_tokens_ = 0;
   int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_pair_ = nullptr, *moe_row_of_ = nullptr;
   void *moe_xp_ = nullptr, *moe_gate_up_ = nullptr, *moe_act_ = nullptr;
   PinnedBuffer moe_host_offsets_;
