@@ -42,6 +42,10 @@ std::string format_access_log_line(const AccessLogEntry& e) {
   j["tenant"] = e.tenant;
   j["priority"] = e.priority;
   j["remote"] = e.remote;
+  if (!e.routing.empty()) {
+    nlohmann::ordered_json routing = nlohmann::ordered_json::parse(e.routing, nullptr, false);
+    if (!routing.is_discarded()) j["routing"] = std::move(routing);
+  }
   return dump_json(j);
 }
 

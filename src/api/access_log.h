@@ -23,6 +23,7 @@ struct AccessLogEntry {
   size_t bytes_in = 0;  // request body (Content-Length)
   std::string model, trace_id, span_id, tenant, remote;
   int priority = 0;
+  std::string routing;  // a JSON object (x-mmserve-trace-routing on a Mixtral): written as "routing" when set
 };
 
 // The JSON line (without the newline) for an entry logged at the current time.

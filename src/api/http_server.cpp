@@ -283,6 +283,7 @@ void HttpServer::record(const Request& request, const Response& response) {
   entry.tenant = context->tenant;
   entry.priority = context->priority;
   entry.remote = request.remote_addr;
+  entry.routing = context->routing;
   log_->write(entry);
 }
 

@@ -19,6 +19,8 @@
 
 #include "api/event_stream.h"
 #include "api/handlers.h"
+#include "api/json_writer.h"
+#include "api/request_context.h"
 #include "api/request_options.h"
 #include "api/openai_audio_codec.h"
 #include "api/openai_completions_codec.h"
@@ -103,6 +105,11 @@ Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serv
     outs.push_back(out);
   }
   Reply reply{200, encode_completion(r, id, created, outs)};
+  if (outs.front()->routing_k > 0) {  // the span (access log line) carries the first choice's routing too
+    if (RequestContext* context = current_request_context()) {
+      context->routing = dump_json(routing_json(*outs.front()));
+    }
+  }
   reply.headers.emplace_back("Server-Timing", server_timing(responses->front().times, *outs.front()));
   return reply;
 }

@@ -53,6 +53,9 @@ struct RequestContext {
   // (response_timeout_s) instead of the whole response.
   bool streaming = false;
   std::shared_ptr<PeerProbe> peer;
+  // The span's routing trace (x-mmserve-trace-routing on a Mixtral, non-streamed answers): a JSON object for the
+  // access log line.
+  std::string routing;
 };
 
 // The context of the request this thread is processing, or nullptr.

@@ -16,6 +16,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "../conformance/golden.h"
 #include "server_process.h"
@@ -487,6 +488,19 @@ TEST_F(Generate, MixtralRoutingTraceIsHfsRouterAndTheMetricsCountIt) {
     }
   }
   EXPECT_EQ(j["usage"]["completion_tokens"], n);
+  // The request's span (its access-log line, with the trace id) carries the same trace.
+  json logged;
+  for (int i = 0; i < 100 && logged.is_null(); ++i) {
+    std::istringstream log(server_->access_log());
+    for (std::string line; std::getline(log, line);) {
+      const json e = json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e.contains("routing")) logged = e;
+    }
+    if (logged.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(logged.is_null()) << "no access-log line with a routing trace";
+  EXPECT_EQ(logged["routing"], routing);
+  EXPECT_EQ(logged["trace_id"].get<std::string>().size(), 32u);
   // No header, no trace (and KServe generate carries it the same way when asked).
   EXPECT_FALSE(post_ok("/v1/completions", body)["choices"][0].contains("routing"));
   auto k_gen = server_->client().Post("/v2/models/mixtral/generate", {{"x-mmserve-trace-routing", "true"}},
