@@ -23,7 +23,7 @@ namespace mmserve::api {
 
 struct ChatImageOptions {
   bool local_paths = false;      // a "url" that is neither a data URL nor http(s) is a file to read (CLI only)
-  int64_t max_images = 16;
+  int64_t max_images = engine::kMaxImagesPerRequest;
 };
 
 // The messages with each image part replaced by {"type": "image"}; the images appended to `images`.

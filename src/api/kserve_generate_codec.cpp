@@ -51,6 +51,10 @@ StatusOr<CompletionRequest> parse_generate_request(const std::string& body, cons
     // A LLaVA's images: a data URL, or a list of them (one per "<image>" in text_input, in order).
     const json list = image->is_array() ? *image : json::array({*image});
     if (list.empty()) return invalid_argument("'image' must be a data URL or a non-empty list of them");
+    if (static_cast<int64_t>(list.size()) > engine::kMaxImagesPerRequest) {
+      return invalid_argument("too many images: at most " + std::to_string(engine::kMaxImagesPerRequest) +
+                              " per request");
+    }
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string where = "image[" + std::to_string(i) + "]";
       if (!list[i].is_string() || !looks_like_data_url(list[i].get<std::string>())) {

@@ -111,6 +111,9 @@ double qos_score(double image_tokens, double audio_seconds, double text_chars, c
 // Unicode code points in valid UTF-8 (bytes that are not continuation bytes): the score's text length.
 int64_t count_code_points(const std::string& utf8);
 
+// The most images one generation request may carry (LLaVA; more are a 400 before any is decoded).
+inline constexpr int64_t kMaxImagesPerRequest = 16;
+
 struct PreparerOptions {
   std::string model;                              // named in errors
   int64_t max_image_pixels = 64LL * 1024 * 1024;  // decoded images above this are kTooLarge

@@ -759,6 +759,11 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
 }
 
 Status LlamaInputs::add_images(std::vector<InputItem>& inputs, LlamaInput& input) const {
+  const int64_t count = std::count_if(inputs.begin(), inputs.end(), [](const InputItem& i) { return i.is_image(); });
+  if (count > kMaxImagesPerRequest) {
+    return invalid_argument("too many images: " + std::to_string(count) + " (at most " +
+                            std::to_string(kMaxImagesPerRequest) + " per request)");
+  }
   std::vector<InputItem> rest;
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputItem& item = inputs[i];
