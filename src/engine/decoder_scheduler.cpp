@@ -72,7 +72,7 @@ StepPlan DecoderScheduler::schedule() {
   while (plan.preempted.empty() && !waiting_.empty() && budget > 0 && running() < config_.max_num_seqs) {
     DecoderSequence* s = waiting_.front();
     const int64_t total = static_cast<int64_t>(s->tokens.size());
-    s->computed = blocks_.take_prefix(s->table, s->tokens, s->extra_hash);
+    s->computed = blocks_.take_prefix(s->table, s->tokens, s->extra_hash, s->extra_from);
     s->cached_tokens = s->computed;
     const int64_t left = total - s->computed;
     const int64_t count = std::min(left, budget);
@@ -115,7 +115,7 @@ StepPlan DecoderScheduler::schedule() {
 void DecoderScheduler::complete(const StepPlan& plan) {
   for (const StepEntry& e : plan.entries) {
     e.seq->computed = e.start + e.count;
-    blocks_.register_computed(e.seq->table, e.seq->tokens, e.seq->computed, e.seq->extra_hash);
+    blocks_.register_computed(e.seq->table, e.seq->tokens, e.seq->computed, e.seq->extra_hash, e.seq->extra_from);
   }
 }
 

@@ -34,6 +34,7 @@ struct DecoderSequence {
   std::vector<int32_t> tokens;  // the prompt, then each generated token once it is sampled
   int64_t computed = 0;         // leading tokens whose K/V are in the cache
   uint64_t extra_hash = 0;      // prefix-cache salt for what the tokens do not show (images)
+  int64_t extra_from = 0;       // ... applied to the blocks that end after this token (the first image's)
   KvBlockTable table;
   int64_t preemptions = 0;
   int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied at the last admission

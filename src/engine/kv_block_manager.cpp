@@ -62,7 +62,8 @@ void KvBlockManager::put_back(int32_t id) {
   }
 }
 
-int64_t KvBlockManager::take_prefix(KvBlockTable& table, std::span<const int32_t> tokens, uint64_t extra) {
+int64_t KvBlockManager::take_prefix(KvBlockTable& table, std::span<const int32_t> tokens, uint64_t extra_salt,
+                                    int64_t extra_from) {
   MMSERVE_CHECK(table.blocks.empty(), "take_prefix on a table that holds blocks");
   if (!prefix_caching_ || tokens.empty()) return 0;
   const int64_t most = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
@@ -71,6 +72,7 @@ int64_t KvBlockManager::take_prefix(KvBlockTable& table, std::span<const int32_t
     ++queries_;
     const std::span<const int32_t> block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
                                                                  static_cast<size_t>(block_size_));
+    const uint64_t extra = (i + 1) * block_size_ > extra_from ? extra_salt : 0;
     const uint64_t h = kv_block_hash(parent, block_tokens, extra);
     auto it = cached_.find(h);
     if (it == cached_.end()) break;
@@ -98,12 +100,13 @@ bool KvBlockManager::grow(KvBlockTable& table, int64_t tokens) {
 }
 
 void KvBlockManager::register_computed(KvBlockTable& table, std::span<const int32_t> tokens, int64_t computed,
-                                       uint64_t extra) {
+                                       uint64_t extra_salt, int64_t extra_from) {
   if (!prefix_caching_) return;
   const int64_t full = std::min<int64_t>(computed / block_size_, static_cast<int64_t>(table.blocks.size()));
   for (int64_t i = table.registered; i < full; ++i) {
     const std::span<const int32_t> block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
                                                                  static_cast<size_t>(block_size_));
+    const uint64_t extra = (i + 1) * block_size_ > extra_from ? extra_salt : 0;
     const uint64_t h = kv_block_hash(table.last_hash, block_tokens, extra);
     const int32_t id = table.blocks[static_cast<size_t>(i)];
     Block& b = blocks_[static_cast<size_t>(id)];

@@ -50,11 +50,16 @@ class KvBlockManager {
 
   // For a sequence with an empty table: takes the cached blocks that begin `tokens` (at most
   // (tokens.size() - 1) / block_size of them) and returns how many tokens they cover.
-  int64_t take_prefix(KvBlockTable& table, std::span<const int32_t> tokens, uint64_t extra = 0);
+  // `extra` salts the hashes of the blocks that end after token `extra_from` (what the tokens do not show: the
+  // images a LLaVA prompt's placeholders stand for); earlier blocks hash on their tokens alone, so text before the
+  // first image is shared whatever the images.
+  int64_t take_prefix(KvBlockTable& table, std::span<const int32_t> tokens, uint64_t extra = 0,
+                      int64_t extra_from = 0);
   // Grows the table to hold `tokens` tokens; false (nothing taken) when the pool has too few blocks.
   bool grow(KvBlockTable& table, int64_t tokens);
   // The first `computed` of `tokens` have their K/V written: registers the full blocks among them for reuse.
-  void register_computed(KvBlockTable& table, std::span<const int32_t> tokens, int64_t computed, uint64_t extra = 0);
+  void register_computed(KvBlockTable& table, std::span<const int32_t> tokens, int64_t computed, uint64_t extra = 0,
+                         int64_t extra_from = 0);
   // Gives back every block of the table (cached ones stay cached) and empties it.
   void release(KvBlockTable& table);
 

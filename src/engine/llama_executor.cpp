@@ -438,6 +438,8 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
         salt = (salt ^ std::stoull(h.substr(0, 16), nullptr, 16)) * 0x100000001b3ull;
       }
       s->extra_hash = salt;
+      // ... from the block of the first placeholder on: the text before it is shared whatever the images.
+      s->extra_from = std::find(input->prompt.begin(), input->prompt.end(), placeholder) - input->prompt.begin();
     }
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);

@@ -9,8 +9,9 @@
 // carry one placeholder id per image, expanded the same way, or the expanded run). The placeholder count must
 // match the images. At admission the executor encodes the images (the vision tower and projector; an LRU encoder
 // cache keyed by the pixels' content hash skips repeated images) and the prefill chunks feed the features in place
-// of the placeholders (DecoderStep.embed_rows). The prefix cache is salted with the images' hashes, so two requests
-// with different images never share blocks.
+// of the placeholders (DecoderStep.embed_rows). The prefix cache is salted with the images' hashes from the first
+// placeholder's block on (DecoderSequence.extra_from), so two requests with different images never share a block
+// that covers an image, and the text before the first image is shared.
 //
 // The decoder engine: the executor keeps a paged KV pool (DecoderBackend: CPU f32 or CUDA), its block manager
 // (prefix caching) and a continuous-batching scheduler (decoder_scheduler.h) for as long as it lives. run() takes

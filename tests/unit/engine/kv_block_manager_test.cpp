@@ -110,6 +110,25 @@ TEST(KvBlockManager, DifferentContentNeverShares) {
   EXPECT_NE(kv_block_hash(0, std::vector<int32_t>{1, 2}, 0), kv_block_hash(0, std::vector<int32_t>{2, 1}, 0));
 }
 
+// LLaVA's salt: two prompts with the same tokens (the same placeholder ids) but different images share the blocks
+// before the first placeholder and none from its block on; the same image shares everything.
+TEST(KvBlockManager, ImageSaltCoversTheBlocksFromTheFirstImageOn) {
+  KvBlockManager m(32, 4, /*prefix_caching=*/true);
+  std::vector<int32_t> p = iota(9, 1);  // 9 text tokens: blocks [0, 4) and [4, 8) are pure text
+  p.insert(p.end(), 8, 255);            // the image's placeholders from token 9 (in block [8, 12))
+  p.push_back(7);
+  const uint64_t image_a = 0x1111, image_b = 0x2222;
+  KvBlockTable a;
+  ASSERT_TRUE(m.grow(a, static_cast<int64_t>(p.size())));
+  m.register_computed(a, p, static_cast<int64_t>(p.size()), image_a, /*extra_from=*/9);
+  KvBlockTable other, same;
+  EXPECT_EQ(m.take_prefix(other, p, image_b, 9), 8) << "the text blocks are shared, the image's are not";
+  EXPECT_EQ(m.take_prefix(same, p, image_a, 9), 16) << "the same image: every full block but the last token's";
+  KvBlockTable no_image;
+  EXPECT_EQ(m.take_prefix(no_image, p), 8) << "unsalted: the same tokens, but not the image's blocks";
+  for (KvBlockTable* t : {&a, &other, &same, &no_image}) m.release(*t);
+}
+
 struct Seq {
   DecoderSequence d;
   explicit Seq(std::vector<int32_t> tokens) { d.tokens = std::move(tokens); }
