@@ -9,10 +9,13 @@ and checks:
   2. /v1/completions with logprobs and n (greedy: every choice is the same story and every step's token is its
      top_logprobs' first), streamed n choices each ending once;
   3. malformed bodies -> 400 with a JSON message naming the field, unknown model -> 404, in KServe's shape;
+  4. a tiny HF LLaVA (tests/fixtures/llava + llava_servable): KServe generate with an image data URL gives the
+     tokens of a chat with the same image as an image_url part; a placeholder without its image is a 400;
      SIGTERM -> exit 0.
 Usage: generate_client_test.py --binary build/.../mmserve --source-dir .
 """
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -61,6 +64,12 @@ def main():
         subprocess.run([args.binary, "convert-llama2c", "--checkpoint", f"{src}/assets/llama2c/stories260K.bin",
                         "--tokenizer", f"{src}/assets/llama2c/tok512.bin", "--output", f"{models}/{MODEL}"],
                        check=True, stderr=subprocess.DEVNULL)
+        llava = os.path.join(models, "llava")
+        os.makedirs(llava)
+        for f in ("config.json", "model.safetensors", "preprocessor_config.json"):
+            shutil.copy(f"{src}/tests/fixtures/llava/llava-llama-f32/{f}", llava)
+        for f in ("tokenizer.json", "chat_template.jinja"):
+            shutil.copy(f"{src}/tests/fixtures/llava_servable/{f}", llava)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         log = open(os.path.join(tmp, "server.log"), "w")
@@ -134,6 +143,24 @@ def main():
         r = requests.post(f"{url}/v2/models/{MODEL}/generate", data="{not json", timeout=60,
                           headers={"Content-Type": "application/json"})
         assert r.status_code == 400 and "malformed JSON" in r.json()["error"], r.text
+
+        # 4. Images on a LLaVA: KServe generate's `image` and a chat's image_url part, the same greedy tokens.
+        with open(f"{src}/tests/fixtures/images/chelsea.png", "rb") as f:
+            image = "data:image/png;base64," + base64.b64encode(f.read()).decode()
+        common = {"max_tokens": 6, "temperature": 0, "ignore_eos": True}
+        k = requests.post(f"{url}/v2/models/llava/generate", timeout=60,
+                          json={"text_input": "USER: <image>\nhi\nASSISTANT:", "image": image, **common})
+        assert k.status_code == 200, k.text
+        chat = requests.post(f"{url}/v1/chat/completions", timeout=60, json={
+            "model": "llava", **common,
+            "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": image}},
+                                                      {"type": "text", "text": "hi"}]}]})
+        assert chat.status_code == 200, chat.text
+        assert chat.json()["choices"][0]["message"]["content"] == k.json()["text_output"], (chat.text, k.text)
+        assert chat.json()["usage"]["prompt_tokens"] == k.json()["prompt_tokens"] > 25, (chat.text, k.text)
+        r = requests.post(f"{url}/v2/models/llava/generate", json={"text_input": "<image> <image>", "image": image},
+                          timeout=60)
+        assert r.status_code == 400 and "placeholder" in r.json()["error"], r.text
 
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=60) == 0, open(os.path.join(tmp, "server.log")).read()[-2000:]
