@@ -135,6 +135,15 @@ TEST(LlamaCuda, MixtralMatchesTransformers) {
           }
         }
       }
+      // A decode step (bf16: the expert-GEMV path, replayed from a graph): HF's first greedy token's routing.
+      ASSERT_TRUE(seq.step({static_cast<int32_t>(meta["greedy_ids"][0].get<int64_t>())}, false).ok());
+      ASSERT_TRUE((*model)->copy_routing(trace).ok());
+      ASSERT_EQ(trace.tokens, 1);
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        for (int64_t j = 0; j < k; ++j) {
+          EXPECT_EQ(trace.experts[l * k + j], want[(l * fed + p) * k + j]) << dtype_name(dtype) << " decode layer " << l;
+        }
+      }
     }
     ++variants;
   }

@@ -43,4 +43,11 @@ void moe_permute(const float* x, int64_t x_ld, const MoePlan& plan, int64_t cols
 void moe_combine(const float* yp, int64_t yp_ld, const MoePlan& plan, const int32_t* ids, const float* weights,
                  int64_t cols, float* out, int64_t out_ld);
 
+// The decode path's expert GEMV (no grouping, no host round trip: graph-capturable on the GPU): for every pair p,
+// y[p] = W[ids[p]] @ x[p / x_div] where W[e] is [n, k] at w + e * w_stride (row-major) and x rows have stride
+// x_ld: the (token, expert) pairs of a few tokens each through its expert's weights. f32 here (the CUDA twin takes
+// 16-bit x and W and writes f32 or the input dtype).
+void moe_gemv(const float* x, int64_t x_ld, int64_t x_div, const float* w, int64_t w_stride, const int32_t* ids,
+              int64_t pairs, int64_t n, int64_t k, float* y, int64_t y_ld);
+
 }  // namespace mmserve::kernels

@@ -78,4 +78,17 @@ void moe_combine(const float* yp, int64_t yp_ld, const MoePlan& plan, const int3
   }
 }
 
+void moe_gemv(const float* x, int64_t x_ld, int64_t x_div, const float* w, int64_t w_stride, const int32_t* ids,
+              int64_t pairs, int64_t n, int64_t k, float* y, int64_t y_ld) {
+  for (int64_t p = 0; p < pairs; ++p) {
+    const float* xr = x + (p / x_div) * x_ld;
+    const float* we = w + ids[p] * w_stride;
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (int64_t c = 0; c < k; ++c) acc += double{xr[c]} * we[j * k + c];
+      y[p * y_ld + j] = static_cast<float>(acc);
+    }
+  }
+}
+
 }  // namespace mmserve::kernels

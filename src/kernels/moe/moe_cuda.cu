@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/cuda_convert.cuh"
 #include "kernels/moe/moe.h"
 
 namespace mmserve::kernels {
@@ -114,7 +115,10 @@ __global__ void combine_kernel(const float* yp, int64_t yp_ld, const int32_t* ro
       while (q >= 0 && ids[t * k + slot[q]] > ids[t * k + s]) slot[q + 1] = slot[q], --q;
       slot[q + 1] = s;
     }
-    for (int j = 0; j < k; ++j) rows[j] = row_of[t * k + slot[j]], w[j] = weights[t * k + slot[j]];
+    for (int j = 0; j < k; ++j) {
+      rows[j] = row_of != nullptr ? row_of[t * k + slot[j]] : static_cast<int32_t>(t * k + slot[j]);
+      w[j] = weights[t * k + slot[j]];
+    }
   }
   __syncthreads();
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -122,6 +126,65 @@ __global__ void combine_kernel(const float* yp, int64_t yp_ld, const int32_t* ro
     for (int j = 0; j < k; ++j) sum += yp[rows[j] * yp_ld + c] * w[j];
     out[t * out_ld + c] = accumulate ? out[t * out_ld + c] + sum : sum;
   }
+}
+
+template <typename T>
+__device__ __forceinline__ float2 pair_to_float2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 pair_to_float2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 pair_to_float2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
+constexpr int kGemvWarps = 8;
+
+// Warp w of CTA (x, p) owns output column x * kGemvWarps + w of pair p: its lanes stream the expert's weight row
+// in 16-byte loads against the pair's x row, then a butterfly sum.
+template <typename T, typename TOut>
+__global__ void __launch_bounds__(32 * kGemvWarps) moe_gemv_kernel(const T* x, int64_t x_ld, int64_t x_div, const T* w,
+                                                                   int64_t w_stride, const int32_t* ids, int64_t n,
+                                                                   int64_t k, TOut* y, int64_t y_ld) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col = blockIdx.x * int64_t{kGemvWarps} + warp, p = blockIdx.y;
+  if (col >= n) return;
+  const T* wrow = w + ids[p] * w_stride + col * k;
+  const T* xr = x + (p / x_div) * x_ld;
+  float acc = 0.0f;
+  for (int64_t c = lane * 8; c < k; c += 32 * 8) {
+    const uint4 w4 = __ldg(reinterpret_cast<const uint4*>(wrow + c));
+    const uint4 x4 = *reinterpret_cast<const uint4*>(xr + c);
+    const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 wf = pair_to_float2<T>(wv[j]), xf = pair_to_float2<T>(xv[j]);
+      acc = fmaf(xf.x, wf.x, fmaf(xf.y, wf.y, acc));
+    }
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) y[p * y_ld + col] = from_f32<TOut>(acc);
+}
+
+template <typename T>
+Status launch_moe_gemv(const void* x, int64_t x_ld, int64_t x_div, const void* w, int64_t w_stride,
+                       const int32_t* ids, int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld,
+                       cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((n + kGemvWarps - 1) / kGemvWarps), static_cast<unsigned>(pairs));
+  const dim3 block(32 * kGemvWarps);
+  const T* xt = static_cast<const T*>(x);
+  const T* wt = static_cast<const T*>(w);
+  if (y_dtype == DType::kF32) {
+    moe_gemv_kernel<T, float><<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k,
+                                                          static_cast<float*>(y), y_ld);
+  } else {
+    moe_gemv_kernel<T, T><<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k, static_cast<T*>(y),
+                                                      y_ld);
+  }
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return ok_status();
 }
 
 Status check_route(int64_t tokens, int64_t experts, int64_t k) {
@@ -171,6 +234,25 @@ Status moe_permute_cuda(const void* x, int64_t x_ld, DType dtype, const int32_t*
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ok_status();
+}
+
+Status moe_gemv_cuda(const void* x, int64_t x_ld, int64_t x_div, const void* w, int64_t w_stride, DType dtype,
+                     const int32_t* ids, int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld,
+                     cudaStream_t stream) {
+  if (pairs < 0 || pairs > kMoeGemvMaxPairs || n <= 0 || k <= 0 || k % 8 != 0 || x_ld % 8 != 0 || x_div <= 0 ||
+      (y_dtype != DType::kF32 && y_dtype != dtype) ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 || w_stride % 8 != 0) {
+    return invalid_argument("moe_gemv_cuda: pairs 0..64, k and the strides multiples of 8, x and w 16-byte aligned, "
+                            "y in f32 or the input dtype");
+  }
+  if (pairs == 0) return ok_status();
+  if (dtype == DType::kBF16) {
+    return launch_moe_gemv<__nv_bfloat16>(x, x_ld, x_div, w, w_stride, ids, pairs, n, k, y, y_dtype, y_ld, stream);
+  }
+  if (dtype == DType::kF16) {
+    return launch_moe_gemv<__half>(x, x_ld, x_div, w, w_stride, ids, pairs, n, k, y, y_dtype, y_ld, stream);
+  }
+  return unimplemented(std::string("moe_gemv_cuda in ") + dtype_name(dtype) + " (bf16 or f16)");
 }
 
 Status moe_combine_cuda(const float* yp, int64_t yp_ld, const int32_t* row_of, const int32_t* ids, const float* weights,

@@ -34,6 +34,15 @@ Status moe_plan_cuda(const int32_t* ids, int64_t tokens, int64_t experts, int64_
 Status moe_permute_cuda(const void* x, int64_t x_ld, DType dtype, const int32_t* pair, int64_t rows, int64_t k,
                         int64_t cols, void* xp, int64_t xp_ld, cudaStream_t stream);
 
+// moe_gemv's twin: x and w in `dtype` (bf16 or f16), y in y_dtype (f32 or `dtype`); one warp per output column
+// and pair, 16-byte loads (k % 8 == 0, x_ld % 8 == 0, x and w 16-byte aligned), f32 accumulation.
+// pairs <= kMoeGemvMaxPairs.
+inline constexpr int64_t kMoeGemvMaxPairs = 64;
+Status moe_gemv_cuda(const void* x, int64_t x_ld, int64_t x_div, const void* w, int64_t w_stride, DType dtype,
+                     const int32_t* ids, int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld,
+                     cudaStream_t stream);
+
+// row_of may be null: the pairs are then in (token, slot) order (row t * k + slot), as moe_gemv_cuda leaves them.
 Status moe_combine_cuda(const float* yp, int64_t yp_ld, const int32_t* row_of, const int32_t* ids, const float* weights,
                         int64_t tokens, int64_t k, int64_t cols, float* out, int64_t out_ld, bool accumulate,
                         cudaStream_t stream);

@@ -93,6 +93,38 @@ TEST(MoeCudaTest, PermuteAndCombineEqualTheCpuTwins) {
   }
 }
 
+// The decode path's expert GEMV against moe_gemv on the same 16-bit-rounded inputs: x by token (x_div = k) and by
+// pair, odd n, k a multiple of 8 but not of 256, f32 and 16-bit outputs (within 1e-5 relative of the f32 sum, or
+// one rounding of the output dtype).
+TEST(MoeCudaTest, ExpertGemvEqualsTheCpuTwin) {
+  MMSERVE_REQUIRE_GPU();
+  const int64_t experts = 5, n = 37, k = 136, tokens = 3, topk = 2, pairs = tokens * topk;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (int64_t x_div : {topk, int64_t{1}}) {
+      for (DType out : {DType::kF32, dtype}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " -> " + dtype_name(out) + " x_div " + std::to_string(x_div));
+        const int64_t x_rows = x_div == 1 ? pairs : tokens;
+        const std::vector<float> x = cuda_test::round_through(random_floats(static_cast<size_t>(x_rows * k), 3, -1, 1), dtype);
+        const std::vector<float> w = cuda_test::round_through(random_floats(static_cast<size_t>(experts * n * k), 4, -1, 1), dtype);
+        const std::vector<int32_t> ids = {4, 0, 2, 2, 1, 3};
+        std::vector<float> want(static_cast<size_t>(pairs * n));
+        moe_gemv(x.data(), k, x_div, w.data(), n * k, ids.data(), pairs, n, k, want.data(), n);
+        DeviceVector<uint8_t> d_x(cuda_test::encode(x, dtype)), d_w(cuda_test::encode(w, dtype));
+        DeviceVector<int32_t> d_ids(ids);
+        DeviceVector<uint8_t> d_y(static_cast<size_t>(pairs * n) * dtype_size(out));
+        ASSERT_TRUE(moe_gemv_cuda(d_x.get(), k, x_div, d_w.get(), n * k, dtype, d_ids.get(), pairs, n, k, d_y.get(),
+                                  out, n, nullptr).ok());
+        const std::vector<float> y = cuda_test::decode(d_y.download(), out);
+        const float rel = out == DType::kF32 ? 1e-5f : out == DType::kBF16 ? 1.0f / 128 : 1.0f / 1024;
+        for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << i;
+      }
+    }
+  }
+  EXPECT_EQ(moe_gemv_cuda(nullptr, 8, 1, nullptr, 8, DType::kBF16, nullptr, 65, 8, 8, nullptr, DType::kF32, 8, nullptr)
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST(MoeCudaTest, BrokenArgumentsAreRefusedBeforeLaunching) {
   MMSERVE_REQUIRE_GPU();
   EXPECT_EQ(moe_route_cuda(nullptr, 8, 4, 8, 0, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);

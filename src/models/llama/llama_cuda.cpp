@@ -535,6 +535,21 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t layer, int64_t tokens) {
   float* weights = moe_weights_ + layer * tokens * k;
   last_tokens_ = tokens;
   RETURN_IF_ERROR(kernels::moe_route_cuda(router_logits_, e_count, tokens, e_count, k, ids, weights, s));
+  if (moe_gemv_path(tokens)) {
+    // A few tokens (decode): every pair through its expert's weights by a GEMV that reads the expert id on the
+    // device: no plan, no host round trip, so the step can replay as a CUDA graph.
+    const int64_t pairs = tokens * k;
+    RETURN_IF_ERROR(kernels::moe_gemv_cuda(normed_, h, k, w.w13, 2 * i * h, d, ids, pairs, 2 * i, h, moe_gate_up_, d,
+                                           2 * i, s));
+    kernels::SwigluArgs sw;
+    sw.gate = moe_gate_up_, sw.up = at(moe_gate_up_, d, i), sw.in_dtype = d, sw.in_ld = 2 * i, sw.rows = pairs;
+    sw.cols = i, sw.y = moe_act_, sw.y_dtype = d, sw.y_ld = i;
+    RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
+    RETURN_IF_ERROR(kernels::moe_gemv_cuda(moe_act_, i, 1, w.w2, h * i, d, ids, pairs, h, i, moe_yp_, DType::kF32, h,
+                                           s));
+    return kernels::moe_combine_cuda(moe_yp_, h, /*row_of=*/nullptr, ids, weights, tokens, k, h, x_, h,
+                                     /*accumulate=*/true, s);
+  }
   RETURN_IF_ERROR(kernels::moe_plan_cuda(ids, tokens, e_count, k, moe_offsets_, moe_pair_, moe_row_of_, s));
   RETURN_IF_ERROR(kernels::moe_permute_cuda(normed_, h, d, moe_pair_, tokens * k, k, h, moe_xp_, h, s));
   auto* offsets = moe_host_offsets_.data_as<int32_t>();
@@ -568,22 +583,38 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t layer, int64_t tokens) {
 Status LlamaCudaModel::copy_routing(MoeRoutingTrace& out) {
   const LlamaConfig& c = config_;
   if (c.num_experts <= 0) return failed_precondition("copy_routing on a model without experts");
-  out.layers = c.num_hidden_layers, out.tokens = last_tokens_, out.k = c.experts_per_token;
-  const size_t n = static_cast<size_t>(out.layers * out.tokens * out.k);
-  out.experts.resize(n);
-  out.weights.resize(n);
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.experts.data(), moe_ids_, n * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                                       stream_.get()));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.weights.data(), moe_weights_, n * sizeof(float), cudaMemcpyDeviceToHost,
-                                       stream_.get()));
+  // The device holds [layers, last_tokens_, k] (a graph's bucket rows); the step's first routing_tokens_ are real.
+  const int64_t k = c.experts_per_token, rows = last_tokens_, real = std::min(routing_tokens_, rows);
+  out.layers = c.num_hidden_layers, out.tokens = real, out.k = k;
+  out.experts.resize(static_cast<size_t>(out.layers * real * k));
+  out.weights.resize(out.experts.size());
+  const size_t pitch = static_cast<size_t>(rows * k), width = static_cast<size_t>(real * k);
+  CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.experts.data(), width * sizeof(int32_t), moe_ids_, pitch * sizeof(int32_t),
+                                         width * sizeof(int32_t), static_cast<size_t>(out.layers),
+                                         cudaMemcpyDeviceToHost, stream_.get()));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(out.weights.data(), width * sizeof(float), moe_weights_, pitch * sizeof(float),
+                                         width * sizeof(float), static_cast<size_t>(out.layers),
+                                         cudaMemcpyDeviceToHost, stream_.get()));
   return stream_.synchronize();
 }
 
+bool LlamaCudaModel::moe_gemv_path(int64_t tokens) const {
+  const LlamaConfig& c = config_;
+  return c.num_experts > 0 && options_.dtype != DType::kF32 && tokens * c.experts_per_token <= c.num_experts &&
+         tokens * c.experts_per_token <= kernels::kMoeGemvMaxPairs && c.hidden_size % 8 == 0 &&
+         c.intermediate_size % 8 == 0;
+}
+
 Status LlamaCudaModel::capture_graphs() {
-  if (dynamic_rope_ || config_.num_experts > 0) return ok_status();  // per-sequence frequencies, MoE: eager
+  if (dynamic_rope_) return ok_status();  // per-sequence frequencies: eager
   cudaStream_t s = stream_.get();
-  // Every bucket once eagerly (kernels accept the shapes, cuBLASLt's plans are cached), then captured.
+  // Mixtral: only the buckets whose pairs take the GEMV path (no host round trip) have graphs.
+  std::vector<int64_t> buckets;
   for (int64_t b : buckets_) {
+    if (config_.num_experts == 0 || moe_gemv_path(b)) buckets.push_back(b);
+  }
+  // Every bucket once eagerly (kernels accept the shapes, cuBLASLt's plans are cached), then captured.
+  for (int64_t b : buckets) {
     DecoderStep step;  // b sequences of one token at position 0 writing nowhere
     for (int64_t i = 0; i < b; ++i) {
       step.tokens.push_back(0), step.positions.push_back(0), step.slots.push_back(-1);
@@ -599,7 +630,7 @@ Status LlamaCudaModel::capture_graphs() {
   RETURN_IF_ERROR(stream_.synchronize());
   size_t free_before = 0, free_after = 0, total = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
-  for (int64_t b : buckets_) {
+  for (int64_t b : buckets) {
     cudaGraph_t graph = nullptr;
     arrays_ = bucket_arrays_.at(b);  // the graph reads the bucket's own arrays, which stage() fills
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
@@ -656,11 +687,13 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
   const int64_t bucket = decode ? bucket_for(n) : -1;
   auto graph = bucket > 0 ? graphs_.find(bucket) : graphs_.end();
   if (graph != graphs_.end()) {
+    last_tokens_ = bucket, routing_tokens_ = t;  // the graph routes `bucket` rows, the step's first t are real
     RETURN_IF_ERROR(stage(step, bucket));
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->second, stream_.get()));
     return ok_status();
   }
   RETURN_IF_ERROR(stage(step, 0));
+  routing_tokens_ = t;
   eager_step_ = &step;
   Status s = launch(t, n, static_cast<int64_t>(step.logit_rows.size()), step.max_query_len);
   eager_step_ = nullptr;

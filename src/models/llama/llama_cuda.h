@@ -17,8 +17,10 @@
 // Sampling is not here: logits() stays on the device for kernels/sampling (engine/llama_cuda_backend.cpp).
 // Mixtral: the MLP is the router GEMM (f32 logits), kernels/moe's routing, plan and permute on the device, the
 // experts' row counts copied to the host, one [w1; w3] GEMM per expert with rows, one SwiGLU over all pairs, one w2
-// GEMM per expert (f32 out), and the weighted combine added to the residual. The host copy makes every step eager
-// (no decode graphs); a device-side grouped GEMM is the next step (docs/perf/mixtral_gpu.md).
+// GEMM per expert (f32 out), and the weighted combine added to the residual. Steps of a few tokens (at most
+// num_experts pairs, 16-bit: decode) instead run each pair through its expert by a GEMV that reads the expert id on
+// the device (kernels::moe_gemv_cuda): no host round trip, so those decode buckets replay as CUDA graphs; larger
+// steps are eager (docs/perf/mixtral_gpu.md).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
@@ -103,6 +105,8 @@ class LlamaCudaModel {
   // Mixtral's sparse MLP of one layer over `tokens` rows of normed_, added to the residual x_ (eager: the experts'
   // row counts come back to the host once per layer).
   Status moe_mlp(const Layer& w, int64_t layer, int64_t tokens);
+  // Whether a step of `tokens` tokens takes Mixtral's GEMV path (a few pairs, 16-bit: graph-capturable).
+  bool moe_gemv_path(int64_t tokens) const;
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -135,7 +139,7 @@ class LlamaCudaModel {
   // Mixtral's buffers (rows * k (token, expert) pairs).
   // moe_ids_ / moe_weights_ hold every layer's routing of the step ([layers, tokens, k]) for copy_routing().
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *moe_yp_ = nullptr;
-  int64_t last_tokens_ = 0;
+  int64_t last_tokens_ = 0, routing_tokens_ = 0;
   int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_pair_ = nullptr, *moe_row_of_ = nullptr;
   void *moe_xp_ = nullptr, *moe_gate_up_ = nullptr, *moe_act_ = nullptr;
   PinnedBuffer moe_host_offsets_;
