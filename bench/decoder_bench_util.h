@@ -19,13 +19,13 @@ inline double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-#define BENCH_CHECK_OK(expr)                                            \
-  do {                                                                  \
-    ::mmserve::Status _s = (expr);                                      \
-    if (!_s.ok()) {                                                     \
+#define BENCH_CHECK_OK(expr)                                           \
+  do {                                                                 \
+    ::mmserve::Status _s = (expr);                                     \
+    if (!_s.ok()) {                                                    \
       std::fprintf(stderr, "%s: %s\n", #expr, _s.to_string().c_str()); \
-      std::exit(1);                                                     \
-    }                                                                   \
+      std::exit(1);                                                    \
+    }                                                                  \
   } while (0)
 
 // "1,8,32" -> {1, 8, 32}.
@@ -43,8 +43,8 @@ inline std::vector<int64_t> parse_batches(const std::string& text) {
 class GreedySampler {
  public:
   GreedySampler(int64_t max_rows, int64_t vocab) : vocab_(vocab), ids_(static_cast<size_t>(max_rows)) {
-    BENCH_CHECK_OK(cuda_status(cudaMalloc(&params_, max_rows * sizeof(kernels::SamplingRowParams)), "malloc",
-                               __FILE__, __LINE__));
+    BENCH_CHECK_OK(
+        cuda_status(cudaMalloc(&params_, max_rows * sizeof(kernels::SamplingRowParams)), "malloc", __FILE__, __LINE__));
     BENCH_CHECK_OK(cuda_status(cudaMalloc(&d_ids_, max_rows * sizeof(int32_t)), "malloc", __FILE__, __LINE__));
     std::vector<kernels::SamplingRowParams> greedy(static_cast<size_t>(max_rows));
     for (auto& p : greedy) p.temperature = 0;

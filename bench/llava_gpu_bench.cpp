@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "decoder_bench_util.h"
 #include "core/cuda/cuda_status.h"
+#include "decoder_bench_util.h"
 #include "engine/decoder_scheduler.h"
 #include "engine/kv_block_manager.h"
 #include "kernels/sampling/sampling_cuda.h"
@@ -56,10 +56,14 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--batches") batches = next();
-    else if (a == "--text") text = std::stoll(next());
-    else if (a == "--new-tokens") new_tokens = std::stoll(next());
-    else if (a == "--iters") iters = std::stoll(next());
+    if (a == "--batches")
+      batches = next();
+    else if (a == "--text")
+      text = std::stoll(next());
+    else if (a == "--new-tokens")
+      new_tokens = std::stoll(next());
+    else if (a == "--iters")
+      iters = std::stoll(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -151,8 +155,11 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  nlohmann::json out = {{"arch", "llava-1.5-7b"}, {"image_tokens", t_img}, {"prompt_tokens", plen},
-                        {"new_tokens", new_tokens}, {"decode", nlohmann::json::array()}};
+  nlohmann::json out = {{"arch", "llava-1.5-7b"},
+                        {"image_tokens", t_img},
+                        {"prompt_tokens", plen},
+                        {"new_tokens", new_tokens},
+                        {"decode", nlohmann::json::array()}};
   std::vector<double> prefill, tower;
   for (int64_t it = 0; it <= iters; ++it) {
     const double t0 = now_s();

@@ -85,15 +85,24 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--mode") mode = next();
-    else if (a == "--batches") batches = next();
-    else if (a == "--seqs") seqs = next();
-    else if (a == "--layers") layers = std::stoll(next());
-    else if (a == "--experts") experts = std::stoll(next());
-    else if (a == "--prompt") prompt = std::stoll(next());
-    else if (a == "--new-tokens") new_tokens = std::stoll(next());
-    else if (a == "--iters") iters = std::stoll(next());
-    else if (a == "--hbm-tbps") hbm = std::stod(next());
+    if (a == "--mode")
+      mode = next();
+    else if (a == "--batches")
+      batches = next();
+    else if (a == "--seqs")
+      seqs = next();
+    else if (a == "--layers")
+      layers = std::stoll(next());
+    else if (a == "--experts")
+      experts = std::stoll(next());
+    else if (a == "--prompt")
+      prompt = std::stoll(next());
+    else if (a == "--new-tokens")
+      new_tokens = std::stoll(next());
+    else if (a == "--iters")
+      iters = std::stoll(next());
+    else if (a == "--hbm-tbps")
+      hbm = std::stod(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -132,7 +141,9 @@ int main(int argc, char** argv) {
       }
     }
     for (int64_t n : lengths) {
-      out["runs"].push_back({{"tokens", n}, {"top2_ms", ms[2][n]}, {"all_ms", ms[experts][n]},
+      out["runs"].push_back({{"tokens", n},
+                             {"top2_ms", ms[2][n]},
+                             {"all_ms", ms[experts][n]},
                              {"speedup", ms[experts][n] / ms[2][n]},
                              {"top2_tokens_per_s", 1000.0 * n / ms[2][n]},
                              {"all_tokens_per_s", 1000.0 * n / ms[experts][n]}});

@@ -22,7 +22,7 @@
 namespace mmserve::api {
 
 struct ChatImageOptions {
-  bool local_paths = false;      // a "url" that is neither a data URL nor http(s) is a file to read (CLI only)
+  bool local_paths = false;  // a "url" that is neither a data URL nor http(s) is a file to read (CLI only)
   int64_t max_images = engine::kMaxImagesPerRequest;
 };
 

@@ -8,8 +8,8 @@ namespace mmserve::engine {
 StatusOr<image::RgbImage> decode_request_image(const std::string& bytes, int64_t max_pixels, const std::string& what) {
   image::DecodeOptions decode;
   decode.max_pixels = max_pixels;
-  auto decoded = image::decode_rgb(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
-                                   decode);
+  auto decoded =
+      image::decode_rgb(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()), decode);
   if (decoded.ok()) return decoded;
   const Status& st = decoded.status();
   if (st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kTooLarge) {

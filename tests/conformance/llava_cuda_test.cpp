@@ -4,6 +4,8 @@
 // 2e-4 of each row's largest |value| (the same model, other summation orders); bf16 under the 2x rule (our logits'
 // error at most twice HF's own bf16 run's, on the same inputs), over a Llama and over a Mixtral text model. Skipped,
 // saying why, without a GPU.
+#include "models/llava/llava_cuda.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -14,7 +16,6 @@
 #include "../conformance/llama_cuda_util.h"
 #include "core/safetensors.h"
 #include "kernels/testing/cuda_test_util.h"
-#include "models/llava/llava_cuda.h"
 
 namespace mmserve::models {
 namespace {

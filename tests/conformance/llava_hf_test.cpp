@@ -112,15 +112,16 @@ TEST(LlavaHf, MorePlaceholdersThanFeaturesIsAnError) {
   auto cache = (*model)->text().new_cache(static_cast<int64_t>(prompt.size()));
   ASSERT_TRUE(cache.ok());
   std::vector<float> last(static_cast<size_t>(c.text.vocab_size));
-  const Status s = (*model)->forward(prompt.data(), static_cast<int64_t>(prompt.size()), features_t, 0, *cache,
-                                     last.data());
+  const Status s =
+      (*model)->forward(prompt.data(), static_cast<int64_t>(prompt.size()), features_t, 0, *cache, last.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("placeholders"), std::string::npos) << s.message();
   EXPECT_EQ(cache->length, 0) << "nothing written on error";
 }
 
 TEST(LlavaHf, BrokenConfigsAreRefusedNamingTheKey) {
-  const nlohmann::json base = nlohmann::json::parse(std::ifstream(testing::fixture("llava/llava-llama-f32/config.json")));
+  const nlohmann::json base =
+      nlohmann::json::parse(std::ifstream(testing::fixture("llava/llava-llama-f32/config.json")));
   ASSERT_TRUE(parse_llava_config(base, "config.json").ok());
   auto refused = [&](const char* key, const nlohmann::json& value, const char* expect) {
     nlohmann::json cfg = base;

@@ -92,8 +92,11 @@ TEST(MixtralHf, LogitsGreedyIdsAndRoutingMatchTransformers) {
 }
 
 TEST(MixtralHf, BadExpertSettingsAreRefusedNamingTheKey) {
-  nlohmann::json cfg = {{"architectures", {"MixtralForCausalLM"}}, {"hidden_size", 64}, {"num_attention_heads", 4},
-                        {"num_local_experts", 4}, {"num_experts_per_tok", 5}};
+  nlohmann::json cfg = {{"architectures", {"MixtralForCausalLM"}},
+                        {"hidden_size", 64},
+                        {"num_attention_heads", 4},
+                        {"num_local_experts", 4},
+                        {"num_experts_per_tok", 5}};
   auto c = parse_llama_config(cfg, "config.json");
   ASSERT_FALSE(c.ok());
   EXPECT_NE(c.status().message().find("num_experts_per_tok"), std::string::npos) << c.status().message();

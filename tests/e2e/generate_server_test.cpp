@@ -427,6 +427,18 @@ TEST_F(Generate, ImagesThroughChatAndKserveGiveTheClisTokens) {
                                                         {"ignore_eos", true}});
   EXPECT_EQ(k["text_output"], a["choices"][0]["message"]["content"]);
   EXPECT_EQ(k["prompt_tokens"], a["usage"]["prompt_tokens"]);
+  // The same image came three times (chat, KServe; the CLI is its own process): the encoder cache answered the
+  // second, and says so in /metrics.
+  std::string metrics;
+  for (int i = 0; i < 100; ++i) {
+    auto m = server_->client().Get("/metrics");
+    ASSERT_TRUE(m);
+    metrics = m->body;
+    if (metrics.find("mmserve_cache_hits_total{model=\"llava\",cache=\"llava_encoder\"} 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_NE(metrics.find("mmserve_cache_hits_total{model=\"llava\",cache=\"llava_encoder\"} 1"), std::string::npos);
+  EXPECT_NE(metrics.find("mmserve_cache_misses_total{model=\"llava\",cache=\"llava_encoder\"} 1"), std::string::npos);
   // Mistakes: more placeholders than images, an image for a text-only model, a broken data URL, a URL, bytes that
   // are no image.
   auto image_chat = [](const std::string& image) {

@@ -13,9 +13,9 @@
 //                order of HF's loop over experts (each index_add_ on a zeroed output), so f32 results agree to
 //                rounding. out is overwritten (the residual add is the caller's).
 //
-// Contract: f32 host buffers; 1 <= k <= min(E, kMoeMaxTopK); rows strided by their ld. The model calls these around its expert
-// GEMMs (models/llama/llama.cpp); the CUDA twins come with the GPU Mixtral.
-// Tests: moe_test.cpp (against plain loops, over odd expert counts, k, ties, and empty experts).
+// Contract: f32 host buffers; 1 <= k <= min(E, kMoeMaxTopK); rows strided by their ld. The model calls these around its
+// expert GEMMs (models/llama/llama.cpp); the CUDA twins come with the GPU Mixtral. Tests: moe_test.cpp (against plain
+// loops, over odd expert counts, k, ties, and empty experts).
 #pragma once
 
 #include <cstdint>

@@ -24,8 +24,12 @@ void bm_moe_route_plan_permute_combine(benchmark::State& state) {
   }
   bench_util::set_gbytes(state, 4.0 * (3 * k + 1) * tokens * cols);
 }
-BENCHMARK(bm_moe_route_plan_permute_combine)->ArgNames({"tokens"})->Arg(32)->Arg(512)->UseRealTime()->Unit(
-    benchmark::kMicrosecond);
+BENCHMARK(bm_moe_route_plan_permute_combine)
+    ->ArgNames({"tokens"})
+    ->Arg(32)
+    ->Arg(512)
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace mmserve::kernels

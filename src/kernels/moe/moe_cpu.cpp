@@ -21,9 +21,8 @@ void moe_route(const float* logits, int64_t logits_ld, int64_t tokens, int64_t e
     for (int64_t e = 0; e < experts; ++e) sum += probs[e] = std::exp(l[e] - max);
     for (int64_t e = 0; e < experts; ++e) probs[e] /= sum;
     std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-    });
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
     float top = 0.0f;
     for (int64_t j = 0; j < k; ++j) top += probs[order[j]];
     for (int64_t j = 0; j < k; ++j) {
@@ -52,7 +51,7 @@ MoePlan moe_plan(const int32_t* ids, int64_t tokens, int64_t experts, int64_t k)
 
 void moe_permute(const float* x, int64_t x_ld, const MoePlan& plan, int64_t cols, float* xp, int64_t xp_ld) {
   const int64_t rows = plan.tokens * plan.k;
-#pragma omp parallel for schedule(static) num_threads(parallel_threads(rows * cols))
+#pragma omp parallel for schedule(static) num_threads(parallel_threads(rows* cols))
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(xp + r * xp_ld, x + (plan.pair[r] / plan.k) * x_ld, static_cast<size_t>(cols) * sizeof(float));
   }
@@ -61,7 +60,7 @@ void moe_permute(const float* x, int64_t x_ld, const MoePlan& plan, int64_t cols
 void moe_combine(const float* yp, int64_t yp_ld, const MoePlan& plan, const int32_t* ids, const float* weights,
                  int64_t cols, float* out, int64_t out_ld) {
   const int64_t k = plan.k;
-#pragma omp parallel for schedule(static) num_threads(parallel_threads(plan.tokens * k * cols))
+#pragma omp parallel for schedule(static) num_threads(parallel_threads(plan.tokens* k* cols))
   for (int64_t t = 0; t < plan.tokens; ++t) {
     // the token's slots in ascending expert id (HF adds expert by expert)
     int32_t slots[kMoeMaxTopK];

@@ -1,12 +1,11 @@
 // The MoE routing kernels on the GPU (see moe_cuda.h).
-#include "kernels/moe/moe_cuda.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_convert.cuh"
 #include "kernels/moe/moe.h"
+#include "kernels/moe/moe_cuda.h"
 
 namespace mmserve::kernels {
 namespace {
@@ -144,9 +143,9 @@ constexpr int kGemvWarps = 8;
 // Warp w of CTA (x, p) owns output column x * kGemvWarps + w of pair p: its lanes stream the expert's weight row
 // in 16-byte loads against the pair's x row, then a butterfly sum.
 template <typename T, typename TOut>
-__global__ void __launch_bounds__(32 * kGemvWarps) moe_gemv_kernel(const T* x, int64_t x_ld, int64_t x_div, const T* w,
-                                                                   int64_t w_stride, const int32_t* ids, int64_t n,
-                                                                   int64_t k, TOut* y, int64_t y_ld) {
+__global__ void __launch_bounds__(32 * kGemvWarps)
+    moe_gemv_kernel(const T* x, int64_t x_ld, int64_t x_div, const T* w, int64_t w_stride, const int32_t* ids,
+                    int64_t n, int64_t k, TOut* y, int64_t y_ld) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t col = blockIdx.x * int64_t{kGemvWarps} + warp, p = blockIdx.y;
   if (col >= n) return;
@@ -169,19 +168,18 @@ __global__ void __launch_bounds__(32 * kGemvWarps) moe_gemv_kernel(const T* x, i
 }
 
 template <typename T>
-Status launch_moe_gemv(const void* x, int64_t x_ld, int64_t x_div, const void* w, int64_t w_stride,
-                       const int32_t* ids, int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld,
-                       cudaStream_t stream) {
+Status launch_moe_gemv(const void* x, int64_t x_ld, int64_t x_div, const void* w, int64_t w_stride, const int32_t* ids,
+                       int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((n + kGemvWarps - 1) / kGemvWarps), static_cast<unsigned>(pairs));
   const dim3 block(32 * kGemvWarps);
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
   if (y_dtype == DType::kF32) {
-    moe_gemv_kernel<T, float><<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k,
-                                                          static_cast<float*>(y), y_ld);
+    moe_gemv_kernel<T, float>
+        <<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k, static_cast<float*>(y), y_ld);
   } else {
-    moe_gemv_kernel<T, T><<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k, static_cast<T*>(y),
-                                                      y_ld);
+    moe_gemv_kernel<T, T>
+        <<<grid, block, 0, stream>>>(xt, x_ld, x_div, wt, w_stride, ids, n, k, static_cast<T*>(y), y_ld);
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ok_status();
@@ -214,7 +212,7 @@ Status moe_plan_cuda(const int32_t* ids, int64_t tokens, int64_t experts, int64_
                      int32_t* row_of, cudaStream_t stream) {
   RETURN_IF_ERROR(check_route(tokens, experts, k));
   plan_kernel<<<1, static_cast<unsigned>(experts), 0, stream>>>(ids, tokens * k, static_cast<int>(experts), offsets,
-                                                                  pair, row_of);
+                                                                pair, row_of);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ok_status();
 }
@@ -240,10 +238,11 @@ Status moe_gemv_cuda(const void* x, int64_t x_ld, int64_t x_div, const void* w, 
                      const int32_t* ids, int64_t pairs, int64_t n, int64_t k, void* y, DType y_dtype, int64_t y_ld,
                      cudaStream_t stream) {
   if (pairs < 0 || pairs > kMoeGemvMaxPairs || n <= 0 || k <= 0 || k % 8 != 0 || x_ld % 8 != 0 || x_div <= 0 ||
-      (y_dtype != DType::kF32 && y_dtype != dtype) ||
-      reinterpret_cast<uintptr_t>(x) % 16 != 0 || reinterpret_cast<uintptr_t>(w) % 16 != 0 || w_stride % 8 != 0) {
-    return invalid_argument("moe_gemv_cuda: pairs 0..64, k and the strides multiples of 8, x and w 16-byte aligned, "
-                            "y in f32 or the input dtype");
+      (y_dtype != DType::kF32 && y_dtype != dtype) || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(w) % 16 != 0 || w_stride % 8 != 0) {
+    return invalid_argument(
+        "moe_gemv_cuda: pairs 0..64, k and the strides multiples of 8, x and w 16-byte aligned, "
+        "y in f32 or the input dtype");
   }
   if (pairs == 0) return ok_status();
   if (dtype == DType::kBF16) {

@@ -39,8 +39,8 @@ void bench_case(CudaBench& bench, int64_t tokens, int64_t experts, int64_t k, in
     if (st.ok()) st = moe_combine_cuda(yp, hidden, row_of, ids, weights, tokens, k, hidden, out, hidden, true, s);
     return st;
   };
-  const std::string shape = "tokens=" + std::to_string(tokens) + " E=" + std::to_string(experts) + " k=" +
-                            std::to_string(k) + " hidden=" + std::to_string(hidden);
+  const std::string shape = "tokens=" + std::to_string(tokens) + " E=" + std::to_string(experts) +
+                            " k=" + std::to_string(k) + " hidden=" + std::to_string(hidden);
   const Status first = logits && x && xp && yp && out ? layer() : internal_error("cudaMalloc failed");
   if (first.ok()) {
     const double bytes = 2.0 * 2 * pairs * hidden + 4.0 * pairs * hidden + 8.0 * tokens * hidden;

@@ -44,7 +44,8 @@ TEST(MoeCudaTest, RouteAndPlanEqualTheCpuTwins) {
       // The plan of those ids.
       const MoePlan want = moe_plan(want_ids.data(), tokens, experts, k);
       DeviceVector<int32_t> offsets(static_cast<size_t>(experts + 1)), pair(want_ids.size()), row_of(want_ids.size());
-      ASSERT_TRUE(moe_plan_cuda(d_ids.get(), tokens, experts, k, offsets.get(), pair.get(), row_of.get(), nullptr).ok());
+      ASSERT_TRUE(
+          moe_plan_cuda(d_ids.get(), tokens, experts, k, offsets.get(), pair.get(), row_of.get(), nullptr).ok());
       EXPECT_EQ(offsets.download(), want.offsets);
       EXPECT_EQ(pair.download(), want.pair);
       EXPECT_EQ(row_of.download(), want.row_of);
@@ -64,12 +65,14 @@ TEST(MoeCudaTest, PermuteAndCombineEqualTheCpuTwins) {
   DeviceVector<float> d_w(w);
   // Permute, f32 and bf16 (bit patterns moved as they are).
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    const std::vector<float> x = cuda_test::round_through(random_floats(static_cast<size_t>(tokens * ld), 6, -1, 1), dtype);
+    const std::vector<float> x =
+        cuda_test::round_through(random_floats(static_cast<size_t>(tokens * ld), 6, -1, 1), dtype);
     std::vector<float> want(static_cast<size_t>(tokens * k * cols));
     moe_permute(x.data(), ld, plan, cols, want.data(), cols);
     const std::vector<uint8_t> bytes = cuda_test::encode(x, dtype);
     DeviceVector<uint8_t> d_x(bytes), d_xp(want.size() * dtype_size(dtype));
-    ASSERT_TRUE(moe_permute_cuda(d_x.get(), ld, dtype, d_pair.get(), tokens * k, k, cols, d_xp.get(), cols, nullptr).ok());
+    ASSERT_TRUE(
+        moe_permute_cuda(d_x.get(), ld, dtype, d_pair.get(), tokens * k, k, cols, d_xp.get(), cols, nullptr).ok());
     EXPECT_EQ(cuda_test::decode(d_xp.download(), dtype), want) << dtype_name(dtype);
   }
   // Combine into a fresh output and onto a residual.
@@ -81,7 +84,8 @@ TEST(MoeCudaTest, PermuteAndCombineEqualTheCpuTwins) {
   for (bool accumulate : {false, true}) {
     DeviceVector<float> d_out(residual);
     ASSERT_TRUE(moe_combine_cuda(d_yp.get(), cols, d_row_of.get(), d_ids.get(), d_w.get(), tokens, k, cols, d_out.get(),
-                                 ld, accumulate, nullptr).ok());
+                                 ld, accumulate, nullptr)
+                    .ok());
     const std::vector<float> out = d_out.download();
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t c = 0; c < ld; ++c) {
@@ -104,8 +108,10 @@ TEST(MoeCudaTest, ExpertGemvEqualsTheCpuTwin) {
       for (DType out : {DType::kF32, dtype}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " -> " + dtype_name(out) + " x_div " + std::to_string(x_div));
         const int64_t x_rows = x_div == 1 ? pairs : tokens;
-        const std::vector<float> x = cuda_test::round_through(random_floats(static_cast<size_t>(x_rows * k), 3, -1, 1), dtype);
-        const std::vector<float> w = cuda_test::round_through(random_floats(static_cast<size_t>(experts * n * k), 4, -1, 1), dtype);
+        const std::vector<float> x =
+            cuda_test::round_through(random_floats(static_cast<size_t>(x_rows * k), 3, -1, 1), dtype);
+        const std::vector<float> w =
+            cuda_test::round_through(random_floats(static_cast<size_t>(experts * n * k), 4, -1, 1), dtype);
         const std::vector<int32_t> ids = {4, 0, 2, 2, 1, 3};
         std::vector<float> want(static_cast<size_t>(pairs * n));
         moe_gemv(x.data(), k, x_div, w.data(), n * k, ids.data(), pairs, n, k, want.data(), n);
@@ -113,7 +119,8 @@ TEST(MoeCudaTest, ExpertGemvEqualsTheCpuTwin) {
         DeviceVector<int32_t> d_ids(ids);
         DeviceVector<uint8_t> d_y(static_cast<size_t>(pairs * n) * dtype_size(out));
         ASSERT_TRUE(moe_gemv_cuda(d_x.get(), k, x_div, d_w.get(), n * k, dtype, d_ids.get(), pairs, n, k, d_y.get(),
-                                  out, n, nullptr).ok());
+                                  out, n, nullptr)
+                        .ok());
         const std::vector<float> y = cuda_test::decode(d_y.download(), out);
         const float rel = out == DType::kF32 ? 1e-5f : out == DType::kBF16 ? 1.0f / 128 : 1.0f / 1024;
         for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], want[i], rel * std::max(1.0f, std::fabs(want[i]))) << i;

@@ -33,11 +33,11 @@ struct EncoderBlockCudaWeights {
 };
 
 struct EncoderBlockCudaBuffers {
-  float* x = nullptr;        // [rows, H] the residual stream
-  void* normed = nullptr;    // [rows, H] (dtype)
-  void* qkv = nullptr;       // [rows, 3 inner] (dtype)
-  void* context = nullptr;   // [rows, inner] (dtype)
-  void* mlp = nullptr;       // [rows, I] (dtype)
+  float* x = nullptr;       // [rows, H] the residual stream
+  void* normed = nullptr;   // [rows, H] (dtype)
+  void* qkv = nullptr;      // [rows, 3 inner] (dtype)
+  void* context = nullptr;  // [rows, inner] (dtype)
+  void* mlp = nullptr;      // [rows, I] (dtype)
 };
 
 // heads and mlp are a tensor-parallel rank's share; inner = heads * head_dim.

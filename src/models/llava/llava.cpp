@@ -68,7 +68,8 @@ StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::
   }
   ASSIGN_OR_RETURN(std::string strategy, o.get_string_or("vision_feature_select_strategy", "default"));
   if (strategy != "default" && strategy != "full") {
-    return unimplemented(label + ".vision_feature_select_strategy: '" + strategy + "' is not supported (default, full)");
+    return unimplemented(label + ".vision_feature_select_strategy: '" + strategy +
+                         "' is not supported (default, full)");
   }
   c.drop_cls = strategy == "default";
   ASSIGN_OR_RETURN(std::string act, o.get_string_or("projector_hidden_act", "gelu"));
@@ -89,8 +90,8 @@ StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::
 StatusOr<LlavaLayout> detect_llava_layout(const WeightStore& store, const std::string& model_dir) {
   LlavaLayout layout;
   layout.text.model = find_prefix(store, {"language_model.model.", "model.language_model."}, "embed_tokens.weight");
-  layout.text.lm_head = store.find("language_model.lm_head.weight") != nullptr ? "language_model.lm_head.weight"
-                                                                                : "lm_head.weight";
+  layout.text.lm_head =
+      store.find("language_model.lm_head.weight") != nullptr ? "language_model.lm_head.weight" : "lm_head.weight";
   layout.vision = find_prefix(
       store, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.", "model.vision_tower."},
       "embeddings.class_embedding");
@@ -154,8 +155,8 @@ StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_
 
 Status LlavaModel::encode_images(const Tensor& pixels, Tensor& features, Arena& arena) const {
   const LlavaConfig& c = config_;
-  const int64_t images = pixels.dims() == 4 ? pixels.size(0) : 0, t = c.tokens_per_image(),
-                h = c.text.hidden_size, vh = c.vision.hidden_size, seq = vision_.seq_len();
+  const int64_t images = pixels.dims() == 4 ? pixels.size(0) : 0, t = c.tokens_per_image(), h = c.text.hidden_size,
+                vh = c.vision.hidden_size, seq = vision_.seq_len();
   const int64_t layers = static_cast<int64_t>(c.feature_layers.size()), in = vh * layers;
   if (features.dims() != 3 || features.size(0) != images || features.size(1) != t || features.size(2) != h ||
       features.dtype() != DType::kF32) {

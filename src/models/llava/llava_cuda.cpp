@@ -17,7 +17,9 @@
 namespace mmserve::models {
 namespace {
 
-size_t bytes_of(DType d, int64_t n) { return storage_bytes(d, n); }
+size_t bytes_of(DType d, int64_t n) {
+  return storage_bytes(d, n);
+}
 
 // One device tensor to fill: from a host f32 tensor (load) or random (benchmarks).
 struct Job {
@@ -98,7 +100,8 @@ Status LlavaCudaVision::init(const LlavaConfig& config, const LlavaCudaVisionOpt
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device));
   RETURN_IF_ERROR(stream_.init());
   CUDA_RETURN_IF_ERROR(cudaMalloc(&gemm_workspace_, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
-  ASSIGN_OR_RETURN(gemm_, kernels::CublasLtGemm::create(gemm_workspace_, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
+  ASSIGN_OR_RETURN(gemm_,
+                   kernels::CublasLtGemm::create(gemm_workspace_, kernels::CublasLtGemm::kDefaultWorkspaceBytes));
   // Buffers for max_images.
   const ClipVisionConfig& v = config.vision;
   const DType d = options.dtype;
@@ -106,11 +109,17 @@ Status LlavaCudaVision::init(const LlavaConfig& config, const LlavaCudaVisionOpt
   const int64_t t = config.tokens_per_image(), h = config.text.hidden_size;
   const int64_t in = vh * static_cast<int64_t>(config.feature_layers.size());
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
-  const std::vector<size_t> sizes = {
-      bytes_of(DType::kF32, n * v.num_channels * v.image_size * v.image_size), bytes_of(d, n * p * patch_cols),
-      bytes_of(DType::kF32, n * p * vh),  bytes_of(DType::kF32, n * seq * vh), bytes_of(d, n * seq * vh),
-      bytes_of(d, n * seq * 3 * vh),      bytes_of(d, n * seq * vh),           bytes_of(d, n * seq * v.intermediate_size),
-      bytes_of(d, n * t * in),            bytes_of(d, n * t * h),              bytes_of(DType::kF32, n * t * h)};
+  const std::vector<size_t> sizes = {bytes_of(DType::kF32, n * v.num_channels * v.image_size * v.image_size),
+                                     bytes_of(d, n * p * patch_cols),
+                                     bytes_of(DType::kF32, n * p * vh),
+                                     bytes_of(DType::kF32, n * seq * vh),
+                                     bytes_of(d, n * seq * vh),
+                                     bytes_of(d, n * seq * 3 * vh),
+                                     bytes_of(d, n * seq * vh),
+                                     bytes_of(d, n * seq * v.intermediate_size),
+                                     bytes_of(d, n * t * in),
+                                     bytes_of(d, n * t * h),
+                                     bytes_of(DType::kF32, n * t * h)};
   size_t total = 0;
   for (size_t b : sizes) total += DeviceArena::aligned(b) + DeviceArena::kAlignment;
   RETURN_IF_ERROR(buffers_.init(total));
@@ -158,7 +167,8 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::load(const std::stri
       CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, j.numel * sizeof(float), cudaMemcpyHostToDevice));
     } else {
       half.resize(static_cast<size_t>(j.numel));
-      for (int64_t i = 0; i < j.numel; ++i) half[i] = j.dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      for (int64_t i = 0; i < j.numel; ++i)
+        half[i] = j.dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
       CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), j.numel * sizeof(uint16_t), cudaMemcpyHostToDevice));
     }
     *j.target = dst;
@@ -167,7 +177,8 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::load(const std::stri
 }
 
 StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::random(const LlavaConfig& config,
-                                                                   const LlavaCudaVisionOptions& options, uint64_t seed) {
+                                                                   const LlavaCudaVisionOptions& options,
+                                                                   uint64_t seed) {
   std::unique_ptr<LlavaCudaVision> m(new LlavaCudaVision());
   RETURN_IF_ERROR(m->init(config, options));
   std::vector<Job> jobs = plan_jobs(config, m->layers_, options.dtype, nullptr, nullptr, "", m->blocks_,
@@ -194,13 +205,14 @@ Status LlavaCudaVision::forward(int64_t n) {
   const int64_t t = c.tokens_per_image(), in = vh * static_cast<int64_t>(c.feature_layers.size());
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
   // Embeddings: [class; conv(pixels)] + positions, then pre_layrnorm (in place, f32).
-  RETURN_IF_ERROR(kernels::im2col_patches_cuda(pixels_, n, v.num_channels, v.image_size, v.patch_size, patches_, dt, s));
+  RETURN_IF_ERROR(
+      kernels::im2col_patches_cuda(pixels_, n, v.num_channels, v.image_size, v.patch_size, patches_, dt, s));
   kernels::GemmCudaArgs g;
   g.m = n * p, g.n = vh, g.k = patch_cols, g.a = patches_, g.lda = patch_cols, g.w = patch_weight_, g.ldw = patch_cols;
   g.in_dtype = dt, g.d = patch_out_, g.ldd = vh, g.out_dtype = DType::kF32;
   RETURN_IF_ERROR(gemm_->run(g, s));
-  RETURN_IF_ERROR(kernels::assemble_vision_embeddings_cuda(patch_out_, class_embedding_, positions_, dt, n, p, vh,
-                                                           block_.x, s));
+  RETURN_IF_ERROR(
+      kernels::assemble_vision_embeddings_cuda(patch_out_, class_embedding_, positions_, dt, n, p, vh, block_.x, s));
   kernels::LayerNormCudaArgs ln;
   ln.x = block_.x, ln.x_ld = vh, ln.weight = pre_ln_w_, ln.bias = pre_ln_b_, ln.eps = v.layer_norm_eps;
   ln.rows = rows, ln.cols = vh, ln.y = block_.x, ln.y_dtype = DType::kF32, ln.y_ld = vh;

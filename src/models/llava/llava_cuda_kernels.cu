@@ -1,11 +1,10 @@
 // The kernel of llava_cuda_kernels.h.
-#include "models/llava/llava_cuda_kernels.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_convert.cuh"
+#include "models/llava/llava_cuda_kernels.h"
 
 namespace mmserve::models {
 namespace {
@@ -37,8 +36,7 @@ Status select_vision_features_cuda(const float* x, int64_t batch, int64_t seq, i
     case DType::kF16:
       select_kernel<<<grid, block, 0, stream>>>(x, seq, skip, tokens, cols, static_cast<__half*>(out), out_ld, col);
       break;
-    default:
-      return unimplemented(std::string("vision features in ") + dtype_name(dtype));
+    default: return unimplemented(std::string("vision features in ") + dtype_name(dtype));
   }
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ok_status();

