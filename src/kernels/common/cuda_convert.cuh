@@ -38,4 +38,17 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
 }
 
+// Two packed 16-bit values (one 32-bit word of a 16-byte load) as f32, low half first: the GEMV kernels' unpacking
+// (gemm_small_m_cuda.cu, moe_cuda.cu).
+template <typename T>
+__device__ __forceinline__ float2 packed_to_float2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 packed_to_float2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 packed_to_float2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&v));
+}
+
 }  // namespace mmserve::kernels

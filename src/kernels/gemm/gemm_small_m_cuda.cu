@@ -81,16 +81,6 @@ __global__ void __launch_bounds__(32 * kWarps) gemm_small_m_kernel(Params p) {
 // of CTA x computes column col = x * kWarps + warp for every row: its lanes stream the column's weight row once in
 // 16-byte loads (8 values), unrolled so that each lane has kUnroll loads in flight (a GEMV is a stream of the
 // weight: the loads in flight are what reach the bandwidth), then a butterfly reduction per row.
-template <typename T>
-__device__ __forceinline__ float2 to_float2(uint32_t v);
-template <>
-__device__ __forceinline__ float2 to_float2<__nv_bfloat16>(uint32_t v) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-}
-template <>
-__device__ __forceinline__ float2 to_float2<__half>(uint32_t v) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&v));
-}
 
 // D's elements as f32 and back (kernels/common/cuda_convert.cuh).
 template <typename TOut>
@@ -132,7 +122,7 @@ __global__ void __launch_bounds__(32 * kWarps) gemv16_kernel(Params16 p) {
         const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, av[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const float2 wf = to_float2<T>(wv[j]), af = to_float2<T>(av[j]);
+          const float2 wf = packed_to_float2<T>(wv[j]), af = packed_to_float2<T>(av[j]);
           acc[r] = fmaf(af.x, wf.x, fmaf(af.y, wf.y, acc[r]));
         }
       }
@@ -207,7 +197,7 @@ __global__ void __launch_bounds__(32 * kWarps) gemv16_swiglu_kernel(GemvSwigluAr
     const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, av[4] = {a4.x, a4.y, a4.z, a4.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float2 wf = to_float2<T>(wv[j]), af = to_float2<T>(av[j]);
+      const float2 wf = packed_to_float2<T>(wv[j]), af = packed_to_float2<T>(av[j]);
       acc[r] = fmaf(af.x, wf.x, fmaf(af.y, wf.y, acc[r]));
     }
   };

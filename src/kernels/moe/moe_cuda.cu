@@ -127,17 +127,6 @@ __global__ void combine_kernel(const float* yp, int64_t yp_ld, const int32_t* ro
   }
 }
 
-template <typename T>
-__device__ __forceinline__ float2 pair_to_float2(uint32_t v);
-template <>
-__device__ __forceinline__ float2 pair_to_float2<__nv_bfloat16>(uint32_t v) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
-}
-template <>
-__device__ __forceinline__ float2 pair_to_float2<__half>(uint32_t v) {
-  return __half22float2(*reinterpret_cast<const __half2*>(&v));
-}
-
 constexpr int kGemvWarps = 8;
 
 // Warp w of CTA (x, p) owns output column x * kGemvWarps + w of pair p: its lanes stream the expert's weight row
@@ -158,7 +147,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
     const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {x4.x, x4.y, x4.z, x4.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const float2 wf = pair_to_float2<T>(wv[j]), xf = pair_to_float2<T>(xv[j]);
+      const float2 wf = packed_to_float2<T>(wv[j]), xf = packed_to_float2<T>(xv[j]);
       acc = fmaf(xf.x, wf.x, fmaf(xf.y, wf.y, acc));
     }
   }
