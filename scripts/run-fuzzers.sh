@@ -20,7 +20,7 @@ if [ -d "$dir" ]; then dir=$(cd "$dir" && pwd); fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 targets="safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz
   openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz
-  hf_tokenizer_fuzz openai_completions_fuzz"
+  hf_tokenizer_fuzz openai_completions_fuzz kserve_generate_fuzz hf_config_fuzz"
 work=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
