@@ -18,9 +18,9 @@ case $seconds in '' | *[!0-9]*) echo "SECONDS must be a whole number, got '$seco
 # Absolute, because each fuzzer runs from its scratch directory (where it drops crash-* files).
 if [ -d "$dir" ]; then dir=$(cd "$dir" && pwd); fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
-targets="safetensors_fuzz image_decode_fuzz clip_tokenizer_fuzz audio_decode_fuzz kserve_infer_fuzz openai_embeddings_fuzz
-  openai_audio_form_fuzz traceparent_fuzz model_config_fuzz segment_request_fuzz json_parse_fuzz png_fast_path_fuzz chat_template_fuzz llama2c_fuzz
-  hf_tokenizer_fuzz openai_completions_fuzz kserve_generate_fuzz hf_config_fuzz"
+# Every libFuzzer target built in DIR (fuzz/CMakeLists.txt defines them; `make fuzz` builds them all).
+targets=$(cd "$dir" 2>/dev/null && for f in *_fuzz; do [ -x "$f" ] && echo "$f"; done)
+[ -n "$targets" ] || { echo "no *_fuzz executables in $dir" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
