@@ -1,17 +1,22 @@
-// What the decoder GPU benches share (llama_gpu_bench.cpp, llava_gpu_bench.cpp): a wall clock, fatal checks, the
-// --batches list, and greedy sampling on the GPU with the ids copied back, as the executor's CUDA backend does.
+// What the decoder GPU benches share (llama_gpu_bench.cpp, llava_gpu_bench.cpp, mixtral_gpu_bench.cpp): a wall
+// clock, fatal checks, the --batches list, greedy sampling on the GPU with the ids copied back, and engine steps
+// over one model (the scheduler's plan, forward, sample, the tokens appended), as the executor runs them.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/cuda/cuda_status.h"
+#include "engine/decoder_scheduler.h"
+#include "engine/kv_block_manager.h"
 #include "kernels/sampling/sampling_cuda.h"
+#include "models/llama/llama_cuda.h"
 
 namespace mmserve::bench {
 
@@ -69,6 +74,37 @@ class GreedySampler {
   kernels::SamplingRowParams* params_ = nullptr;
   int32_t* d_ids_ = nullptr;
   std::vector<int32_t> ids_;
+};
+
+// Engine steps over one model without prefix caching: step() schedules, runs `before_forward` on the plan (LLaVA's
+// image rows) when set, forwards, samples greedily and appends each sampled token to its sequence.
+struct Stepper {
+  models::LlamaCudaModel& m;
+  GreedySampler sampler;
+  engine::KvBlockManager blocks;
+  engine::DecoderScheduler scheduler;
+  std::function<void(engine::StepPlan&)> before_forward;
+  Stepper(models::LlamaCudaModel& model, int64_t max_seqs, int64_t max_tokens)
+      : m(model),
+        sampler(max_seqs, model.config().vocab_size),
+        blocks(model.num_blocks(), model.block_size(), false),
+        scheduler(config(model, max_seqs, max_tokens), blocks) {}
+  static engine::SchedulerConfig config(const models::LlamaCudaModel& m, int64_t seqs, int64_t tokens) {
+    engine::SchedulerConfig sc;
+    sc.max_num_seqs = seqs, sc.max_num_batched_tokens = tokens, sc.table_ld = m.table_ld();
+    return sc;
+  }
+  void step() {
+    engine::StepPlan plan = scheduler.schedule();
+    if (before_forward) before_forward(plan);
+    BENCH_CHECK_OK(m.forward(plan.step));
+    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), m.stream());
+    scheduler.complete(plan);
+    size_t r = 0;
+    for (const engine::StepEntry& e : plan.entries) {
+      if (e.wants_logits) e.seq->tokens.push_back(sampler.ids()[r++]);
+    }
+  }
 };
 
 }  // namespace mmserve::bench

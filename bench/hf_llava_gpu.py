@@ -12,12 +12,14 @@ pixel_values and input_ids already on the GPU:
 """
 import argparse
 import json
-import statistics
+import os
 import sys
-import time
 
 import torch
 import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_llama_gpu import timed  # noqa: E402  (CUDA-synchronised median after a warm-up)
 
 
 def config():
@@ -30,18 +32,6 @@ def config():
     return transformers.LlavaConfig(vision_config=vision.to_dict(), text_config=text.to_dict(), image_token_index=32000,
                                     vision_feature_layer=-2, vision_feature_select_strategy="default",
                                     image_seq_length=576, projector_hidden_act="gelu")
-
-
-def timed(fn, iters):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def main():

@@ -9,24 +9,15 @@ prompt's prefill is not in the rate (as bench/hf_llama_gpu.py). One JSON object 
 """
 import argparse
 import json
-import statistics
+import os
 import sys
 import time
 
 import torch
 import transformers
 
-
-def timed(fn, iters):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_llama_gpu import timed  # noqa: E402  (CUDA-synchronised median after a warm-up)
 
 
 def main():

@@ -90,30 +90,10 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "%s ready in %.1f s: weights %.2f GB, pool %.2f GB (%lld blocks)\n", name.c_str(),
                now_s() - t_load, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
   const int64_t vocab = m.config().vocab_size;
-  cudaStream_t s = m.stream();
-  bench::GreedySampler sampler(most, vocab);
-
-  engine::KvBlockManager blocks(m.num_blocks(), m.block_size(), /*prefix_caching=*/false);
-  engine::SchedulerConfig sc;
-  sc.max_num_seqs = o.max_num_seqs;
-  sc.max_num_batched_tokens = o.max_num_tokens;
-  sc.table_ld = m.table_ld();
-  engine::DecoderScheduler scheduler(sc, blocks);
+  bench::Stepper stepper(m, o.max_num_seqs, o.max_num_tokens);
+  engine::DecoderScheduler& scheduler = stepper.scheduler;
   std::mt19937 rng(0);
-  // One engine step: forward, greedy on the GPU, the ids back; returns the plan's sequences that sampled.
-  auto step = [&](std::vector<engine::DecoderSequence*>& sampled) {
-    engine::StepPlan plan = scheduler.schedule();
-    BENCH_CHECK_OK(m.forward(plan.step));
-    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), s);
-    scheduler.complete(plan);
-    sampled.clear();
-    for (const engine::StepEntry& e : plan.entries) {
-      if (e.wants_logits) sampled.push_back(e.seq);
-    }
-    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(sampler.ids()[r]);
-  };
   nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
-  std::vector<engine::DecoderSequence*> sampled;
   for (int64_t b : sizes) {
     std::vector<double> rates;
     for (int64_t it = 0; it <= iters; ++it) {  // the first is a warm-up
@@ -124,10 +104,10 @@ int main(int argc, char** argv) {
       }
       // Prefill until every sequence has its first token.
       while (std::any_of(seqs.begin(), seqs.end(), [&](const auto& q) { return (int64_t)q.tokens.size() == prompt; })) {
-        step(sampled);
+        stepper.step();
       }
       const double t0 = now_s();
-      for (int64_t n = 1; n < new_tokens; ++n) step(sampled);
+      for (int64_t n = 1; n < new_tokens; ++n) stepper.step();
       const double t = now_s() - t0;
       for (auto& q : seqs) scheduler.remove(&q);
       if (it > 0) rates.push_back(static_cast<double>(b * (new_tokens - 1)) / t);
@@ -143,7 +123,7 @@ int main(int argc, char** argv) {
     for (int64_t t = 0; t < prefill; ++t) q.tokens.push_back(static_cast<int32_t>(rng() % vocab));
     scheduler.add(&q);
     const double t0 = now_s();
-    step(sampled);
+    stepper.step();
     const double t = now_s() - t0;
     scheduler.remove(&q);
     if (it > 0) times.push_back(1000 * t);

@@ -88,9 +88,6 @@ int main(int argc, char** argv) {
   models::LlamaCudaModel& m = **model;
   std::fprintf(stderr, "LLaVA-1.5-7B shapes ready in %.1f s: tower %.2f GB, decoder %.2f GB, pool %.2f GB\n",
                now_s() - t_load, (*vision)->weight_bytes() / 1e9, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9);
-  const int64_t vocab = cfg.text.vocab_size;
-  cudaStream_t s = m.stream();
-  bench::GreedySampler sampler(most, vocab);
 
   // Host pixels (random levels) and a host buffer for the features, as the executor has them.
   std::mt19937 rng(0);
@@ -105,20 +102,16 @@ int main(int argc, char** argv) {
   while (static_cast<int64_t>(prompt.size()) < 1 + t_img + text) prompt.push_back(static_cast<int32_t>(rng() % 32000));
   const int64_t plen = static_cast<int64_t>(prompt.size());
 
-  engine::KvBlockManager blocks(m.num_blocks(), m.block_size(), /*prefix_caching=*/false);
-  engine::SchedulerConfig sc;
-  sc.max_num_seqs = o.max_num_seqs;
-  sc.max_num_batched_tokens = o.max_num_tokens;
-  sc.table_ld = m.table_ld();
-  engine::DecoderScheduler scheduler(sc, blocks);
+  bench::Stepper stepper(m, o.max_num_seqs, o.max_num_tokens);
+  engine::DecoderScheduler& scheduler = stepper.scheduler;
   std::vector<float> step_embeds;
-  // One engine step as the executor runs it: the placeholder rows' features, forward, greedy, the ids back.
-  auto step = [&](std::vector<engine::DecoderSequence*>& sampled, std::vector<engine::DecoderSequence>& seqs) {
-    engine::StepPlan plan = scheduler.schedule();
+  std::vector<engine::DecoderSequence>* live = nullptr;  // run()'s sequences (their index picks their features)
+  // As the executor does: the placeholder rows of each prefill chunk take their image's features.
+  stepper.before_forward = [&](engine::StepPlan& plan) {
     step_embeds.clear();
     int32_t row = 0;
     for (const engine::StepEntry& e : plan.entries) {
-      const int64_t which = e.seq - seqs.data();
+      const int64_t which = e.seq - live->data();
       for (int64_t p = e.start; p < e.start + e.count; ++p, ++row) {
         if (p < image_at || p >= image_at + t_img) continue;
         plan.step.embed_rows.push_back(row);
@@ -127,14 +120,6 @@ int main(int argc, char** argv) {
       }
     }
     plan.step.embeds = step_embeds.empty() ? nullptr : step_embeds.data();
-    BENCH_CHECK_OK(m.forward(plan.step));
-    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), s);
-    scheduler.complete(plan);
-    sampled.clear();
-    for (const engine::StepEntry& e : plan.entries) {
-      if (e.wants_logits) sampled.push_back(e.seq);
-    }
-    for (size_t r = 0; r < sampled.size(); ++r) sampled[r]->tokens.push_back(sampler.ids()[r]);
   };
   // B requests: their images through the tower, their prompts prefilled, then decoded to N tokens each.
   auto run = [&](int64_t b, int64_t n_tokens) {
@@ -144,10 +129,10 @@ int main(int argc, char** argv) {
       q.tokens = prompt;
       scheduler.add(&q);
     }
-    std::vector<engine::DecoderSequence*> sampled;
+    live = &seqs;
     while (std::any_of(seqs.begin(), seqs.end(),
                        [&](const auto& q) { return static_cast<int64_t>(q.tokens.size()) < plen + n_tokens; })) {
-      step(sampled, seqs);
+      stepper.step();
     }
     for (auto& q : seqs) scheduler.remove(&q);
   };

@@ -37,34 +37,6 @@ models::LlamaConfig mixtral(int64_t layers, int64_t experts, int64_t k) {
   return c;
 }
 
-// Engine steps over one model: `run(seqs, until)` steps until every sequence holds `until` tokens.
-struct Stepper {
-  models::LlamaCudaModel& m;
-  bench::GreedySampler sampler;
-  engine::KvBlockManager blocks;
-  engine::DecoderScheduler scheduler;
-  Stepper(models::LlamaCudaModel& model, int64_t max_seqs, int64_t max_tokens)
-      : m(model),
-        sampler(max_seqs, model.config().vocab_size),
-        blocks(model.num_blocks(), model.block_size(), false),
-        scheduler(config(model, max_seqs, max_tokens), blocks) {}
-  static engine::SchedulerConfig config(const models::LlamaCudaModel& m, int64_t seqs, int64_t tokens) {
-    engine::SchedulerConfig sc;
-    sc.max_num_seqs = seqs, sc.max_num_batched_tokens = tokens, sc.table_ld = m.table_ld();
-    return sc;
-  }
-  void step() {
-    engine::StepPlan plan = scheduler.schedule();
-    BENCH_CHECK_OK(m.forward(plan.step));
-    sampler.sample(m.logits(), static_cast<int64_t>(plan.step.logit_rows.size()), m.stream());
-    scheduler.complete(plan);
-    size_t r = 0;
-    for (const engine::StepEntry& e : plan.entries) {
-      if (e.wants_logits) e.seq->tokens.push_back(sampler.ids()[r++]);
-    }
-  }
-};
-
 std::vector<int32_t> random_prompt(int64_t n, std::mt19937& rng) {
   std::vector<int32_t> p;
   for (int64_t t = 0; t < n; ++t) p.push_back(static_cast<int32_t>(rng() % 32000));
@@ -121,7 +93,7 @@ int main(int argc, char** argv) {
       o.kv_cache_bytes = int64_t{1} << 30;
       auto model = models::LlamaCudaModel::random(mixtral(layers, experts, k), o, 1);
       BENCH_CHECK_OK(model.status());
-      Stepper st(**model, 1, longest);
+      bench::Stepper st(**model, 1, longest);
       for (int64_t n : lengths) {
         std::vector<double> times;
         for (int64_t it = 0; it <= iters; ++it) {
@@ -169,7 +141,7 @@ int main(int argc, char** argv) {
     out["limit_tokens_per_s"] = hbm * 1e12 / active_bytes;
     out["weights_gb"] = (*model)->weight_bytes() / 1e9;
     out["decode"] = nlohmann::json::array();
-    Stepper st(**model, most, o.max_num_tokens);
+    bench::Stepper st(**model, most, o.max_num_tokens);
     for (int64_t b : sizes) {
       std::vector<double> rates;
       for (int64_t it = 0; it <= iters; ++it) {

@@ -119,6 +119,26 @@ TEST(LlavaHf, MorePlaceholdersThanFeaturesIsAnError) {
   EXPECT_EQ(cache->length, 0) << "nothing written on error";
 }
 
+TEST(LlavaHf, ACheckpointWithoutTheLlavaPartsIsRefused) {
+  // A LLaVA config beside a plain Llama's weights: no vision tower or projector under any known name.
+  const fs::path dir = fs::temp_directory_path() / ("mmserve_llava_broken_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy_file(testing::fixture("llava/llava-llama-f32/config.json"), dir / "config.json");
+  fs::copy_file(testing::fixture("llama/llama-gqa-f32/model.safetensors"), dir / "model.safetensors");
+  auto model = LlavaModel::load(dir.string());
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("not a LLaVA checkpoint"), std::string::npos) << model.status().message();
+  // The LLaVA's own weights with a tensor missing: named.
+  fs::copy_file(testing::fixture("llava/llava-mixtral-f32-v5names/model.safetensors"), dir / "model.safetensors",
+                fs::copy_options::overwrite_existing);
+  model = LlavaModel::load(dir.string());  // a Mixtral text model's tensors under a Llama text config
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("mlp.gate_proj"), std::string::npos) << model.status().message();
+  fs::remove_all(dir);
+}
+
 TEST(LlavaHf, BrokenConfigsAreRefusedNamingTheKey) {
   const nlohmann::json base =
       nlohmann::json::parse(std::ifstream(testing::fixture("llava/llava-llama-f32/config.json")));

@@ -56,6 +56,10 @@ Status LlamaCudaModel::init(const LlamaConfig& config, const LlamaCudaOptions& o
   if (options.block_size <= 0 || options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
     return invalid_argument("block_size, max_num_tokens and max_num_seqs must be positive");
   }
+  if (config.num_experts > kernels::kMoeCudaMaxExperts) {
+    return unimplemented("the CUDA MoE kernels take at most " + std::to_string(kernels::kMoeCudaMaxExperts) +
+                         " experts, the model has " + std::to_string(config.num_experts));
+  }
   if (config.rope_scaling.type == "dynamic") {
     dynamic_rope_ = true;
     max_model_len_ = static_cast<int64_t>(static_cast<double>(config.rope_scaling.original_max_position_embeddings) *
