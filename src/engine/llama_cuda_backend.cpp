@@ -213,6 +213,7 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
     vision->encode = [raw = shared.get()](const float* pixels, int64_t n, float* features) {
       return raw->encode(pixels, n, features);
     };
+    vision->image_newline = shared->image_newline();
     vision->owner = shared;
   } else {
     ASSIGN_OR_RETURN(model, models::LlamaCudaModel::load(model_dir, o));

@@ -19,7 +19,8 @@ struct LlamaOptions;
 
 // The image side of a LLaVA on the GPU (models/llava/llava_cuda.h), type-erased for the executor.
 struct CudaImageEncoder {
-  std::function<Status(const float* pixels, int64_t n, float* features)> encode;
+  std::function<Status(const float* pixels, int64_t n, float* features)> encode;  // n tiles
+  std::vector<float> image_newline;  // LLaVA-NeXT
   std::shared_ptr<void> owner;
 };
 

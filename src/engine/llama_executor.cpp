@@ -13,6 +13,7 @@
 #include "engine/families.h"
 #include "engine/kv_block_manager.h"
 #include "kernels/sampling/sampling.h"
+#include "models/llava/llava_next.h"
 #if MMSERVE_HAS_CUDA
 #include "engine/llama_cuda_backend.h"
 #endif
@@ -157,7 +158,8 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(model_dir));
   e->tokenizer_ = std::move(tokenizer);
   ASSIGN_OR_RETURN(nlohmann::json config_json, read_json_file(model_dir + "/config.json"));
-  const bool llava = config_json.is_object() && config_json.value("model_type", "") == "llava";
+  const std::string model_type = config_json.is_object() ? config_json.value("model_type", "") : "";
+  const bool llava = model_type == "llava" || model_type == "llava_next";
   if (llava) {
     ASSIGN_OR_RETURN(e->llava_config_, models::parse_llava_config(config_json, model_dir + "/config.json"));
     e->encoder_cache_ = std::make_unique<EmbeddingCache>("llava_encoder", llama.encoder_cache_bytes);
@@ -180,6 +182,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
         Arena arena;
         return raw->encode_images(pixel_t, feature_t, arena);
       };
+      e->image_newline_ = shared->image_newline();
       e->vision_owner_ = std::const_pointer_cast<models::LlavaModel>(shared);
     } else {
       ASSIGN_OR_RETURN(std::unique_ptr<models::LlamaModel> loaded, models::LlamaModel::load(model_dir));
@@ -213,6 +216,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     ASSIGN_OR_RETURN(e->backend_, make_llama_cuda_backend(model_dir, options, llama, e->config_, e->max_model_len_,
                                                           e->dtype_, llava ? &*e->llava_config_ : nullptr, &vision));
     e->encode_images_ = std::move(vision.encode);
+    e->image_newline_ = std::move(vision.image_newline);
     e->vision_owner_ = std::move(vision.owner);
 #else
     return unimplemented("this build has no CUDA backend (device " + options.device.to_string() + ")");
@@ -629,29 +633,40 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
 StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& input) {
   const models::LlavaConfig& c = *llava_config_;
   const int64_t t = c.tokens_per_image(), h = c.text.hidden_size, s = c.vision.image_size;
-  const int64_t per_image = t * h;
-  std::vector<float> out(static_cast<size_t>(per_image * static_cast<int64_t>(input.images.size())));
-  std::vector<size_t> missing;  // images to encode (one batch through the tower)
+  const int64_t tile_floats = 3 * s * s;
+  // Each image's rows start at its offset (its placeholders' first row among the request's).
+  std::vector<int64_t> offset(input.images.size() + 1, 0);
+  for (size_t i = 0; i < input.images.size(); ++i) offset[i + 1] = offset[i] + input.image_tokens[i];
+  std::vector<float> out(static_cast<size_t>(offset.back() * h));
+  std::vector<size_t> missing;  // images to encode (their tiles in one batch through the tower)
   for (size_t i = 0; i < input.images.size(); ++i) {
     std::shared_ptr<const std::vector<float>> hit = encoder_cache_->find(input.image_hashes[i]);
-    if (hit && static_cast<int64_t>(hit->size()) == per_image) {
-      std::copy(hit->begin(), hit->end(), out.begin() + static_cast<int64_t>(i) * per_image);
+    if (hit && static_cast<int64_t>(hit->size()) == input.image_tokens[i] * h) {
+      std::copy(hit->begin(), hit->end(), out.begin() + offset[i] * h);
     } else {
       missing.push_back(i);
     }
   }
   if (!missing.empty()) {
-    const int64_t n = static_cast<int64_t>(missing.size());
     std::vector<float> pixels;
-    pixels.reserve(static_cast<size_t>(n * 3 * s * s));
     for (size_t i : missing) pixels.insert(pixels.end(), input.images[i].begin(), input.images[i].end());
-    std::vector<float> features(static_cast<size_t>(n * per_image));
-    RETURN_IF_ERROR(encode_images_(pixels.data(), n, features.data()));
-    for (int64_t j = 0; j < n; ++j) {
-      auto entry = std::make_shared<std::vector<float>>(features.begin() + j * per_image,
-                                                        features.begin() + (j + 1) * per_image);
-      std::copy(entry->begin(), entry->end(), out.begin() + static_cast<int64_t>(missing[j]) * per_image);
-      encoder_cache_->insert(input.image_hashes[missing[j]], std::move(entry));
+    const int64_t tiles = static_cast<int64_t>(pixels.size()) / tile_floats;
+    std::vector<float> features(static_cast<size_t>(tiles * t * h));
+    RETURN_IF_ERROR(encode_images_(pixels.data(), tiles, features.data()));
+    const float* tile_rows = features.data();
+    for (size_t i : missing) {
+      const int64_t rows = input.image_tokens[i];
+      auto entry = std::make_shared<std::vector<float>>(static_cast<size_t>(rows * h));
+      if (c.is_next()) {  // the tiles' rows packed with image_newline, as HF's pack_image_features
+        const auto& [height, width] = input.image_sizes[i];
+        models::gather_feature_rows(models::llava_next_feature_order(c, height, width), tile_rows,
+                                    image_newline_.data(), h, entry->data());
+      } else {
+        std::copy(tile_rows, tile_rows + rows * h, entry->begin());
+      }
+      tile_rows += static_cast<int64_t>(input.images[i].size()) / tile_floats * t * h;
+      std::copy(entry->begin(), entry->end(), out.begin() + offset[i] * h);
+      encoder_cache_->insert(input.image_hashes[i], std::move(entry));
     }
   }
   const CacheStats stats = encoder_cache_->stats();

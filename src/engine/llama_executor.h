@@ -71,8 +71,11 @@ struct LlamaParams : virtual RequestParams {
 
 struct LlamaInput : ModelInput {
   std::vector<int32_t> prompt;
-  // LLaVA: the images in placeholder order, preprocessed ([3, S, S] f32 each), and their content hashes.
+  // LLaVA: the images in placeholder order, preprocessed (f32 [tiles, 3, S, S] each: one tile for LLaVA, the base
+  // and the grid's for LLaVA-NeXT), their sizes ({height, width} as decoded), placeholder counts and content hashes.
   std::vector<std::vector<float>> images;
+  std::vector<std::array<int64_t, 2>> image_sizes;
+  std::vector<int64_t> image_tokens;
   std::vector<std::string> image_hashes;
   SamplingParams sampling;
   int64_t max_tokens = 16;
@@ -166,9 +169,11 @@ class LlamaExecutor final : public Executor {
   std::atomic<int64_t> prefix_queries_{0}, prefix_hits_{0};
   std::shared_ptr<const text::HfTokenizer> tokenizer_;  // shared with the outputs (their token strings)
   // LLaVA: its config, and the image side on the executor's device (LlavaModel on the CPU, LlavaCudaVision on a
-  // GPU): pixels [n, 3, S, S] -> features [n * tokens_per_image, hidden], owned by vision_owner_.
+  // GPU): pixels of n tiles [n, 3, S, S] -> features [n * tokens_per_image, hidden], owned by vision_owner_;
+  // LLaVA-NeXT's image_newline row (packing: models/llava/llava_next.h).
   std::optional<models::LlavaConfig> llava_config_;
   std::function<Status(const float* pixels, int64_t n, float* features)> encode_images_;
+  std::vector<float> image_newline_;
   std::shared_ptr<void> vision_owner_;
   std::unique_ptr<EmbeddingCache> encoder_cache_;
   std::atomic<int64_t> encoder_hits_{0}, encoder_misses_{0}, encoder_bytes_{0}, encoder_entries_{0};
@@ -188,8 +193,8 @@ class LlamaInputs final : public InputPreparer {
   // LLaVA: the request's images (InputItems of image kinds) preprocessed into `input`, and its placeholders
   // expanded in `prompt` (text before tokenising, or ids).
   Status add_images(std::vector<InputItem>& inputs, LlamaInput& input) const;
-  StatusOr<std::string> expand_text(const std::string& text, int64_t images) const;
-  StatusOr<std::vector<int32_t>> expand_ids(const std::vector<int32_t>& ids, int64_t images) const;
+  StatusOr<std::string> expand_text(const std::string& text, const std::vector<int64_t>& counts) const;
+  StatusOr<std::vector<int32_t>> expand_ids(const std::vector<int32_t>& ids, const std::vector<int64_t>& counts) const;
 
   const LlamaExecutor* executor_ = nullptr;  // the tokenizer and the model's length (read-only, thread-safe)
   std::optional<image::ClipPreprocessConfig> image_config_;  // LLaVA
@@ -199,10 +204,11 @@ class LlamaInputs final : public InputPreparer {
   PreparerOptions options_;
 };
 
-// HF LlavaProcessor's placeholder expansion: each occurrence of `token` in `text` becomes tokens_per_image copies of
-// it (before tokenising); `found` receives how many there were.
-std::string expand_image_placeholders(const std::string& text, const std::string& token, int64_t tokens_per_image,
-                                      int64_t& found);
+// HF LlavaProcessor's (and LlavaNextProcessor's) placeholder expansion: the i-th occurrence of `token` in `text`
+// becomes counts[i] copies of it (before tokenising; occurrences past counts stay single); `found` receives how many
+// there were.
+std::string expand_image_placeholders(const std::string& text, const std::string& token,
+                                      const std::vector<int64_t>& counts, int64_t& found);
 
 // The EOS ids of a model directory: config.json's, generation_config.json's (HF's generate uses them), the
 // tokenizer's eos_token.

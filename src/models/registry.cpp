@@ -27,6 +27,7 @@ constexpr Architecture kArchitectures[] = {
     {"Qwen3ForCausalLM", "qwen3", Family::kLlama, "llama"},
     {"MixtralForCausalLM", "mixtral", Family::kLlama, "llama"},
     {"LlavaForConditionalGeneration", "llava", Family::kLlama, "llama"},  // a decoder behind a vision tower
+    {"LlavaNextForConditionalGeneration", "llava_next", Family::kLlama, "llama"},  // the same, tiled images
 };
 
 }  // namespace

@@ -478,36 +478,52 @@ std::string join_ids(const std::vector<int64_t>& ids) {
   return out;
 }
 
-// `mmserve generate --image` on a LLaVA: the server's preprocessing of the real image files, the vision tower, the
-// placeholders fed image features through the engine's chunked prefill, and HF's greedy ids, given the prompt with
-// one placeholder id per image (expanded as HF's processor does) or already expanded.
-TEST(Cli, GenerateWithImagesReproducesHfsLlava) {
-  for (const char* variant : {"llava-llama-f32", "llava-llama-list-full-bf16-hubnames", "llava-mixtral-f32-v5names"}) {
-    SCOPED_TRACE(variant);
-    const fs::path dir = servable_llava(variant);
-    const nlohmann::json meta = nlohmann::json::parse(read_text(fixture(std::string("llava/") + variant + "/golden.json")));
-    const std::vector<int64_t> expanded = meta["prompt_ids"].get<std::vector<int64_t>>();
-    const std::vector<int64_t> greedy = meta["greedy_ids"].get<std::vector<int64_t>>();
-    std::vector<int64_t> collapsed;  // one 255 per image
-    for (size_t i = 0; i < expanded.size(); ++i) {
-      if (expanded[i] != 255 || i == 0 || expanded[i - 1] != 255) collapsed.push_back(expanded[i]);
-    }
-    for (const std::vector<int64_t>* ids : {static_cast<const std::vector<int64_t>*>(&collapsed), &expanded}) {
-      std::vector<std::string> args = {"generate", "--model", dir.string(), "--prompt-ids", join_ids(*ids),
-                                       "--temperature", "0", "--max-new-tokens", std::to_string(greedy.size()),
-                                       "--ignore-eos"};
-      for (const auto& image : meta["images"]) {
-        args.push_back("--image");
-        args.push_back(fixture("images/" + image.get<std::string>()));
-      }
-      const Result r = run(args);
-      ASSERT_EQ(r.exit_code, 0) << r.err;
-      const nlohmann::json out = nlohmann::json::parse(r.out);
-      EXPECT_EQ(out["prompt_ids"].get<std::vector<int64_t>>(), expanded);
-      EXPECT_EQ(out["ids"].get<std::vector<int64_t>>(), greedy);
-    }
-    fs::remove_all(dir);
+constexpr const char* kLlavaVariants[] = {"llava-llama-f32", "llava-llama-list-full-bf16-hubnames",
+                                          "llava-mixtral-f32-v5names", "llava-next-llama-f32",
+                                          "llava-next-mixtral-list-bf16-hubnames"};
+
+// `mmserve generate --image` (plus `device_args`) on one LLaVA fixture, given the prompt with one placeholder id per
+// image (expanded as HF's processor does) or already expanded: the expanded prompt and HF's greedy ids.
+void expect_llava_greedy(const std::string& variant, const std::vector<std::string>& device_args) {
+  SCOPED_TRACE(variant);
+  const fs::path dir = servable_llava(variant);
+  const nlohmann::json meta = nlohmann::json::parse(read_text(fixture("llava/" + variant + "/golden.json")));
+  const std::vector<int64_t> expanded = meta["prompt_ids"].get<std::vector<int64_t>>();
+  const std::vector<int64_t> greedy = meta["greedy_ids"].get<std::vector<int64_t>>();
+  std::vector<int64_t> collapsed;  // one 255 per image
+  for (size_t i = 0; i < expanded.size(); ++i) {
+    if (expanded[i] != 255 || i == 0 || expanded[i - 1] != 255) collapsed.push_back(expanded[i]);
   }
+  for (const std::vector<int64_t>* ids : {static_cast<const std::vector<int64_t>*>(&collapsed), &expanded}) {
+    std::vector<std::string> args = {"generate", "--model", dir.string(), "--prompt-ids", join_ids(*ids),
+                                     "--temperature", "0", "--max-new-tokens", std::to_string(greedy.size()),
+                                     "--ignore-eos"};
+    args.insert(args.end(), device_args.begin(), device_args.end());
+    for (const auto& image : meta["images"]) {
+      args.push_back("--image");
+      args.push_back(fixture("images/" + image.get<std::string>()));
+    }
+    const Result r = run(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json out = nlohmann::json::parse(r.out);
+    EXPECT_EQ(out["prompt_ids"].get<std::vector<int64_t>>(), expanded);
+    EXPECT_EQ(out["ids"].get<std::vector<int64_t>>(), greedy);
+  }
+  fs::remove_all(dir);
+}
+
+// `mmserve generate --image` on a LLaVA and a LLaVA-NeXT (each image tiled by its size, its own placeholder count,
+// the tiles' features packed): the server's preprocessing of the real image files, the vision tower, the
+// placeholders fed image features through the engine's chunked prefill, and HF's greedy ids.
+TEST(Cli, GenerateWithImagesReproducesHfsLlava) {
+  for (const char* variant : kLlavaVariants) expect_llava_greedy(variant, {});
+}
+
+// The same on the GPU in f32 (LlavaCudaVision + the CUDA decoder through the executor): HF's greedy ids exactly.
+// Skipped, saying so, where no GPU is visible; scripts/gpu-check.sh runs it (the *Gpu* filter).
+TEST(CliGpu, GenerateWithImagesOnTheGpuReproducesHfsLlava) {
+  if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";
+  for (const char* variant : kLlavaVariants) expect_llava_greedy(variant, {"--device", "cuda:0", "--dtype", "f32"});
 }
 
 // The chat form: image_url parts (a local path and a data URL) become {"type": "image"} for the template, whose

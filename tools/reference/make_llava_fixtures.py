@@ -143,18 +143,24 @@ def prompt_ids(n_images, strategy, gen):
     return ids
 
 
-def run(model, ids, pixels, forced=None):
-    """prompt logits, cached step logits, greedy ids (or the steps fed `forced`), and the projector's output."""
-    feats = []
-    hook = None
+def capture_projector(model, ids, feats):
+    """The hook that records the image features: the projector's output."""
     for name, m in model.named_modules():
         if name.endswith("multi_modal_projector"):
-            hook = m.register_forward_hook(lambda mod, i, o: feats.append(o.float()))
-            break
+            return m.register_forward_hook(lambda mod, i, o: feats.append(o.float()))
+    raise RuntimeError("no multi_modal_projector module")
+
+
+def run(model, ids, pixels, forced=None, inputs=None, capture=capture_projector):
+    """prompt logits, cached step logits, greedy ids (or the steps fed `forced`), and the image features `capture`
+    records. `inputs`: more model inputs (LLaVA-NeXT's image_sizes)."""
+    feats = []
+    hook = capture(model, ids, feats)
+    inputs = inputs or {}
     ids_t = torch.tensor([ids])
     with torch.no_grad():
-        prompt_logits = model(input_ids=ids_t, pixel_values=pixels).logits[0].float()
-        out = model(input_ids=ids_t, pixel_values=pixels, use_cache=True)
+        prompt_logits = model(input_ids=ids_t, pixel_values=pixels, **inputs).logits[0].float()
+        out = model(input_ids=ids_t, pixel_values=pixels, use_cache=True, **inputs)
         steps, greedy = [], []
         logits = out.logits[0, -1].float()
         for t in range(NEW_TOKENS):
@@ -195,6 +201,48 @@ def rename(path, rules):
         out[name] = t
     save_file(out, path, metadata={"format": "pt"})
     return sorted(out)
+
+
+def choose_seed(build_fn, dtype, prompt_fn, run_fn, seeds=80, min_distinct=5):
+    """The first seed whose model (weights rounded to `dtype`) decodes greedily with clear margins and varied ids:
+    (seed, model, prompt ids). build_fn(seed) -> model, prompt_fn(generator) -> ids, run_fn(model, ids) -> run()."""
+    for seed in range(seeds):
+        model = build_fn(seed)
+        if dtype != torch.float32:
+            for p in model.parameters():
+                p.copy_(p.to(dtype).float())
+        ids = prompt_fn(torch.Generator().manual_seed(1000 + seed))
+        _, steps, greedy, _ = run_fn(model, ids)
+        if margin(steps) >= 0.02 and len(set(greedy)) >= min_distinct:
+            return seed, model, ids
+    raise RuntimeError("no seed gave clear margins and varied ids")
+
+
+def save_and_reload(model, d, dtype, name, proc, cls, run_fn):
+    """save_pretrained in `dtype` into `d` (with the processor), the tensor names rewritten as the variant's name
+    asks (LAYOUTS; a candidate is kept only if HF loads it to the in-memory model's logits), then reloaded in float32:
+    (layout, reloaded model, in-memory step logits, in-memory greedy ids). run_fn(model) -> run()."""
+    os.makedirs(d, exist_ok=True)
+    copy.deepcopy(model).to(dtype).save_pretrained(d, safe_serialization=True)
+    proc.save_pretrained(d)
+    st = os.path.join(d, "model.safetensors")
+    layout = "save_pretrained"
+    _, mem_steps, mem_greedy, _ = run_fn(model)
+    wanted = [LAYOUTS[k] for k in LAYOUTS if name.endswith("-" + k)]
+    if wanted:
+        original = open(st, "rb").read()
+        for rules in wanted[0]:
+            open(st, "wb").write(original)
+            names = rename(st, rules)
+            r = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+            _, s2, g2, _ = run_fn(r)
+            if g2 == mem_greedy and torch.allclose(s2, mem_steps, atol=1e-5, rtol=1e-5):
+                layout = [n for n in names if "layers" not in n]
+                break
+        else:
+            raise RuntimeError(f"HF does not load any candidate of {name}'s layout")
+    reloaded = cls.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
+    return layout, reloaded, mem_steps, mem_greedy
 
 
 def processor_goldens(tokenizer_dir, out_dir):
@@ -257,44 +305,12 @@ def main():
         try:
             strategy = overrides["vision_feature_select_strategy"]
             pixels = proc(images=open_images(images), return_tensors="pt")["pixel_values"].float()
-            chosen = None
-            for seed in range(80):
-                model = build(text_type, overrides, seed)
-                if dtype != torch.float32:
-                    for p in model.parameters():
-                        p.copy_(p.to(dtype).float())
-                g = torch.Generator().manual_seed(1000 + seed)
-                ids = prompt_ids(len(images), strategy, g)
-                _, steps, greedy, _ = run(model, ids, pixels)
-                if margin(steps) >= 0.02 and len(set(greedy)) >= 5:
-                    chosen = (seed, model, ids)
-                    break
-            if chosen is None:
-                raise RuntimeError("no seed gave clear margins and varied ids")
-            seed, model, ids = chosen
+            seed, model, ids = choose_seed(lambda sd: build(text_type, overrides, sd), dtype,
+                                           lambda g: prompt_ids(len(images), strategy, g),
+                                           lambda m, i: run(m, i, pixels))
             d = os.path.join(root, name)
-            os.makedirs(d, exist_ok=True)
-            copy.deepcopy(model).to(dtype).save_pretrained(d, safe_serialization=True)
-            proc.save_pretrained(d)
-            st = os.path.join(d, "model.safetensors")
-            layout = "save_pretrained"
-            _, mem_steps, mem_greedy, _ = run(model, ids, pixels)
-            wanted = [LAYOUTS[k] for k in LAYOUTS if name.endswith("-" + k)]
-            if wanted:
-                original = open(st, "rb").read()
-                for rules in wanted[0]:
-                    open(st, "wb").write(original)
-                    names = rename(st, rules)
-                    r = transformers.LlavaForConditionalGeneration.from_pretrained(
-                        d, dtype=torch.float32, attn_implementation="eager").eval()
-                    _, s2, g2, _ = run(r, ids, pixels)
-                    if g2 == mem_greedy and torch.allclose(s2, mem_steps, atol=1e-5, rtol=1e-5):
-                        layout = [n for n in names if "layers" not in n]
-                        break
-                else:
-                    raise RuntimeError(f"HF does not load any candidate of {name}'s layout")
-            reloaded = transformers.LlavaForConditionalGeneration.from_pretrained(
-                d, dtype=torch.float32, attn_implementation="eager").eval()
+            layout, reloaded, mem_steps, mem_greedy = save_and_reload(
+                model, d, dtype, name, proc, transformers.LlavaForConditionalGeneration, lambda m: run(m, ids, pixels))
             # The pixels from the directory's own processor config, as a user loads it.
             dir_proc = pil_processor_class().from_pretrained(d)
             pixels2 = dir_proc(images=open_images(images), return_tensors="pt")["pixel_values"].float()

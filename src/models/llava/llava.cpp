@@ -20,6 +20,28 @@ std::string find_prefix(const WeightStore& store, const std::vector<std::string>
   return "";
 }
 
+// image_grid_pinpoints: a non-empty list of [height, width], each a positive multiple of the tower's image size.
+Status parse_grid_pinpoints(const nlohmann::json& json, const std::string& label, LlavaConfig& c) {
+  const std::string key = label + ".image_grid_pinpoints";
+  if (!json.contains("image_grid_pinpoints") || !json["image_grid_pinpoints"].is_array() ||
+      json["image_grid_pinpoints"].empty()) {
+    return invalid_argument(key + ": a LLaVA-NeXT config needs a non-empty list of [height, width] pairs");
+  }
+  const int64_t s = c.vision.image_size;
+  for (const nlohmann::json& pair : json["image_grid_pinpoints"]) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_number_integer() || !pair[1].is_number_integer()) {
+      return invalid_argument(key + ": expected [height, width] integer pairs, got " + pair.dump());
+    }
+    const int64_t h = pair[0].get<int64_t>(), w = pair[1].get<int64_t>();
+    if (h <= 0 || w <= 0 || h % s != 0 || w % s != 0 || h / s * (w / s) > 64) {
+      return invalid_argument(key + ": " + pair.dump() + " must be positive multiples of the vision tower's image "
+                              "size " + std::to_string(s) + ", at most 64 tiles");
+    }
+    c.grid_pinpoints.push_back({h, w});
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::string& label) {
@@ -77,6 +99,16 @@ StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::
   if (!a) return unimplemented(label + ".projector_hidden_act: unsupported activation '" + act + "'");
   c.projector_act = *a;
   ASSIGN_OR_RETURN(c.projector_bias, o.get_bool_or("multimodal_projector_bias", true));
+  ASSIGN_OR_RETURN(std::string model_type, o.get_string_or("model_type", "llava"));
+  if (model_type == "llava_next") {
+    RETURN_IF_ERROR(parse_grid_pinpoints(json, label, c));
+    if (!c.drop_cls) {
+      return unimplemented(label + ": vision_feature_select_strategy \"full\" under LLaVA-NeXT (HF's packing of the "
+                           "tiles needs their patch rows alone; use \"default\")");
+    }
+  } else if (model_type != "llava") {
+    return unimplemented(label + ".model_type: '" + model_type + "' is not supported (llava, llava_next)");
+  }
   if (o.has("image_seq_length")) {
     ASSIGN_OR_RETURN(int64_t seq, o.get_int("image_seq_length"));
     if (seq != c.tokens_per_image()) {
@@ -96,6 +128,7 @@ StatusOr<LlavaLayout> detect_llava_layout(const WeightStore& store, const std::s
       store, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower.vision_model.", "model.vision_tower."},
       "embeddings.class_embedding");
   layout.projector = find_prefix(store, {"multi_modal_projector.", "model.multi_modal_projector."}, "linear_1.weight");
+  layout.newline = store.find("model.image_newline") != nullptr ? "model.image_newline" : "image_newline";
   if (layout.text.model.empty() || layout.vision.empty() || layout.projector.empty()) {
     return invalid_argument(model_dir + ": not a LLaVA checkpoint (no " +
                             std::string(layout.text.model.empty() ? "language_model embed_tokens"
@@ -116,6 +149,7 @@ std::vector<WeightSpec> llava_vision_specs(const LlavaConfig& c, const LlavaLayo
     specs.push_back({p + "linear_1.bias", {h}});
     specs.push_back({p + "linear_2.bias", {h}});
   }
+  if (c.is_next()) specs.push_back({layout.newline, {h}});
   return specs;
 }
 
@@ -148,6 +182,10 @@ StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_
   if (c.projector_bias) {
     model->linear1_b_ = model->weights_->get(projector + "linear_1.bias");
     model->linear2_b_ = model->weights_->get(projector + "linear_2.bias");
+  }
+  if (c.is_next()) {
+    const Tensor newline = model->weights_->get(layout.newline);
+    model->image_newline_.assign(newline.data_as<float>(), newline.data_as<float>() + c.text.hidden_size);
   }
   model->text_ = LlamaModel::from_weights(c.text, model->weights_, layout.text);
   return model;

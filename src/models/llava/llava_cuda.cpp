@@ -152,6 +152,10 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::load(const std::stri
   const ClipVisionTower tower = ClipVisionTower::bind(config.vision, *host, layout.vision);
   std::unique_ptr<LlavaCudaVision> m(new LlavaCudaVision());
   RETURN_IF_ERROR(m->init(config, options));
+  if (config.is_next()) {  // packed on the host with the tiles' features (llava_next.h)
+    const Tensor newline = host->get(layout.newline);
+    m->image_newline_.assign(newline.data_as<float>(), newline.data_as<float>() + config.text.hidden_size);
+  }
   std::vector<Job> jobs = plan_jobs(config, m->layers_, options.dtype, &tower, host.get(), layout.projector, m->blocks_,
                                     &m->class_embedding_, &m->patch_weight_, &m->positions_, &m->pre_ln_w_,
                                     &m->pre_ln_b_, &m->linear1_w_, &m->linear1_b_, &m->linear2_w_, &m->linear2_b_);
@@ -181,6 +185,7 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::random(const LlavaCo
                                                                    uint64_t seed) {
   std::unique_ptr<LlavaCudaVision> m(new LlavaCudaVision());
   RETURN_IF_ERROR(m->init(config, options));
+  if (config.is_next()) m->image_newline_.assign(static_cast<size_t>(config.text.hidden_size), 0.01f);
   std::vector<Job> jobs = plan_jobs(config, m->layers_, options.dtype, nullptr, nullptr, "", m->blocks_,
                                     &m->class_embedding_, &m->patch_weight_, &m->positions_, &m->pre_ln_w_,
                                     &m->pre_ln_b_, &m->linear1_w_, &m->linear1_b_, &m->linear2_w_, &m->linear2_b_);

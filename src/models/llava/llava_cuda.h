@@ -45,7 +45,11 @@ class LlavaCudaVision {
   int64_t weight_bytes() const { return static_cast<int64_t>(weights_.used()); }
   cudaStream_t stream() const { return stream_.get(); }
 
-  // pixels: n images [3, S, S] f32 in host memory -> features: n * tokens_per_image rows of text hidden f32 (host).
+  // LLaVA-NeXT's image_newline row (f32, host; empty for LLaVA): the executor packs the tiles' rows with it.
+  const std::vector<float>& image_newline() const { return image_newline_; }
+
+  // pixels: n images (LLaVA-NeXT: tiles) [3, S, S] f32 in host memory -> features: n * tokens_per_image rows of text
+  // hidden f32 (host).
   Status encode(const float* pixels, int64_t n, float* features);
   // The same with pixels already on the device and the features left on it (device_features()), for benchmarks.
   Status encode_on_device(const float* device_pixels, int64_t n);
@@ -72,6 +76,7 @@ class LlavaCudaVision {
   float *pixels_ = nullptr, *patch_out_ = nullptr, *features_ = nullptr;
   void *patches_ = nullptr, *selected_ = nullptr, *mid_ = nullptr;
   EncoderBlockCudaBuffers block_;
+  std::vector<float> image_newline_;
 };
 
 }  // namespace mmserve::models
