@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -35,7 +36,9 @@ std::string quote(const std::string& s) {
 
 Result run(const std::vector<std::string>& args) {
   const fs::path err_file = fs::temp_directory_path() / ("mmserve_cli_err_" + std::to_string(::getpid()));
-  std::string cmd = quote(MMSERVE_BINARY);
+  // The GPU host runs the carried binary (scripts/gpu-check.sh sets MMSERVE_TEST_BINARY).
+  const char* carried = std::getenv("MMSERVE_TEST_BINARY");
+  std::string cmd = quote(carried != nullptr && *carried != '\0' ? carried : MMSERVE_BINARY);
   for (const std::string& a : args) cmd += " " + quote(a);
   cmd += " 2>" + quote(err_file.string());
   Result r;

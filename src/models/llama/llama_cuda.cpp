@@ -215,7 +215,14 @@ Status LlamaCudaModel::plan_buffers() {
   bound.dtype = d, bound.num_seqs = s, bound.num_tokens = std::max(t, s), bound.heads = c.num_attention_heads;
   bound.kv_heads = c.num_key_value_heads, bound.head_dim = c.head_dim, bound.block_size = options_.block_size;
   bound.max_seq_len = max_model_len_, bound.max_query_len = std::max(t, s);
-  attn_workspace_bytes_ = kernels::paged_attention_cuda_workspace_bytes(bound);
+  // The split-K decode partitions by the step's sequence count (fewer sequences, more partitions): the workspace
+  // must hold the largest need over every count up to the bound, not the bound's alone.
+  attn_workspace_bytes_ = 0;
+  for (int64_t n = 1; n <= s; ++n) {
+    bound.num_seqs = n;
+    attn_workspace_bytes_ = std::max(attn_workspace_bytes_, kernels::paged_attention_cuda_workspace_bytes(bound));
+  }
+  bound.num_seqs = s;
   const int64_t rows = std::max(t, s);  // a decode bucket may exceed the token budget
   const int64_t half_dim = c.head_dim / 2;
   const std::vector<size_t> sizes = {
