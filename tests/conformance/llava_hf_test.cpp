@@ -38,6 +38,20 @@ float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() ? err : INFINITY;
 }
 
+// `base` with `key` set to `value` (removed for null) is refused by parse_llava_config, naming `expect`.
+void expect_config_refused(const nlohmann::json& base, const char* key, const nlohmann::json& value,
+                           const char* expect) {
+  nlohmann::json cfg = base;
+  if (value.is_null()) {
+    cfg.erase(key);
+  } else {
+    cfg[key] = value;
+  }
+  auto c = parse_llava_config(cfg, "config.json");
+  ASSERT_FALSE(c.ok()) << key;
+  EXPECT_NE(c.status().message().find(expect), std::string::npos) << c.status().message();
+}
+
 // The golden prompt (placeholders expanded) with `features` at its placeholders: the prompt's logits, then the
 // cached greedy steps' logits and ids.
 void expect_prompt_and_greedy(const LlavaModel& model, const Tensor& features, int64_t feature_rows,
@@ -196,15 +210,7 @@ TEST(LlavaNextHf, BrokenPinpointsAndTheFullStrategyAreRefused) {
       nlohmann::json::parse(std::ifstream(testing::fixture("llava/llava-next-llama-f32/config.json")));
   ASSERT_TRUE(parse_llava_config(base, "config.json").ok());
   auto refused = [&](const char* key, const nlohmann::json& value, const char* expect) {
-    nlohmann::json cfg = base;
-    if (value.is_null()) {
-      cfg.erase(key);
-    } else {
-      cfg[key] = value;
-    }
-    auto c = parse_llava_config(cfg, "config.json");
-    ASSERT_FALSE(c.ok()) << key;
-    EXPECT_NE(c.status().message().find(expect), std::string::npos) << c.status().message();
+    expect_config_refused(base, key, value, expect);
   };
   refused("image_grid_pinpoints", nullptr, "image_grid_pinpoints");
   refused("image_grid_pinpoints", nlohmann::json::array(), "image_grid_pinpoints");
@@ -261,11 +267,7 @@ TEST(LlavaHf, BrokenConfigsAreRefusedNamingTheKey) {
       nlohmann::json::parse(std::ifstream(testing::fixture("llava/llava-llama-f32/config.json")));
   ASSERT_TRUE(parse_llava_config(base, "config.json").ok());
   auto refused = [&](const char* key, const nlohmann::json& value, const char* expect) {
-    nlohmann::json cfg = base;
-    cfg[key] = value;
-    auto c = parse_llava_config(cfg, "config.json");
-    ASSERT_FALSE(c.ok()) << key;
-    EXPECT_NE(c.status().message().find(expect), std::string::npos) << c.status().message();
+    expect_config_refused(base, key, value, expect);
   };
   refused("vision_feature_layer", 9, "vision_feature_layer");
   refused("vision_feature_layer", nlohmann::json::array(), "vision_feature_layer");

@@ -529,6 +529,21 @@ TEST(CliGpu, GenerateWithImagesOnTheGpuReproducesHfsLlava) {
   for (const char* variant : kLlavaVariants) expect_llava_greedy(variant, {"--device", "cuda:0", "--dtype", "f32"});
 }
 
+// LLaVA-NeXT's own refusals: a processor whose pinpoints are not the model's (it would count other placeholders
+// than the model packs), and a placeholder count that does not match the images.
+TEST(Cli, LlavaNextRefusesMismatchedPinpointsAndPlaceholders) {
+  const fs::path dir = servable_llava("llava-next-llama-f32");
+  const std::string chelsea = fixture("images/chelsea.png");
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "<image><image> two", "--image", chelsea}),
+                    "2 image placeholder(s)");
+  nlohmann::json pre = nlohmann::json::parse(read_text(dir / "preprocessor_config.json"));
+  pre["image_grid_pinpoints"] = nlohmann::json::parse("[[30, 60], [60, 30]]");
+  std::ofstream(dir / "preprocessor_config.json") << pre.dump();
+  expect_user_error(run({"generate", "--model", dir.string(), "--prompt", "<image> x", "--image", chelsea}),
+                    "image_grid_pinpoints differ");
+  fs::remove_all(dir);
+}
+
 // The chat form: image_url parts (a local path and a data URL) become {"type": "image"} for the template, whose
 // "<image>" is expanded before tokenising: the same ids as --prompt with --image files; and the refusals.
 TEST(Cli, GenerateWithImageMessagesAndItsErrors) {
