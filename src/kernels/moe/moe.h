@@ -50,4 +50,11 @@ void moe_combine(const float* yp, int64_t yp_ld, const MoePlan& plan, const int3
 void moe_gemv(const float* x, int64_t x_ld, int64_t x_div, const float* w, int64_t w_stride, const int32_t* ids,
               int64_t pairs, int64_t n, int64_t k, float* y, int64_t y_ld);
 
+// The grouped expert GEMM (the twin of moe_grouped_gemm_cuda, which fuses the permute and SwiGLU): for every expert
+// e and row r in [offsets[e], offsets[e + 1]), y[r] = a[r or a_rows[r] / a_div] @ W[e]^T with W[e] [n, k] at
+// w + e * w_stride; with `swiglu`, W[e] is [2n, k] and y[r][j] = silu(gate_j) * up_j. Sums in double.
+void moe_grouped_gemm(const float* a, int64_t lda, const int32_t* a_rows, int64_t a_div, const float* w,
+                      int64_t w_stride, const int32_t* offsets, int64_t experts, int64_t n, int64_t k, bool swiglu,
+                      float* y, int64_t ldy);
+
 }  // namespace mmserve::kernels

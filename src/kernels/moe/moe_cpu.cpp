@@ -90,4 +90,28 @@ void moe_gemv(const float* x, int64_t x_ld, int64_t x_div, const float* w, int64
   }
 }
 
+void moe_grouped_gemm(const float* a, int64_t lda, const int32_t* a_rows, int64_t a_div, const float* w,
+                      int64_t w_stride, const int32_t* offsets, int64_t experts, int64_t n, int64_t k, bool swiglu,
+                      float* y, int64_t ldy) {
+  auto dot = [&](const float* x, const float* wr) {
+    double acc = 0;
+    for (int64_t c = 0; c < k; ++c) acc += double{x[c]} * wr[c];
+    return acc;
+  };
+  for (int64_t e = 0; e < experts; ++e) {
+    const float* we = w + e * w_stride;
+    for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) {
+      const float* x = a + (a_rows != nullptr ? a_rows[r] / a_div : r) * lda;
+      for (int64_t j = 0; j < n; ++j) {
+        if (!swiglu) {
+          y[r * ldy + j] = static_cast<float>(dot(x, we + j * k));
+          continue;
+        }
+        const double g = dot(x, we + j * k), u = dot(x, we + (n + j) * k);
+        y[r * ldy + j] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+      }
+    }
+  }
+}
+
 }  // namespace mmserve::kernels

@@ -132,6 +132,88 @@ TEST(MoeCudaTest, ExpertGemvEqualsTheCpuTwin) {
             StatusCode::kInvalidArgument);
 }
 
+// The grouped expert GEMM against moe_grouped_gemm on the same 16-bit-rounded inputs: an empty expert, a one-row
+// expert and experts spanning several tiles of every block_m; odd n (partial n tiles, also for SwiGLU's halves), k a
+// multiple of 8 but not of the 64-wide k step; A read in place and gathered (a_rows / a_div); f32 and 16-bit
+// outputs; a row bound past the routing's rows (its extra tiles must write nothing); rows outside every expert
+// keep their sentinel.
+TEST(MoeCudaTest, GroupedGemmEqualsTheCpuTwin) {
+  MMSERVE_REQUIRE_GPU();
+  const std::vector<int32_t> offsets = {0, 0, 1, 71, 71, 104, 301};  // 6 experts: 0, 1, 70, 0, 33, 197 rows
+  const int64_t experts = 6, rows = offsets.back(), bound = rows + 40, k = 136, a_div = 2;
+  const float kSentinel = -7.0f;
+  std::vector<int32_t> a_rows(static_cast<size_t>(bound));
+  for (int64_t r = 0; r < bound; ++r) a_rows[r] = static_cast<int32_t>((r * 37) % (2 * bound));  // a scatter
+  DeviceVector<int32_t> d_offsets(offsets), d_a_rows(a_rows);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool swiglu : {false, true}) {
+      const int64_t n = swiglu ? 45 : 131, w_rows = swiglu ? 2 * n : n;
+      const std::vector<float> a =
+          cuda_test::round_through(random_floats(static_cast<size_t>(bound * k), 21, -1, 1), dtype);
+      const std::vector<float> w =
+          cuda_test::round_through(random_floats(static_cast<size_t>(experts * w_rows * k), 22, -1, 1), dtype);
+      DeviceVector<uint8_t> d_a(cuda_test::encode(a, dtype)), d_w(cuda_test::encode(w, dtype));
+      for (bool gather : {false, true}) {
+        // The reference: the plain products (gate and up separately for SwiGLU), rounded as the kernel rounds.
+        std::vector<float> prod(static_cast<size_t>(bound * w_rows), kSentinel);
+        moe_grouped_gemm(a.data(), k, gather ? a_rows.data() : nullptr, a_div, w.data(), w_rows * k, offsets.data(),
+                         experts, w_rows, k, false, prod.data(), w_rows);
+        for (int64_t block_m : {32, 64, 128}) {
+          for (DType out : {DType::kF32, dtype}) {
+            SCOPED_TRACE(std::string(dtype_name(dtype)) + " -> " + dtype_name(out) + (swiglu ? " swiglu" : "") +
+                         (gather ? " gathered" : "") + " block_m " + std::to_string(block_m));
+            DeviceVector<int32_t> tile_map(static_cast<size_t>(2 * moe_grouped_gemm_tiles(bound, experts, block_m)));
+            ASSERT_TRUE(moe_tile_map_cuda(d_offsets.get(), bound, experts, block_m, tile_map.get(), nullptr).ok());
+            DeviceVector<uint8_t> d_y(
+                cuda_test::encode(std::vector<float>(static_cast<size_t>(bound * n), kSentinel), out));
+            MoeGroupedGemmArgs g;
+            g.a = d_a.get(), g.lda = k, g.a_rows = gather ? d_a_rows.get() : nullptr, g.a_div = a_div;
+            g.w = d_w.get(), g.w_stride = w_rows * k, g.dtype = dtype, g.offsets = d_offsets.get();
+            g.experts = experts, g.rows = bound, g.n = n, g.k = k, g.swiglu = swiglu;
+            g.y = d_y.get(), g.y_dtype = out, g.ldy = n, g.block_m = block_m, g.tile_map = tile_map.get();
+            ASSERT_TRUE(moe_grouped_gemm_cuda(g, nullptr).ok());
+            const std::vector<float> y = cuda_test::decode(d_y.download(), out);
+            const float eps_in = dtype == DType::kBF16 ? 1.0f / 256 : 1.0f / 2048;
+            const float eps_out = out == DType::kF32 ? 1e-6f : eps_in;
+            int64_t bad = 0;
+            for (int64_t r = 0; r < bound; ++r) {
+              for (int64_t j = 0; j < n; ++j) {
+                const float got = y[r * n + j];
+                if (r >= rows) {  // no expert's row
+                  bad += got != kSentinel;
+                  continue;
+                }
+                float want, tol;
+                if (!swiglu) {
+                  want = prod[r * w_rows + j];
+                  tol = 4 * eps_out * std::max(1.0f, std::fabs(want)) + 1e-5f * std::sqrt(float(k));
+                } else {  // gate and up rounded to the dtype, then silu(gate) * up in f32
+                  const float gv = cuda_test::round_through({prod[r * w_rows + j]}, dtype)[0];
+                  const float uv = cuda_test::round_through({prod[r * w_rows + n + j]}, dtype)[0];
+                  want = gv / (1.0f + std::exp(-gv)) * uv;
+                  // one ulp of gate or up may flip with the summation order
+                  tol = 2 * eps_out * std::max(1.0f, std::fabs(want)) +
+                        eps_in * (1.0f + std::fabs(gv)) * (1.0f + std::fabs(uv));
+                }
+                if (!(std::fabs(got - want) <= tol)) {
+                  if (++bad <= 5) ADD_FAILURE() << "row " << r << " col " << j << ": " << got << " vs " << want;
+                }
+              }
+            }
+            EXPECT_EQ(bad, 0);
+          }
+        }
+      }
+    }
+  }
+  MoeGroupedGemmArgs broken;
+  broken.n = 8, broken.k = 12, broken.lda = 12, broken.experts = 2, broken.rows = 4;  // k not a multiple of 8
+  EXPECT_EQ(moe_grouped_gemm_cuda(broken, nullptr).code(), StatusCode::kInvalidArgument);
+  broken.k = 16, broken.lda = 16, broken.block_m = 48;
+  EXPECT_EQ(moe_grouped_gemm_cuda(broken, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(moe_tile_map_cuda(nullptr, 4, 300, 64, nullptr, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(MoeCudaTest, BrokenArgumentsAreRefusedBeforeLaunching) {
   MMSERVE_REQUIRE_GPU();
   EXPECT_EQ(moe_route_cuda(nullptr, 8, 4, 8, 0, nullptr, nullptr, nullptr).code(), StatusCode::kInvalidArgument);

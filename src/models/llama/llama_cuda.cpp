@@ -238,7 +238,8 @@ Status LlamaCudaModel::plan_buffers() {
                      bytes_of(DType::kF32, c.num_hidden_layers * pairs),
                      bytes_of(DType::kI32, e_count + 1), bytes_of(DType::kI32, pairs), bytes_of(DType::kI32, pairs),
                      bytes_of(d, pairs * h), bytes_of(d, pairs * 2 * c.intermediate_size),
-                     bytes_of(d, pairs * c.intermediate_size), bytes_of(DType::kF32, pairs * h)}) {
+                     bytes_of(d, pairs * c.intermediate_size), bytes_of(DType::kF32, pairs * h),
+                     bytes_of(DType::kI32, 2 * kernels::moe_grouped_gemm_tiles(pairs, e_count, 32))}) {
       all.push_back(b);
     }
   }
@@ -301,6 +302,8 @@ Status LlamaCudaModel::plan_buffers() {
     ASSIGN_OR_RETURN(moe_gate_up_, buffers_.allocate(bytes_of(d, pairs * 2 * c.intermediate_size)));
     ASSIGN_OR_RETURN(moe_act_, buffers_.allocate(bytes_of(d, pairs * c.intermediate_size)));
     ASSIGN_OR_RETURN(moe_yp_, buffers_.allocate_array<float>(pairs * h));
+    ASSIGN_OR_RETURN(moe_tile_map_,
+                     buffers_.allocate_array<int32_t>(2 * kernels::moe_grouped_gemm_tiles(pairs, e_count, 32)));
     RETURN_IF_ERROR(moe_host_offsets_.init(bytes_of(DType::kI32, e_count + 1)));
   }
   ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
@@ -562,6 +565,22 @@ Status LlamaCudaModel::moe_mlp(const Layer& w, int64_t layer, int64_t tokens) {
                                      /*accumulate=*/true, s);
   }
   RETURN_IF_ERROR(kernels::moe_plan_cuda(ids, tokens, e_count, k, moe_offsets_, moe_pair_, moe_row_of_, s));
+  if (moe_grouped_path(tokens)) {
+    // Every expert in one launch per matrix, the row counts read on the device: [w1; w3] over the pairs' rows
+    // gathered from normed_ (row pair[r] / k) with SwiGLU in the epilogue, then w2 into f32 rows for the combine.
+    const int64_t pairs = tokens * k, block_m = kernels::moe_grouped_gemm_block_m(pairs, e_count);
+    RETURN_IF_ERROR(kernels::moe_tile_map_cuda(moe_offsets_, pairs, e_count, block_m, moe_tile_map_, s));
+    kernels::MoeGroupedGemmArgs g;
+    g.a = normed_, g.lda = h, g.a_rows = moe_pair_, g.a_div = k, g.w = w.w13, g.w_stride = 2 * i * h, g.dtype = d;
+    g.offsets = moe_offsets_, g.experts = e_count, g.rows = pairs, g.n = i, g.k = h, g.swiglu = true;
+    g.y = moe_act_, g.y_dtype = d, g.ldy = i, g.block_m = block_m, g.tile_map = moe_tile_map_;
+    RETURN_IF_ERROR(kernels::moe_grouped_gemm_cuda(g, s));
+    g.a = moe_act_, g.lda = i, g.a_rows = nullptr, g.w = w.w2, g.w_stride = h * i, g.n = h, g.k = i;
+    g.swiglu = false, g.y = moe_yp_, g.y_dtype = DType::kF32, g.ldy = h;
+    RETURN_IF_ERROR(kernels::moe_grouped_gemm_cuda(g, s));
+    return kernels::moe_combine_cuda(moe_yp_, h, moe_row_of_, ids, weights, tokens, k, h, x_, h, /*accumulate=*/true,
+                                     s);
+  }
   RETURN_IF_ERROR(kernels::moe_permute_cuda(normed_, h, d, moe_pair_, tokens * k, k, h, moe_xp_, h, s));
   auto* offsets = moe_host_offsets_.data_as<int32_t>();
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets, moe_offsets_, (e_count + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
@@ -616,13 +635,21 @@ bool LlamaCudaModel::moe_gemv_path(int64_t tokens) const {
          c.intermediate_size % 8 == 0;
 }
 
+bool LlamaCudaModel::moe_grouped_path(int64_t tokens) const {
+  const LlamaConfig& c = config_;
+  const int64_t pairs = tokens * c.experts_per_token;
+  return c.num_experts > 0 && options_.dtype != DType::kF32 && pairs <= options_.moe_grouped_rows * c.num_experts &&
+         c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0 &&
+         kernels::moe_grouped_gemm_tiles(pairs, c.num_experts, 32) <= 65535;
+}
+
 Status LlamaCudaModel::capture_graphs() {
   if (dynamic_rope_) return ok_status();  // per-sequence frequencies: eager
   cudaStream_t s = stream_.get();
-  // Mixtral: only the buckets whose pairs take the GEMV path (no host round trip) have graphs.
+  // Mixtral: only the buckets whose pairs take the GEMV or the grouped path (no host round trip) have graphs.
   std::vector<int64_t> buckets;
   for (int64_t b : buckets_) {
-    if (config_.num_experts == 0 || moe_gemv_path(b)) buckets.push_back(b);
+    if (config_.num_experts == 0 || moe_gemv_path(b) || moe_grouped_path(b)) buckets.push_back(b);
   }
   // Every bucket once eagerly (kernels accept the shapes, cuBLASLt's plans are cached), then captured.
   for (int64_t b : buckets) {

@@ -15,12 +15,15 @@
 // steps run eagerly (their launches are few next to their FLOPs). Dynamic NTK RoPE (frequencies that depend on each
 // sequence's length) runs eagerly too, one RoPE launch per sequence.
 // Sampling is not here: logits() stays on the device for kernels/sampling (engine/llama_cuda_backend.cpp).
-// Mixtral: the MLP is the router GEMM (f32 logits), kernels/moe's routing, plan and permute on the device, the
-// experts' row counts copied to the host, one [w1; w3] GEMM per expert with rows, one SwiGLU over all pairs, one w2
-// GEMM per expert (f32 out), and the weighted combine added to the residual. Steps of a few tokens (at most
-// num_experts pairs, 16-bit: decode) instead run each pair through its expert by a GEMV that reads the expert id on
-// the device (kernels::moe_gemv_cuda): no host round trip, so those decode buckets replay as CUDA graphs; larger
-// steps are eager (docs/perf/mixtral_gpu.md).
+// Mixtral: the MLP is the router GEMM (f32 logits), kernels/moe's routing, then one of three paths. Steps of a few
+// tokens (at most num_experts pairs, 16-bit: decode) run each pair through its expert by a GEMV that reads the
+// expert id on the device (kernels::moe_gemv_cuda). Larger 16-bit steps plan on the device and run the experts'
+// grouped GEMM (kernels::moe_grouped_gemm_cuda): [w1; w3] with the permute fused into its loads and SwiGLU into its
+// epilogue, then w2 (f32 out), each one launch for every expert with the row counts read on the device. Neither
+// path makes a host round trip, so every decode bucket replays as a CUDA graph. f32 steps, and steps with more
+// pairs per expert than options.moe_grouped_rows (compute-bound GEMMs, where cuBLASLt is faster), copy the experts'
+// row counts to the host and run one cuBLASLt GEMM per expert with rows. All end in the weighted combine added
+// to the residual (docs/perf/mixtral_gpu.md).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
@@ -53,6 +56,11 @@ struct LlamaCudaOptions {
   int64_t max_num_seqs = 256;        // sequences of one step
   int64_t max_model_len = 0;         // 0: the model's max_length()
   bool graphs = true;
+  // Mixtral: steps of up to this many (token, expert) pairs per expert on average run the experts' grouped GEMM
+  // (one launch for every expert, row counts read on the device: graph-capturable); above, one cuBLASLt GEMM per
+  // expert after a host synchronisation (faster where those GEMMs are compute-bound: docs/perf/mixtral_gpu.md).
+  // 0: never (the benchmarks' baseline).
+  int64_t moe_grouped_rows = 192;
 };
 
 class LlamaCudaModel {
@@ -107,6 +115,7 @@ class LlamaCudaModel {
   Status moe_mlp(const Layer& w, int64_t layer, int64_t tokens);
   // Whether a step of `tokens` tokens takes Mixtral's GEMV path (a few pairs, 16-bit: graph-capturable).
   bool moe_gemv_path(int64_t tokens) const;
+  bool moe_grouped_path(int64_t tokens) const;
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -141,6 +150,7 @@ class LlamaCudaModel {
   float *router_logits_ = nullptr, *moe_weights_ = nullptr, *moe_yp_ = nullptr;
   int64_t last_tokens_ = 0, routing_tokens_ = 0;
   int32_t *moe_ids_ = nullptr, *moe_offsets_ = nullptr, *moe_pair_ = nullptr, *moe_row_of_ = nullptr;
+  int32_t* moe_tile_map_ = nullptr;  // the grouped GEMM's tiles (the most any block_m needs)
   void *moe_xp_ = nullptr, *moe_gate_up_ = nullptr, *moe_act_ = nullptr;
   PinnedBuffer moe_host_offsets_;
   // A step's int32 arrays, laid out back to back (tokens, positions, slots and logit rows [tokens], query_start
