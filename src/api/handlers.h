@@ -20,6 +20,10 @@
 #include "api/request_context.h"
 #include "serving/inference_server.h"
 
+namespace mmserve::engine {
+struct LlamaOutput;
+}
+
 namespace mmserve::api {
 
 struct Reply {
@@ -55,6 +59,9 @@ std::string server_timing(const serving::PhaseTimes& times);
 // A generation's: the same phases plus `prefill` (joining the engine's batch -> the first token) and `decode` (the
 // first token -> the last), the decoders' trace spans (docs/api.md, Server-Timing).
 std::string server_timing(const serving::PhaseTimes& times, const engine::ModelOutput& output);
+// x-mmserve-trace-routing: a Mixtral answer's routing trace onto the current request's span (its access-log line),
+// when the answer carries one. Called on the HTTP worker (for streams: from their end events, written there).
+void record_routing_in_span(const engine::LlamaOutput& out);
 
 // KServe v2 (kserve_handlers.cpp). `model`/`version` are the path segments (version empty when absent).
 // Only version "1" exists (docs/api.md): the 404 reply for any other explicit version, nullopt when fine.

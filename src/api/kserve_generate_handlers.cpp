@@ -49,6 +49,7 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
     const auto* out = engine::output_as<engine::LlamaOutput>(response->output);
     if (out == nullptr) return error_reply(kFamily, not_generating(model));
     Reply reply{200, encode_generate(model, *out)};
+    record_routing_in_span(*out);
     reply.headers.emplace_back("Server-Timing", server_timing(response->times, *out));
     return reply;
   }
@@ -58,6 +59,7 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
       return std::vector<std::string>{
           encode_generate_error_event((result.ok() ? not_generating(model) : result.status()).message())};
     }
+    record_routing_in_span(*out);  // made on the HTTP worker, in the request's context
     return std::vector<std::string>{encode_generate_end(model, *out)};
   });
   // Engine thread only. The params hold this callback, which holds the stream: the stream holds no params.

@@ -105,11 +105,7 @@ Reply handle_whole(const HandlerEnv& env, const CompletionRequest& r, const serv
     outs.push_back(out);
   }
   Reply reply{200, encode_completion(r, id, created, outs)};
-  if (outs.front()->routing_k > 0) {  // the span (access log line) carries the first choice's routing too
-    if (RequestContext* context = current_request_context()) {
-      context->routing = dump_json(routing_json(*outs.front()));
-    }
-  }
+  record_routing_in_span(*outs.front());  // the span carries the first choice's routing too
   reply.headers.emplace_back("Server-Timing", server_timing(responses->front().times, *outs.front()));
   return reply;
 }
@@ -142,6 +138,7 @@ Reply handle_stream(const HandlerEnv& env, const CompletionRequest& parsed, cons
       }
       outs.push_back(out);
     }
+    record_routing_in_span(*outs.front());  // end events are made on the HTTP worker, in the request's context
     events.push_back(encode_stream_end(r, id, created, completion_usage(outs)));
     return events;
   };
@@ -190,6 +187,11 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
 }
 
 }  // namespace
+
+void record_routing_in_span(const engine::LlamaOutput& out) {
+  if (out.routing_k <= 0) return;
+  if (RequestContext* context = current_request_context()) context->routing = dump_json(routing_json(out));
+}
 
 Reply handle_openai_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request) {
   return handle_completions(env, context, request, /*chat=*/false);

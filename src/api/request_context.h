@@ -53,8 +53,8 @@ struct RequestContext {
   // (response_timeout_s) instead of the whole response.
   bool streaming = false;
   std::shared_ptr<PeerProbe> peer;
-  // The span's routing trace (x-mmserve-trace-routing on a Mixtral, non-streamed answers): a JSON object for the
-  // access log line.
+  // The span's routing trace (x-mmserve-trace-routing on a Mixtral; a stream's is set when its end events are
+  // made, before the access log line is written): a JSON object for the access log line.
   std::string routing;
 };
 

@@ -513,6 +513,38 @@ TEST_F(Generate, MixtralRoutingTraceIsHfsRouterAndTheMetricsCountIt) {
   ASSERT_FALSE(logged.is_null()) << "no access-log line with a routing trace";
   EXPECT_EQ(logged["routing"], routing);
   EXPECT_EQ(logged["trace_id"].get<std::string>().size(), 32u);
+  // Streamed, the last chunk of the choice carries the same trace, and so does the stream's span (its log line,
+  // found by the trace id the request brought).
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const std::string trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  auto streamed = server_->client().Post(
+      "/v1/completions",
+      {{"x-mmserve-trace-routing", "1"}, {"traceparent", "00-" + trace_id + "-00f067aa0ba902b7-01"}},
+      streamed_body.dump(), "application/json");
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  json streamed_routing;
+  std::istringstream events(streamed->body);
+  for (std::string line; std::getline(events, line);) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    const json chunk = json::parse(line.substr(6));
+    if (!chunk["choices"].empty() && chunk["choices"][0].contains("routing")) {
+      streamed_routing = chunk["choices"][0]["routing"];
+    }
+  }
+  EXPECT_EQ(streamed_routing, routing) << streamed->body;
+  json stream_logged;
+  for (int i = 0; i < 100 && stream_logged.is_null(); ++i) {
+    std::istringstream log(server_->access_log());
+    for (std::string line; std::getline(log, line);) {
+      const json e = json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e.value("trace_id", "") == trace_id) stream_logged = e;
+    }
+    if (stream_logged.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(stream_logged.is_null()) << "no access-log line for the streamed request";
+  EXPECT_EQ(stream_logged["routing"], routing);
   // No header, no trace (and KServe generate carries it the same way when asked).
   EXPECT_FALSE(post_ok("/v1/completions", body)["choices"][0].contains("routing"));
   auto k_gen = server_->client().Post("/v2/models/mixtral/generate", {{"x-mmserve-trace-routing", "true"}},
@@ -521,6 +553,19 @@ TEST_F(Generate, MixtralRoutingTraceIsHfsRouterAndTheMetricsCountIt) {
   ASSERT_TRUE(k_gen);
   ASSERT_EQ(k_gen->status, 200) << k_gen->body;
   EXPECT_EQ(json::parse(k_gen->body)["routing"]["experts"].size(), 3u);
+  json k_logged;  // its span too
+  for (int i = 0; i < 100 && k_logged.is_null(); ++i) {
+    std::istringstream log(server_->access_log());
+    for (std::string line; std::getline(log, line);) {
+      const json e = json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e.value("path", "") == "/v2/models/mixtral/generate" && e.contains("routing")) {
+        k_logged = e;
+      }
+    }
+    if (k_logged.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(k_logged.is_null()) << "no access-log line with the generate route's routing trace";
+  EXPECT_EQ(k_logged["routing"], json::parse(k_gen->body)["routing"]);
   // The expert-load metrics: every layer's routed tokens (k per token) and its busiest expert's share. Published
   // between steps and after each batch: poll until the last request's tokens are in.
   // Two completions of p + n - 1 fed tokens and one of 2 + 2, k decisions each (warm-up tokens too: at least).
