@@ -11,6 +11,9 @@
 // `embed_rows` take their input embedding from `embeds` (row i of embeds for embed_rows[i], hidden_size f32 each,
 // host memory the caller keeps alive for the step) instead of the token's embedding; their token id stays the
 // placeholder's (what the prefix cache hashes, with the image's hash: engine/kv_block_manager.h).
+// A sequence may run under a LoRA adapter (issue 16): `loras` is empty (no adapters in the step) or [S], sequence
+// s's adapter or null; the caller keeps the adapters alive for the step. The prefix cache salts the blocks of an
+// adapter's sequences (their keys differ).
 // Tests: through the models' tests (tests/unit/models/llama_paged_test.cpp) and the scheduler's.
 #pragma once
 
@@ -18,6 +21,8 @@
 #include <vector>
 
 namespace mmserve::models {
+
+struct LoraAdapter;
 
 struct DecoderStep {
   std::vector<int32_t> tokens;       // [T] new token ids, sequence by sequence
@@ -31,6 +36,7 @@ struct DecoderStep {
   int64_t max_seq_len = 0, max_query_len = 0;
   std::vector<int32_t> embed_rows;  // token rows whose input embedding is given, ascending
   const float* embeds = nullptr;    // [embed_rows.size(), hidden]
+  std::vector<const LoraAdapter*> loras;  // [S] or empty
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

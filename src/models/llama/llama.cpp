@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "core/json_config.h"
+#include "models/lora/lora_adapter.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/lora/lora.h"
 #include "kernels/moe/moe.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -372,6 +374,14 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
   if (pool.layers != c.num_hidden_layers || pool.kv_size != c.kv_size()) {
     return invalid_argument("the KV pool was made for another model");
   }
+  if (!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != s) {
+    return invalid_argument("a decoder step's adapters disagree with its sequences");
+  }
+  for (const LoraAdapter* a : step.loras) {
+    if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
+      return invalid_argument("adapter '" + a->name + "' was loaded for another model");
+    }
+  }
   for (int64_t i = 0; i < t; ++i) {
     if (step.tokens[i] < 0 || step.tokens[i] >= c.vocab_size) {
       return invalid_argument("token id " + std::to_string(step.tokens[i]) + " is outside the vocabulary (size " +
@@ -484,12 +494,33 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   kernels::PagedKvWriteArgs write;
   write.k = k.data(), write.v = v.data(), write.src_ld = kvs, write.dtype = DType::kF32;
   write.slot_mapping = step.slots.data(), write.num_tokens = n, write.width = kvs, write.num_slots = pool.slots();
+  // LoRA (issue 16): each sequence's adapter's delta on a linear's output, added after the base layer as PEFT does.
+  const bool any_lora = std::any_of(step.loras.begin(), step.loras.end(), [](const LoraAdapter* a) { return a; });
+  std::vector<kernels::LoraSegmentWeights> segments(static_cast<size_t>(step.num_seqs()));
+  auto lora = [&](int64_t layer, LoraTarget t, const float* in, int64_t in_ld, float* out, int64_t out_ld) {
+    if (!any_lora) return;
+    const LoraModule* first = nullptr;  // the linear's shape (every adapter's is the model's)
+    for (int64_t s = 0; s < step.num_seqs(); ++s) {
+      const LoraAdapter* a = step.loras[s];
+      const LoraModule* m = a != nullptr ? &a->module(layer, t) : nullptr;
+      segments[s] = m != nullptr && m->present()
+                        ? kernels::LoraSegmentWeights{m->a.data(), m->b.data(), m->rank, m->scale}
+                        : kernels::LoraSegmentWeights{};
+      if (first == nullptr && segments[s].rank > 0) first = m;
+    }
+    if (first == nullptr) return;
+    kernels::lora_sgmv(in, in_ld, step.query_start.data(), step.num_seqs(), segments.data(), first->in, first->out, out,
+                       out_ld);
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x.data(), h, w.input_norm.data_as<float>(), n, h, eps, normed.data(), h);
     kernels::linear(normed_t, w.q, bias(w.q_bias), qt);
     kernels::linear(normed_t, w.k, bias(w.k_bias), kt);
     kernels::linear(normed_t, w.v, bias(w.v_bias), vt);
+    lora(l, LoraTarget::kQ, normed.data(), h, q.data(), qs);
+    lora(l, LoraTarget::kK, normed.data(), h, k.data(), kvs);
+    lora(l, LoraTarget::kV, normed.data(), h, v.data(), kvs);
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim values, before the rotation
       kernels::rms_norm(q.data(), c.head_dim, w.q_norm.data_as<float>(), n * c.num_attention_heads, c.head_dim, eps,
                         q.data(), c.head_dim);
@@ -504,6 +535,7 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     a.k_cache = pool.k_layer(l), a.v_cache = pool.v_layer(l);
     RETURN_IF_ERROR(kernels::paged_attention_cpu(a));
     kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+    lora(l, LoraTarget::kO, attn.data(), qs, x.data(), h);
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
     if (c.num_experts > 0) {
       const size_t at = static_cast<size_t>(l * n * k_experts);
@@ -512,9 +544,12 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     }
     kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);
     kernels::linear(normed_t, w.up, bias(w.up_bias), up_t);
+    lora(l, LoraTarget::kGate, normed.data(), h, gate.data(), c.intermediate_size);
+    lora(l, LoraTarget::kUp, normed.data(), h, up.data(), c.intermediate_size);
     kernels::swiglu(gate.data(), up.data(), c.intermediate_size, n, c.intermediate_size, gate.data(),
                     c.intermediate_size);
     kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+    lora(l, LoraTarget::kDown, gate.data(), c.intermediate_size, x.data(), h);
   }
   if (routing != nullptr) {
     routing->layers = c.num_experts > 0 ? c.num_hidden_layers : 0;

@@ -1,0 +1,56 @@
+// A PEFT LoRA adapter over a Llama-family decoder (issue 16): adapter_config.json (peft_config.h) plus
+// adapter_model.safetensors, read into f32 per (layer, linear).
+//
+// PEFT saves module M's matrices as `base_model.model.<M>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r],
+// where <M> is the module's name in the base model: for a Llama "model.layers.L.self_attn.q_proj" (q/k/v/o) and
+// "model.layers.L.mlp.gate_proj" (gate/up/down); under LLaVA the decoder's prefix replaces "model.". Every module's rank must be what the config's r / rank_pattern give
+// it (PEFT itself would refuse a mismatch at load), and every module must be one target_modules names. Tensors of
+// modules mmserve does not adapt yet (Mixtral's experts, lm_head, embeddings, the vision tower) are
+// kUnimplemented naming the first; anything else unexpected is kInvalidArgument, all before anything is used.
+// Tests: tests/unit/models/lora_adapter_test.cpp, tests/conformance/lora_hf_test.cpp (PEFT's outputs).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "models/llama/llama.h"
+#include "models/lora/peft_config.h"
+
+namespace mmserve::models {
+
+enum class LoraTarget : int { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
+inline constexpr int kLoraTargets = 7;
+const char* lora_target_name(LoraTarget t);  // "q_proj", ...
+
+struct LoraModule {
+  int64_t rank = 0, in = 0, out = 0;  // rank 0: not adapted
+  float scale = 0;
+  std::vector<float> a;  // [rank, in]
+  std::vector<float> b;  // [out, rank]
+  bool present() const { return rank > 0; }
+};
+
+struct LoraAdapter {
+  std::string name, dir;
+  uint64_t id = 0;  // unique per load in this process (the prefix cache's salt: a reload never shares blocks)
+  PeftLoraConfig config;
+  int64_t max_rank = 0;
+  std::vector<std::array<LoraModule, kLoraTargets>> layers;  // [num_hidden_layers]
+  const LoraModule& module(int64_t layer, LoraTarget t) const { return layers[layer][static_cast<int>(t)]; }
+  int64_t bytes() const;
+  // The adapted linears' short names, in LoraTarget order ("q_proj", "v_proj").
+  std::vector<std::string> target_names() const;
+};
+
+// Reads `dir` for the decoder `config`. `prefixes`: the decoder's module prefixes PEFT may have recorded ("model."
+// for a Llama; under LLaVA "model.language_model." as transformers 5 names the module tree and
+// "language_model.model." as 4.x did); one adapter uses one of them.
+StatusOr<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
+                                                               const LlamaConfig& config,
+                                                               const std::vector<std::string>& prefixes = {"model."});
+
+}  // namespace mmserve::models

@@ -1,0 +1,161 @@
+// adapter_config.json (see peft_config.h).
+#include "models/lora/peft_config.h"
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+namespace mmserve::models {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+bool full_match(const std::string& pattern, const std::string& text) {
+  // Patterns were compiled once at parse (a bad one is refused there); ECMAScript syntax covers what adapter configs
+  // use (alternation, classes, quantifiers, escapes) the same way Python's re does.
+  return std::regex_match(text, std::regex(pattern));
+}
+
+// PEFT's get_pattern_key: the first key whose `(.*\.)?(KEY)$` matches the whole name.
+template <typename T>
+const T* pattern_value(const std::vector<std::pair<std::string, T>>& patterns, const std::string& module) {
+  for (const auto& [key, value] : patterns) {
+    if (full_match("(.*\\.)?(" + key + ")", module)) return &value;
+  }
+  return nullptr;
+}
+
+bool list_matches(const std::vector<std::string>& list, const std::string& module) {
+  for (const std::string& t : list) {
+    if (module == t || (module.size() > t.size() && module.compare(module.size() - t.size(), t.size(), t) == 0 &&
+                        module[module.size() - t.size() - 1] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+Status check_regex(const std::string& pattern, const std::string& where) {
+  // std::regex compiles and matches recursively: a bound on the pattern keeps its stack bounded.
+  if (pattern.size() > 512) return invalid_argument(where + ": a pattern of more than 512 characters");
+  try {
+    std::regex compiled(pattern);
+  } catch (const std::regex_error&) {
+    return invalid_argument(where + " is not a regular expression mmserve can read: '" + pattern.substr(0, 120) +
+                            "'");
+  }
+  return ok_status();
+}
+
+// A list of strings or one string (a regular expression), or null/absent.
+Status read_modules(const ojson& j, const std::string& key, const std::string& where, std::vector<std::string>& list,
+                    std::optional<std::string>& regex) {
+  if (!j.contains(key) || j[key].is_null()) return ok_status();
+  const ojson& v = j[key];
+  if (v.is_string()) {
+    regex = v.get<std::string>();
+    return check_regex(*regex, where + ": " + key);
+  }
+  if (!v.is_array()) return invalid_argument(where + ": " + key + " must be a list of module names or a string");
+  for (const ojson& e : v) {
+    if (!e.is_string()) return invalid_argument(where + ": " + key + " must hold strings");
+    list.push_back(e.get<std::string>());
+  }
+  return ok_status();
+}
+
+// "a truthy value of an option we do not apply" -> kUnimplemented naming it.
+bool set(const ojson& j, const std::string& key) {
+  if (!j.contains(key) || j[key].is_null()) return false;
+  const ojson& v = j[key];
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_array() || v.is_object() || v.is_string()) return !v.empty() && !(v.is_string() && v.get<std::string>().empty());
+  return true;
+}
+
+}  // namespace
+
+int64_t PeftLoraConfig::rank_for(const std::string& module) const {
+  const int64_t* v = pattern_value(rank_pattern, module);
+  return v != nullptr ? *v : r;
+}
+
+double PeftLoraConfig::alpha_for(const std::string& module) const {
+  const double* v = pattern_value(alpha_pattern, module);
+  return v != nullptr ? *v : lora_alpha;
+}
+
+double PeftLoraConfig::scale_for(const std::string& module) const {
+  const double rank = static_cast<double>(rank_for(module)), alpha = alpha_for(module);
+  return use_rslora ? alpha / std::sqrt(rank) : alpha / rank;
+}
+
+bool PeftLoraConfig::targets(const std::string& module) const {
+  const bool in = target_regex ? full_match(*target_regex, module) : list_matches(target_list, module);
+  if (!in) return false;
+  const bool out = exclude_regex ? full_match(*exclude_regex, module) : list_matches(exclude_list, module);
+  return !out;
+}
+
+StatusOr<PeftLoraConfig> parse_peft_lora_config(const std::string& json_text, const std::string& where) {
+  const ojson j = ojson::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return invalid_argument(where + ": not valid JSON");
+  if (!j.is_object()) return invalid_argument(where + ": must be a JSON object");
+  const std::string type = j.contains("peft_type") && j["peft_type"].is_string() ? j["peft_type"].get<std::string>() : "";
+  if (type != "LORA") {
+    return unimplemented(where + ": peft_type '" + type.substr(0, 40) + "': mmserve serves LoRA adapters (LORA)");
+  }
+  // Options that change the forward (initialisation-only ones such as loftq_config, eva_config, corda_config and
+  // lora_ga_config do not).
+  for (const char* key : {"use_dora", "lora_bias", "modules_to_save", "target_parameters", "layer_replication",
+                          "trainable_token_indices", "alora_invocation_tokens", "use_qalora", "arrow_config",
+                          "kasa_config", "monteclora_config", "velora_config", "use_bdlora"}) {
+    if (set(j, key)) return unimplemented(where + ": " + key + " is not supported (mmserve applies plain LoRA deltas)");
+  }
+  if (j.contains("bias") && !j["bias"].is_null() && j["bias"] != "none") {
+    return unimplemented(where + ": bias '" + j["bias"].dump().substr(0, 40) + "' is not supported (only \"none\")");
+  }
+  PeftLoraConfig c;
+  auto number = [&](const char* key, double fallback) -> StatusOr<double> {
+    if (!j.contains(key) || j[key].is_null()) return fallback;
+    if (!j[key].is_number()) return invalid_argument(where + ": " + key + " must be a number");
+    return j[key].get<double>();
+  };
+  ASSIGN_OR_RETURN(const double r, number("r", 8));
+  ASSIGN_OR_RETURN(c.lora_alpha, number("lora_alpha", 8));
+  if (r <= 0 || r != std::floor(r) || r > 65536) return invalid_argument(where + ": r must be a positive integer");
+  c.r = static_cast<int64_t>(r);
+  for (const char* key : {"use_rslora", "fan_in_fan_out"}) {
+    if (j.contains(key) && !j[key].is_null() && !j[key].is_boolean()) {
+      return invalid_argument(where + ": " + key + " must be true or false");
+    }
+  }
+  c.use_rslora = j.value("use_rslora", false);
+  c.fan_in_fan_out = j.value("fan_in_fan_out", false);
+  if (j.contains("base_model_name_or_path") && j["base_model_name_or_path"].is_string()) {
+    c.base_model = j["base_model_name_or_path"].get<std::string>();
+  }
+  RETURN_IF_ERROR(read_modules(j, "target_modules", where, c.target_list, c.target_regex));
+  RETURN_IF_ERROR(read_modules(j, "exclude_modules", where, c.exclude_list, c.exclude_regex));
+  if (c.target_list.empty() && !c.target_regex) return invalid_argument(where + ": target_modules names no module");
+  for (const char* key : {"rank_pattern", "alpha_pattern"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_object()) return invalid_argument(where + ": " + key + " must be an object");
+    for (const auto& [pattern, value] : j[key].items()) {
+      RETURN_IF_ERROR(check_regex("(.*\\.)?(" + pattern + ")", where + ": " + key + " key"));
+      if (!value.is_number() || value.get<double>() <= 0) {
+        return invalid_argument(where + ": " + key + "['" + pattern.substr(0, 80) + "'] must be a positive number");
+      }
+      if (std::string(key) == "rank_pattern") {
+        if (value.get<double>() != std::floor(value.get<double>()) || value.get<double>() > 65536) {
+          return invalid_argument(where + ": rank_pattern['" + pattern.substr(0, 80) + "'] must be an integer");
+        }
+        c.rank_pattern.emplace_back(pattern, value.get<int64_t>());
+      } else {
+        c.alpha_pattern.emplace_back(pattern, value.get<double>());
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace mmserve::models

@@ -1,0 +1,338 @@
+// PEFT LoRA adapters (issue 16): adapter_config.json as PEFT reads it (r / lora_alpha / rsLoRA scales, rank_pattern
+// and alpha_pattern matched as get_pattern_key in the file's order, target_modules as a list or a regex,
+// exclude_modules) and its refusals naming the field; adapter_model.safetensors read per (layer, linear) with its
+// shape, rank and target checks; and the decoder under an adapter: its logits equal the base model with the deltas
+// merged into the weights (W + scale B A, a separate checkpoint), and a step mixing sequences with two adapters and
+// none equals each sequence alone. PEFT's own outputs are tests/conformance/lora_hf_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <unistd.h>
+
+#include "core/safetensors.h"
+#include "models/common/decoder_step.h"
+#include "models/llama/llama.h"
+#include "models/lora/lora_adapter.h"
+#include "models/lora/peft_config.h"
+
+namespace mmserve::models {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kBase = fs::path(MMSERVE_FIXTURES_DIR) / "llama/llama-gqa-f32";
+
+StatusOr<PeftLoraConfig> parse(const std::string& text) { return parse_peft_lora_config(text, "adapter_config.json"); }
+
+TEST(PeftConfig, ScalesAndPatternsAreLikePefts) {
+  auto c = parse(R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"],
+      "rank_pattern": {"layers.1.self_attn.q_proj": 4, "q_proj": 2}, "alpha_pattern": {"v_proj": 3},
+      "bias": "none", "modules_to_save": null, "use_dora": false, "lora_dropout": 0.05, "task_type": "CAUSAL_LM"})");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  // The first key in the file's order whose (.*\.)?(KEY)$ matches wins.
+  EXPECT_EQ(c->rank_for("model.layers.1.self_attn.q_proj"), 4);
+  EXPECT_EQ(c->rank_for("model.layers.0.self_attn.q_proj"), 2);
+  EXPECT_EQ(c->rank_for("model.layers.11.self_attn.q_proj"), 2);  // "layers.1." must not match layers.11
+  EXPECT_EQ(c->rank_for("model.layers.0.self_attn.v_proj"), 8);
+  EXPECT_DOUBLE_EQ(c->scale_for("model.layers.0.self_attn.q_proj"), 16.0 / 2);
+  EXPECT_DOUBLE_EQ(c->scale_for("model.layers.0.self_attn.v_proj"), 3.0 / 8);
+  EXPECT_TRUE(c->targets("model.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(c->targets("q_proj"));
+  EXPECT_FALSE(c->targets("model.layers.0.self_attn.xq_proj"));  // a suffix after a dot only
+  EXPECT_FALSE(c->targets("model.layers.0.self_attn.k_proj"));
+
+  auto rs = parse(R"J({"peft_type": "LORA", "r": 16, "lora_alpha": 8, "use_rslora": true,
+      "target_modules": ".*\\.(q_proj|down_proj)$", "exclude_modules": ["layers.0.mlp.down_proj"]})J");
+  ASSERT_TRUE(rs.ok()) << rs.status().to_string();
+  EXPECT_DOUBLE_EQ(rs->scale_for("model.layers.0.self_attn.q_proj"), 8.0 / 4.0);  // alpha / sqrt(r)
+  EXPECT_TRUE(rs->targets("model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(rs->targets("model.layers.0.mlp.down_proj"));  // excluded
+  EXPECT_FALSE(rs->targets("model.layers.0.mlp.up_proj"));
+}
+
+TEST(PeftConfig, WhatMmserveDoesNotApplyIsRefusedNamingTheField) {
+  struct Case {
+    const char* json;
+    StatusCode code;
+    const char* needle;
+  };
+  const Case cases[] = {
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "use_dora": true})", StatusCode::kUnimplemented,
+       "use_dora"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "modules_to_save": ["lm_head"]})",
+       StatusCode::kUnimplemented, "modules_to_save"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "bias": "all"})", StatusCode::kUnimplemented,
+       "bias"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "target_parameters": ["experts.gate_up_proj"]})",
+       StatusCode::kUnimplemented, "target_parameters"},
+      {R"({"peft_type": "IA3", "target_modules": ["q_proj"]})", StatusCode::kUnimplemented, "IA3"},
+      {R"({"peft_type": "LORA", "r": 0, "target_modules": ["q_proj"]})", StatusCode::kInvalidArgument, "r must"},
+      {R"({"peft_type": "LORA", "r": 2.5, "target_modules": ["q_proj"]})", StatusCode::kInvalidArgument, "r must"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": "(q_proj"})", StatusCode::kInvalidArgument, "regular"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "rank_pattern": {"q_proj": -1}})",
+       StatusCode::kInvalidArgument, "rank_pattern"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "rank_pattern": {"q_proj": 1.5}})",
+       StatusCode::kInvalidArgument, "integer"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": [3]})", StatusCode::kInvalidArgument, "strings"},
+      {R"({"peft_type": "LORA", "r": 8})", StatusCode::kInvalidArgument, "target_modules"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "use_rslora": "yes"})",
+       StatusCode::kInvalidArgument, "use_rslora"},
+      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"],)", StatusCode::kInvalidArgument, "JSON"},
+      {R"([1, 2])", StatusCode::kInvalidArgument, "object"},
+  };
+  for (const Case& c : cases) {
+    auto r = parse(c.json);
+    ASSERT_FALSE(r.ok()) << c.json;
+    EXPECT_EQ(r.status().code(), c.code) << c.json << ": " << r.status().to_string();
+    EXPECT_NE(r.status().message().find(c.needle), std::string::npos) << r.status().message();
+  }
+}
+
+// A random adapter (normal, std 0.3) on `targets` ("self_attn.q_proj" and its rank) of every layer, written as
+// PEFT saves it: base_model.model.<module>.lora_A.weight [rank, in], .lora_B.weight [out, rank].
+std::vector<float> random_values(size_t n, uint32_t seed, float scale) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void write_adapter(const fs::path& dir, const LlamaConfig& c, const std::string& config_json,
+                   const std::vector<std::pair<std::string, int64_t>>& targets, uint32_t seed) {
+  fs::create_directories(dir);
+  std::ofstream(dir / "adapter_config.json") << config_json;
+  const int64_t h = c.hidden_size, i = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
+  const std::map<std::string, std::pair<int64_t, int64_t>> in_out = {
+      {"q_proj", {h, q}},    {"k_proj", {h, kv}},  {"v_proj", {h, kv}},  {"o_proj", {q, h}},
+      {"gate_proj", {h, i}}, {"up_proj", {h, i}}, {"down_proj", {i, h}}};
+  std::vector<std::vector<float>> values;
+  std::vector<TensorToWrite> out;
+  values.reserve(2 * targets.size() * static_cast<size_t>(c.num_hidden_layers));
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const auto& [path, rank] : targets) {
+      const auto [in, o] = in_out.at(path.substr(path.find('.') + 1));
+      const std::string base = "base_model.model.model.layers." + std::to_string(l) + "." + path;
+      values.push_back(random_values(static_cast<size_t>(rank * in), seed++, 0.3f));
+      out.push_back({base + ".lora_A.weight", DType::kF32, {rank, in}, values.back().data()});
+      values.push_back(random_values(static_cast<size_t>(o * rank), seed++, 0.3f));
+      out.push_back({base + ".lora_B.weight", DType::kF32, {o, rank}, values.back().data()});
+    }
+  }
+  ASSERT_TRUE(write_safetensors((dir / "adapter_model.safetensors").string(), out).ok());
+}
+
+LlamaConfig base_config() {
+  auto j = nlohmann::json::parse(std::ifstream(kBase / "config.json"));
+  auto c = parse_llama_config(j, "config.json");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return *c;
+}
+
+class LoraAdapterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() / ("mmserve_lora_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    fs::create_directories(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  fs::path root_;
+};
+
+const char* kQvDown = R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj",
+    "down_proj"], "rank_pattern": {"down_proj": 2}, "bias": "none"})";
+
+TEST_F(LoraAdapterTest, ReadsEveryModuleWithItsRankAndScale) {
+  const LlamaConfig c = base_config();
+  write_adapter(root_ / "a", c, kQvDown, {{"self_attn.q_proj", 4}, {"self_attn.v_proj", 4}, {"mlp.down_proj", 2}}, 1);
+  auto a = load_lora_adapter((root_ / "a").string(), "a", c);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ((*a)->max_rank, 4);
+  EXPECT_EQ((*a)->target_names(), (std::vector<std::string>{"q_proj", "v_proj", "down_proj"}));
+  const LoraModule& down = (*a)->module(1, LoraTarget::kDown);
+  EXPECT_EQ(down.rank, 2);
+  EXPECT_EQ(down.in, c.intermediate_size);
+  EXPECT_EQ(down.out, c.hidden_size);
+  EXPECT_FLOAT_EQ(down.scale, 8.0f / 2);
+  EXPECT_FLOAT_EQ((*a)->module(0, LoraTarget::kQ).scale, 8.0f / 4);
+  EXPECT_FALSE((*a)->module(0, LoraTarget::kK).present());
+}
+
+TEST_F(LoraAdapterTest, BrokenAdaptersAreRefusedNamingTheTensor) {
+  const LlamaConfig c = base_config();
+  // The rank disagrees with rank_pattern (down_proj written with rank 4).
+  write_adapter(root_ / "rank", c, kQvDown, {{"self_attn.q_proj", 4}, {"mlp.down_proj", 4}}, 1);
+  auto rank = load_lora_adapter((root_ / "rank").string(), "rank", c);
+  ASSERT_FALSE(rank.ok());
+  EXPECT_NE(rank.status().message().find("down_proj"), std::string::npos) << rank.status().message();
+  // A module the config does not target.
+  write_adapter(root_ / "untargeted", c, kQvDown, {{"self_attn.k_proj", 4}}, 1);
+  auto untargeted = load_lora_adapter((root_ / "untargeted").string(), "u", c);
+  ASSERT_FALSE(untargeted.ok());
+  EXPECT_NE(untargeted.status().message().find("target_modules"), std::string::npos);
+  // A module mmserve does not adapt.
+  fs::create_directories(root_ / "head");
+  std::ofstream(root_ / "head/adapter_config.json")
+      << R"({"peft_type": "LORA", "r": 2, "lora_alpha": 2, "target_modules": ["lm_head"]})";
+  std::vector<float> a(2 * 64), b(256 * 2);
+  ASSERT_TRUE(write_safetensors((root_ / "head/adapter_model.safetensors").string(),
+                                {{"base_model.model.lm_head.lora_A.weight", DType::kF32, {2, 64}, a.data()},
+                                 {"base_model.model.lm_head.lora_B.weight", DType::kF32, {256, 2}, b.data()}})
+                  .ok());
+  auto head = load_lora_adapter((root_ / "head").string(), "h", c);
+  ASSERT_FALSE(head.ok());
+  EXPECT_EQ(head.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(head.status().message().find("lm_head"), std::string::npos);
+  // Only lora_A of a module; no weights file; no config.
+  fs::create_directories(root_ / "half");
+  std::ofstream(root_ / "half/adapter_config.json") << kQvDown;
+  std::vector<float> qa(4 * 64);
+  ASSERT_TRUE(write_safetensors((root_ / "half/adapter_model.safetensors").string(),
+                                {{"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight", DType::kF32,
+                                  {4, 64}, qa.data()}})
+                  .ok());
+  auto half = load_lora_adapter((root_ / "half").string(), "half", c);
+  ASSERT_FALSE(half.ok());
+  EXPECT_NE(half.status().message().find("only one of"), std::string::npos) << half.status().message();
+  fs::remove(root_ / "half/adapter_model.safetensors");
+  EXPECT_EQ(load_lora_adapter((root_ / "half").string(), "half", c).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(load_lora_adapter((root_ / "nowhere").string(), "x", c).status().code(), StatusCode::kNotFound);
+  // A truncated weights file is the safetensors reader's error.
+  std::ofstream(root_ / "half/adapter_model.safetensors") << "\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":";
+  EXPECT_FALSE(load_lora_adapter((root_ / "half").string(), "half", c).ok());
+}
+
+// One prefill of `prompts` (one sequence each, block b of the pool for sequence b) with adapters per sequence:
+// every row's logits.
+std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                         const std::vector<const LoraAdapter*>& loras) {
+  const int64_t block = 32, vocab = model.config().vocab_size;
+  auto pool = model.new_pool(static_cast<int64_t>(prompts.size()), block);
+  EXPECT_TRUE(pool.ok());
+  DecoderStep step;
+  step.table_ld = 1;
+  step.query_start.push_back(0);
+  for (size_t s = 0; s < prompts.size(); ++s) {
+    for (size_t p = 0; p < prompts[s].size(); ++p) {
+      step.logit_rows.push_back(static_cast<int32_t>(step.tokens.size()));
+      step.tokens.push_back(prompts[s][p]);
+      step.positions.push_back(static_cast<int32_t>(p));
+      step.slots.push_back(static_cast<int32_t>(s * block + p));
+    }
+    step.query_start.push_back(static_cast<int32_t>(step.tokens.size()));
+    step.seq_lens.push_back(static_cast<int32_t>(prompts[s].size()));
+    step.block_tables.push_back(static_cast<int32_t>(s));
+    step.max_seq_len = std::max<int64_t>(step.max_seq_len, static_cast<int64_t>(prompts[s].size()));
+  }
+  step.max_query_len = step.max_seq_len;
+  step.loras = loras;
+  std::vector<float> logits(step.logit_rows.size() * static_cast<size_t>(vocab));
+  const Status st = model.forward_step(step, *pool, logits.data());
+  EXPECT_TRUE(st.ok()) << st.to_string();
+  std::vector<std::vector<float>> rows;
+  for (size_t r = 0; r < step.logit_rows.size(); ++r) {
+    rows.emplace_back(logits.begin() + static_cast<int64_t>(r) * vocab, logits.begin() + static_cast<int64_t>(r + 1) * vocab);
+  }
+  return rows;
+}
+
+// The base checkpoint with W += scale * B @ A for every module of `w` (the merge PEFT's merge_and_unload does).
+void write_merged(const fs::path& dir, const LoraAdapter& adapter) {
+  fs::create_directories(dir);
+  fs::copy_file(kBase / "config.json", dir / "config.json");
+  auto store = WeightStore::open_model_dir(kBase.string());
+  ASSERT_TRUE(store.ok());
+  std::map<std::string, std::vector<float>> values;
+  for (const std::string& name : (*store)->names()) {
+    const TensorInfo* t = (*store)->find(name);
+    ASSERT_EQ(t->dtype, DType::kF32);
+    const float* p = reinterpret_cast<const float*>(t->data);
+    values[name].assign(p, p + t->numel());
+  }
+  for (size_t l = 0; l < adapter.layers.size(); ++l) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const LoraModule& m = adapter.layers[l][t];
+      if (!m.present()) continue;
+      const std::string path = t <= 3 ? std::string("self_attn.") : std::string("mlp.");
+      std::vector<float>& weight =
+          values["model.layers." + std::to_string(l) + "." + path + lora_target_name(static_cast<LoraTarget>(t)) +
+                 ".weight"];
+      ASSERT_EQ(weight.size(), static_cast<size_t>(m.out * m.in));
+      for (int64_t o = 0; o < m.out; ++o) {
+        for (int64_t i = 0; i < m.in; ++i) {
+          double d = 0;
+          for (int64_t j = 0; j < m.rank; ++j) d += double{m.b[o * m.rank + j]} * m.a[j * m.in + i];
+          weight[o * m.in + i] += static_cast<float>(d * m.scale);
+        }
+      }
+    }
+  }
+  std::vector<TensorToWrite> out;
+  for (const std::string& name : (*store)->names()) {
+    out.push_back({name, DType::kF32, (*store)->find(name)->shape, values[name].data()});
+  }
+  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), out).ok());
+}
+
+void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
+                  float tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float worst = 0;
+  for (size_t r = 0; r < got.size(); ++r) {
+    for (size_t v = 0; v < got[r].size(); ++v) worst = std::max(worst, std::fabs(got[r][v] - want[r][v]));
+  }
+  EXPECT_LE(worst, tol) << what;
+}
+
+TEST_F(LoraAdapterTest, TheDecoderUnderAnAdapterIsTheMergedModelAndBatchesMix) {
+  auto base = LlamaModel::load(kBase.string());
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  const LlamaConfig& c = (*base)->config();
+  write_adapter(root_ / "a", c, kQvDown,
+                                   {{"self_attn.q_proj", 4}, {"self_attn.v_proj", 4}, {"mlp.down_proj", 2}}, 1);
+  const char* all = R"J({"peft_type": "LORA", "r": 3, "lora_alpha": 5, "use_rslora": true,
+      "target_modules": "model\\.layers\\.\\d+\\.(self_attn\\.(k|o)_proj|mlp\\.(gate|up)_proj)"})J";
+  write_adapter(root_ / "b", c, all,
+                                   {{"self_attn.k_proj", 3}, {"self_attn.o_proj", 3}, {"mlp.gate_proj", 3},
+                                    {"mlp.up_proj", 3}},
+                                   100);
+  auto a = load_lora_adapter((root_ / "a").string(), "a", c);
+  auto b = load_lora_adapter((root_ / "b").string(), "b", c);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_TRUE(b.ok()) << b.status().to_string();
+  write_merged(root_ / "merged_a", **a);
+  write_merged(root_ / "merged_b", **b);
+  auto merged_a = LlamaModel::load((root_ / "merged_a").string());
+  auto merged_b = LlamaModel::load((root_ / "merged_b").string());
+  ASSERT_TRUE(merged_a.ok() && merged_b.ok());
+  const std::vector<int32_t> p1 = {1, 17, 93, 5, 200, 41, 8}, p2 = {1, 3, 250, 77, 9}, p3 = {1, 64, 64, 12};
+  const auto alone_a = run_step(**base, {p1}, {a->get()});
+  const auto alone_b = run_step(**base, {p2}, {b->get()});
+  const auto alone_none = run_step(**base, {p3}, {});
+  expect_close(alone_a, run_step(**merged_a, {p1}, {}), 2e-4f, "adapter a vs a merged");
+  expect_close(alone_b, run_step(**merged_b, {p2}, {}), 2e-4f, "adapter b vs b merged");
+  // The adapters matter (else the test above proves nothing).
+  const auto base_p1 = run_step(**base, {p1}, {});
+  float moved = 0;
+  for (size_t r = 0; r < base_p1.size(); ++r) {
+    for (size_t v = 0; v < base_p1[r].size(); ++v) moved = std::max(moved, std::fabs(base_p1[r][v] - alone_a[r][v]));
+  }
+  EXPECT_GT(moved, 0.05f);
+  // One step of the three: each sequence's rows as alone.
+  const auto mixed = run_step(**base, {p1, p2, p3}, {a->get(), b->get(), nullptr});
+  ASSERT_EQ(mixed.size(), p1.size() + p2.size() + p3.size());
+  const std::vector<std::vector<float>> m1(mixed.begin(), mixed.begin() + 7), m2(mixed.begin() + 7, mixed.begin() + 12),
+      m3(mixed.begin() + 12, mixed.end());
+  expect_close(m1, alone_a, 1e-5f, "mixed: a");
+  expect_close(m2, alone_b, 1e-5f, "mixed: b");
+  expect_close(m3, alone_none, 1e-5f, "mixed: none");
+}
+
+}  // namespace
+}  // namespace mmserve::models

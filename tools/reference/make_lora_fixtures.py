@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Builds mmserve's LoRA conformance fixtures with HF transformers + PEFT: random LoRA adapters over the committed
+tiny Llama fixture and the goldens of the adapted model (issue 16).
+
+Run where torch, transformers (>= 5), peft and safetensors are installed (the GPU host; it runs on the CPU in
+float32 and needs no network):
+
+    python3 tools/reference/make_lora_fixtures.py --fixtures tests/fixtures --out /tmp/fx
+    # then: cp -r /tmp/fx/lora tests/fixtures/
+
+The base model is tests/fixtures/llama/llama-gqa-f32 as committed (Llama, GQA 4/2, hidden 64, vocab 256, 2 layers,
+untied; loaded with AutoModelForCausalLM in float32, attn_implementation="eager"); the prompt is that fixture's
+prompt_ids (its golden.json), and the base's own greedy ids and step logits are checked first, so that the goldens
+here sit on the very model mmserve loads. It writes, under lora/, one folder per adapter (VARIANTS below: q/v only at
+rank 4; all seven linears at rank 8 with rsLoRA; a regex-string target_modules with rank_pattern and alpha_pattern):
+  adapter_config.json, adapter_model.safetensors
+                     PeftModel.save_pretrained output, kept as PEFT writes it (tensor names
+                     base_model.model.<module>.lora_A.weight [r, in] / lora_B.weight [out, r], F32; the config with
+                     target_modules as given, a list or a regex string, rank_pattern, alpha_pattern, use_rslora),
+                     except one field: base_model_name_or_path (the local path the base was loaded from) is rewritten
+                     to "../../llama/llama-gqa-f32", the base fixture relative to the adapter folder
+                     (tests/fixtures/lora/<variant> -> tests/fixtures/llama/llama-gqa-f32). The README.md PEFT writes
+                     (a model card) is removed.
+  golden.safetensors F32 (I64 for ids), computed by the adapter reloaded from disk (PeftModel.from_pretrained over a
+                     freshly loaded base, unmerged, float32):
+                       prompt_logits  [P, V]: model(prompt).logits (one forward over the prompt)
+                       step_logits    [N, V]: the logits that chose each greedy token: the prompt's last row, then one
+                                      forward per generated token over the KV cache (run() of make_llama_fixtures.py)
+                       greedy_ids     I64 [N]: plain argmax of step_logits
+  golden.json        base (the relative path above), prompt ids, greedy ids (and the base model's), the minimum
+                     top-1 margin, seed, the LoRA settings and, per adapted module (transformers' module names, e.g.
+                     "model.layers.0.self_attn.q_proj"), the rank, alpha and the scale PEFT's LoraLayer.scaling holds
+                     (alpha / r, or alpha / sqrt(r) with rsLoRA), the saved tensor names and shapes, the largest logit
+                     change the adapter makes, merged_max_abs_diff, versions, the variant's description.
+
+A fresh LoRA has lora_B = 0 and changes nothing (REFERENCE_NOTES): the adapters are built with init_lora_weights=False
+under torch.manual_seed(seed), then every lora_A / lora_B pair is re-drawn (torch.manual_seed(seed) again) normal and
+both scaled by one factor so that scaling * B @ A has a Frobenius norm RHO (0.5) times the base weight's: large enough
+that the greedy continuation changes, whatever the rank and scale (the factors land near std 0.05-0.15). The first seed
+whose adapted model decodes with a top-1 margin >= MIN_MARGIN at every step, >= MIN_DISTINCT distinct ids, greedy ids
+other than the base model's and a prompt-logit change >= MIN_SHIFT is kept. Checked before anything is written: each
+adapted module's rank, alpha and scaling equal what the variant expects (EXPECT: worked out here, not taken from
+PEFT's pattern matching), in memory and after the reload; the set of adapted modules; the reloaded LoRA tensors equal
+the ones in memory, bit for bit, and give the same logits; the cached step logits equal one uncached forward over
+prompt + greedy ids (1e-4); merge_and_unload() of the reloaded adapter gives the unmerged prompt logits within 1e-4.
+"""
+import argparse
+import copy
+import json
+import math
+import os
+import re
+import shutil
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local; never ask the hub (before transformers loads)
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_llama_fixtures import NEW_TOKENS, margin, run  # noqa: E402
+
+BASE_NAME = "llama-gqa-f32"          # under <fixtures>/llama/
+BASE_REL = "../../llama/" + BASE_NAME  # the base, seen from <fixtures>/lora/<variant>/
+ADAPTER = "default"                  # PEFT's adapter name (save_pretrained drops it from the tensor names)
+RHO = 0.5                            # ||scaling * B @ A||_F / ||W||_F for every adapted module
+SEEDS = 80
+MIN_MARGIN = 0.02                    # as the base fixture's (REFERENCE_NOTES: margins keep goldens unambiguous)
+MIN_DISTINCT = 5
+MIN_SHIFT = 0.05                     # max |prompt logits(adapter) - prompt logits(base)|
+ALL_LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+# name -> (LoraConfig arguments, EXPECT, description). EXPECT lists (regex searched in the module name, r, alpha),
+# first match wins: the modules that must be adapted (any nn.Linear of the base matching one) and their settings,
+# written out by hand so that PEFT's own matching of target_modules / rank_pattern / alpha_pattern is verified.
+VARIANTS = {
+    "llama-qv-r4": (
+        dict(target_modules=["q_proj", "v_proj"], r=4, lora_alpha=8),
+        [(r"\.self_attn\.(q_proj|v_proj)$", 4, 8)],
+        "LoRA on q_proj and v_proj, r 4, alpha 8 (scale 2)"),
+    "llama-all-r8-rslora": (
+        dict(target_modules=ALL_LINEARS, r=8, lora_alpha=16, use_rslora=True),
+        [(r"\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$", 8, 16)],
+        "LoRA on all seven linears, r 8, alpha 16, rsLoRA (scale alpha / sqrt(r) = 5.657)"),
+    "llama-patterns-regex": (
+        dict(target_modules=r".*\.(q_proj|o_proj|down_proj)$", r=4, lora_alpha=4,
+             rank_pattern={"o_proj": 2, "layers.1.mlp.down_proj": 6}, alpha_pattern={"q_proj": 12}),
+        [(r"\.self_attn\.q_proj$", 4, 12), (r"\.self_attn\.o_proj$", 2, 4), (r"\.layers\.1\.mlp\.down_proj$", 6, 4),
+         (r"\.layers\.0\.mlp\.down_proj$", 4, 4)],
+        "LoRA with target_modules a regex string (q_proj, o_proj, down_proj), r 4, alpha 4; rank_pattern "
+        "{o_proj: 2, layers.1.mlp.down_proj: 6}, alpha_pattern {q_proj: 12}: scales q 3, o 2, down 1 (layer 0) "
+        "and 2/3 (layer 1)"),
+}
+
+
+def load_base(base_dir):
+    import transformers
+    return transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32,
+                                                             attn_implementation="eager").eval()
+
+
+def lora_layers(peft_model):
+    """{module name as in the base model ("model.layers.0.self_attn.q_proj"): PEFT's LoraLayer}."""
+    from peft.tuners.lora import LoraLayer
+    return {name: m for name, m in peft_model.get_base_model().named_modules() if isinstance(m, LoraLayer)}
+
+
+def lora_layers_left(model):
+    """The LoRA layers a merged model still holds (merge_and_unload() must leave none)."""
+    from peft.tuners.lora import LoraLayer
+    return [n for n, m in model.named_modules() if isinstance(m, LoraLayer)]
+
+
+def expected_modules(base_dir, expect):
+    """{module name: (r, alpha)} for every nn.Linear of the base that EXPECT names."""
+    wanted = {}
+    for name, m in load_base(base_dir).named_modules():
+        if isinstance(m, torch.nn.Linear):
+            for pattern, r, alpha in expect:
+                if re.search(pattern, name):
+                    wanted[name] = (r, alpha)
+                    break
+    return wanted
+
+
+def check_structure(peft_model, wanted, rslora, what):
+    """Every adapted module and its rank (lora_A / lora_B shapes), alpha and scaling are the expected ones.
+    Returns {name: (r, alpha, scaling)} as PEFT holds them."""
+    layers = lora_layers(peft_model)
+    assert sorted(layers) == sorted(wanted), (what, "adapted modules", sorted(layers), "expected", sorted(wanted))
+    found = {}
+    for name, m in layers.items():
+        r, alpha = wanted[name]
+        a, b = m.lora_A[ADAPTER].weight, m.lora_B[ADAPTER].weight
+        out_f, in_f = m.get_base_layer().weight.shape
+        assert m.r[ADAPTER] == r, (what, name, "r", m.r[ADAPTER], "expected", r)
+        assert tuple(a.shape) == (r, in_f) and tuple(b.shape) == (out_f, r), (what, name, tuple(a.shape),
+                                                                              tuple(b.shape), "expected rank", r)
+        assert m.lora_alpha[ADAPTER] == alpha, (what, name, "alpha", m.lora_alpha[ADAPTER], "expected", alpha)
+        scale = alpha / math.sqrt(r) if rslora else alpha / r
+        assert abs(m.scaling[ADAPTER] - scale) < 1e-9, (what, name, "scaling", m.scaling[ADAPTER], "expected", scale)
+        found[name] = (m.r[ADAPTER], m.lora_alpha[ADAPTER], float(m.scaling[ADAPTER]))
+    return found
+
+
+def redraw(peft_model, seed):
+    """lora_A, lora_B normal, both times one factor c per module: ||scaling * B @ A||_F = RHO * ||W||_F."""
+    torch.manual_seed(seed)
+    stds = {}
+    for name, m in lora_layers(peft_model).items():
+        a, b = m.lora_A[ADAPTER].weight, m.lora_B[ADAPTER].weight
+        a0, b0 = torch.randn_like(a), torch.randn_like(b)
+        delta = m.scaling[ADAPTER] * (b0 @ a0)
+        c = math.sqrt(RHO * float(m.get_base_layer().weight.norm()) / float(delta.norm()))
+        a.copy_(c * a0)
+        b.copy_(c * b0)
+        stds[name] = c
+    return stds
+
+
+def build_adapter(base_dir, config_args, seed):
+    from peft import LoraConfig, get_peft_model
+    config = LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False, lora_dropout=0.0, bias="none",
+                        **copy.deepcopy(config_args))
+    torch.manual_seed(seed)
+    model = get_peft_model(load_base(base_dir), config).eval()
+    stds = redraw(model, seed)
+    return model, stds
+
+
+def load_adapter(base_dir, adapter_dir):
+    from peft import PeftModel
+    return PeftModel.from_pretrained(load_base(base_dir), adapter_dir, torch_device="cpu").eval()
+
+
+def rewrite_base_path(path, new):
+    """Sets adapter_config.json's base_model_name_or_path to `new`, leaving the rest of the text as PEFT wrote it."""
+    text = open(path).read()
+    before = json.loads(text)
+    text, n = re.subn(r'("base_model_name_or_path"\s*:\s*)(null|"(?:[^"\\]|\\.)*")',
+                      lambda mt: mt.group(1) + json.dumps(new), text)
+    assert n == 1, (path, "base_model_name_or_path found", n, "times")
+    after = json.loads(text)
+    assert after["base_model_name_or_path"] == new, after["base_model_name_or_path"]
+    assert {k: v for k, v in after.items() if k != "base_model_name_or_path"} == \
+           {k: v for k, v in before.items() if k != "base_model_name_or_path"}, "the rewrite changed other fields"
+    open(path, "w").write(text)
+
+
+def saved_tensors(path, wanted):
+    """{saved name: shape}; every tensor is a lora_A / lora_B weight (F32) of an expected module, and each has both."""
+    from safetensors import safe_open
+    names = {}
+    with safe_open(path, "pt") as f:
+        for k in f.keys():
+            t = f.get_tensor(k)
+            assert t.dtype == torch.float32, (k, t.dtype)
+            names[k] = list(t.shape)
+    modules = set()
+    for k in names:
+        mt = re.fullmatch(r"base_model\.model\.(.+)\.lora_([AB])\.weight", k)
+        assert mt and mt.group(1) in wanted, ("unexpected tensor in adapter_model.safetensors", k)
+        modules.add(mt.group(1))
+    assert modules == set(wanted) and len(names) == 2 * len(wanted), (sorted(names), sorted(wanted))
+    return dict(sorted(names.items()))
+
+
+def choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy):
+    """The first seed whose adapter decodes with clear margins, varied ids, other ids than the base's and a visible
+    logit change: (seed, model, stds)."""
+    tried = []
+    for seed in range(SEEDS):
+        model, stds = build_adapter(base_dir, config_args, seed)
+        check_structure(model, wanted, rslora, f"seed {seed}")
+        prompt_logits, steps, greedy = run(model, prompt)
+        shift = float((prompt_logits - base_prompt).abs().max())
+        ok = (margin(steps) >= MIN_MARGIN and len(set(greedy)) >= MIN_DISTINCT and greedy != base_greedy
+              and shift >= MIN_SHIFT)
+        if ok:
+            return seed, model, stds
+        tried.append(f"seed {seed}: margin {margin(steps):.4f}, {len(set(greedy))} distinct, "
+                     f"{'same as' if greedy == base_greedy else 'unlike'} base, shift {shift:.3f}")
+    raise RuntimeError("no seed gave clear margins, varied ids and a visible change:\n  " + "\n  ".join(tried))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fixtures", required=True, help="tests/fixtures (holds llama/%s)" % BASE_NAME)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    try:
+        import peft
+    except Exception as e:  # not installed, or an install that does not import with this torch / transformers
+        sys.exit(f"make_lora_fixtures.py needs PEFT beside torch, transformers and safetensors "
+                 f"(pip install peft): {e}")
+    import safetensors
+    import transformers
+    from safetensors.torch import load_file, save_file
+    torch.set_grad_enabled(False)
+
+    base_dir = os.path.abspath(os.path.join(args.fixtures, "llama", BASE_NAME))
+    base_meta = json.load(open(os.path.join(base_dir, "golden.json")))
+    prompt, base_greedy_golden = base_meta["prompt_ids"], base_meta["greedy_ids"]
+    # The base as committed decodes as its goldens say (else everything below sits on another model).
+    base_prompt, base_steps, base_greedy = run(load_base(base_dir), prompt)
+    base_golden = load_file(os.path.join(base_dir, "golden.safetensors"))
+    assert base_greedy == base_greedy_golden, ("the base fixture decodes otherwise", base_greedy, base_greedy_golden)
+    assert torch.allclose(base_steps, base_golden["step_logits"], atol=1e-4, rtol=1e-4), "base step logits differ"
+    print(f"base {BASE_NAME}: prompt {prompt}, greedy {base_greedy} (as its golden.json)")
+
+    failures = []
+    for name, (config_args, expect, desc) in VARIANTS.items():
+        if args.only and name not in args.only.split(","):
+            continue
+        try:
+            rslora = config_args.get("use_rslora", False)
+            wanted = expected_modules(base_dir, expect)
+            seed, model, stds = choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy)
+            d = os.path.join(args.out, "lora", name)
+            if os.path.isdir(d):
+                shutil.rmtree(d)
+            os.makedirs(d)
+            model.save_pretrained(d)
+            if os.path.exists(os.path.join(d, "README.md")):
+                os.remove(os.path.join(d, "README.md"))
+            cfg_path = os.path.join(d, "adapter_config.json")
+            rewrite_base_path(cfg_path, BASE_REL)
+            tensors = saved_tensors(os.path.join(d, "adapter_model.safetensors"), wanted)
+
+            # Goldens from the adapter as written, over a fresh base; checked against the one in memory.
+            reloaded = load_adapter(base_dir, d)
+            found = check_structure(reloaded, wanted, rslora, "reloaded")
+            mem_layers, re_layers = lora_layers(model), lora_layers(reloaded)
+            for mod in wanted:
+                for part in ("lora_A", "lora_B"):
+                    assert torch.equal(getattr(mem_layers[mod], part)[ADAPTER].weight,
+                                       getattr(re_layers[mod], part)[ADAPTER].weight), (mod, part, "differs")
+            prompt_logits, steps, greedy = run(reloaded, prompt)
+            _, mem_steps, mem_greedy = run(model, prompt)
+            assert mem_greedy == greedy, (name, mem_greedy, greedy)
+            assert torch.allclose(mem_steps, steps, atol=1e-5, rtol=1e-5), (
+                name, "reloaded differs from memory", float((mem_steps - steps).abs().max()))
+            # The cached steps agree with one uncached forward over prompt + greedy ids.
+            full = reloaded(torch.tensor([prompt + greedy[:-1]])).logits[0, len(prompt) - 1:].float()
+            uncached_diff = float((full - steps).abs().max())
+            assert uncached_diff < 1e-4, (name, "cached steps differ from an uncached forward", uncached_diff)
+            # A plain LoRA: merged into the weights it gives the same logits.
+            merged = load_adapter(base_dir, d).merge_and_unload().eval()
+            assert not lora_layers_left(merged), "merge_and_unload() left LoRA layers"
+            merged_prompt, merged_steps, merged_greedy = run(merged, prompt)
+            merged_diff = float((merged_prompt - prompt_logits).abs().max())
+            assert merged_diff < 1e-4, (name, "merged prompt logits differ", merged_diff)
+            assert merged_greedy == greedy, (name, "merged greedy ids differ", merged_greedy, greedy)
+            shift = float((prompt_logits - base_prompt).abs().max())
+            assert shift >= MIN_SHIFT, (name, "the adapter barely moves the logits", shift)
+
+            save_file({"prompt_logits": prompt_logits.contiguous(), "step_logits": steps.contiguous(),
+                       "greedy_ids": torch.tensor(greedy, dtype=torch.int64)},
+                      os.path.join(d, "golden.safetensors"))
+            saved_cfg = json.load(open(cfg_path))
+            meta = {"description": desc, "base": BASE_REL,
+                    "base_note": "relative to this folder (tests/fixtures/lora/<variant> -> "
+                                 "tests/fixtures/llama/" + BASE_NAME + "); adapter_config.json's "
+                                 "base_model_name_or_path was rewritten to it from the local path PEFT wrote",
+                    "compute": "float32, eager attention, CPU; the adapter reloaded with PeftModel.from_pretrained, "
+                               "unmerged",
+                    "seed": seed, "prompt_ids": prompt, "greedy_ids": greedy, "base_greedy_ids": base_greedy,
+                    "greedy_positions_unlike_base": sum(1 for x, y in zip(greedy, base_greedy) if x != y),
+                    "min_top1_margin": margin(steps), "new_tokens": NEW_TOKENS,
+                    "max_abs_logit_shift_vs_base": shift, "merged_max_abs_diff": merged_diff,
+                    "merged_step_max_abs_diff": float((merged_steps - steps).abs().max()),
+                    "uncached_max_abs_diff": uncached_diff,
+                    "lora": {"target_modules": config_args["target_modules"], "r": config_args["r"],
+                             "lora_alpha": config_args["lora_alpha"], "use_rslora": rslora,
+                             "rank_pattern": config_args.get("rank_pattern", {}),
+                             "alpha_pattern": config_args.get("alpha_pattern", {}),
+                             "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM",
+                             "saved_target_modules": saved_cfg.get("target_modules"),
+                             "ranks": {k: v[0] for k, v in sorted(found.items())},
+                             "alphas": {k: v[1] for k, v in sorted(found.items())},
+                             "scaling": {k: v[2] for k, v in sorted(found.items())}},
+                    "adapter_tensors": tensors,
+                    "init": f"init_lora_weights=False under torch.manual_seed({seed}), then lora_A, lora_B redrawn "
+                            f"N(0, 1) (torch.manual_seed({seed})) and both scaled by one factor per module so that "
+                            f"||scaling * B @ A||_F = {RHO} ||W||_F",
+                    "init_std": {k: v for k, v in sorted(stds.items())},
+                    "torch": torch.__version__, "transformers": transformers.__version__,
+                    "peft": peft.__version__, "safetensors": safetensors.__version__}
+            json.dump(meta, open(os.path.join(d, "golden.json"), "w"), indent=1)
+            short = {re.sub(r"^model\.layers\.(\d+)\.(self_attn|mlp)\.", r"\1.", k): f"r{v[0]}/a{v[1]}/s{v[2]:.4g}"
+                     for k, v in sorted(found.items())}
+            print(f"{name}: seed {seed}, margin {meta['min_top1_margin']:.4f}, shift {shift:.3f}, "
+                  f"merged diff {merged_diff:.2e}, {meta['greedy_positions_unlike_base']}/{NEW_TOKENS} ids unlike "
+                  f"base, greedy {greedy}")
+            print(f"  modules (r/alpha/scaling): {short}")
+        except Exception as e:  # report every variant, fail at the end
+            import traceback
+            traceback.print_exc()
+            failures.append(name)
+            print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
+    if failures:
+        sys.exit(f"failed: {failures}")
+
+
+if __name__ == "__main__":
+    main()
