@@ -59,6 +59,17 @@ std::string server_timing(const serving::PhaseTimes& times);
 // A generation's: the same phases plus `prefill` (joining the engine's batch -> the first token) and `decode` (the
 // first token -> the last), the decoders' trace spans (docs/api.md, Server-Timing).
 std::string server_timing(const serving::PhaseTimes& times, const engine::ModelOutput& output);
+// LoRA adapters (lora_handlers.cpp): POST /v1/load_lora_adapter {"lora_name", "lora_path", "base_model"?} and
+// /v1/unload_lora_adapter {"lora_name"} as vLLM has them (403 unless the server allows runtime updating), and
+// GET /v2/adapters (the registry). A request's `model` may name an adapter: resolve_model gives the base model to
+// submit to and the adapter for the family's params (empty when `model` is a model).
+Reply handle_load_lora_adapter(const HandlerEnv& env, const httplib::Request& request, bool load);
+Reply handle_adapters(const HandlerEnv& env);
+struct ResolvedModel {
+  std::string model, adapter;
+};
+ResolvedModel resolve_model(const HandlerEnv& env, const std::string& requested);
+
 // x-mmserve-trace-routing: a Mixtral answer's routing trace onto the current request's span (its access-log line),
 // when the answer carries one. Called on the HTTP worker (for streams: from their end events, written there).
 void record_routing_in_span(const engine::LlamaOutput& out);

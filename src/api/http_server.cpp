@@ -233,6 +233,9 @@ void HttpServer::handle(const Request& request, Response& response) {
         break;
       }
       case RouteId::kDebugTopology: reply = handle_debug_topology(options_.topology); break;
+      case RouteId::kLoadLoraAdapter: reply = handle_load_lora_adapter(env, request, true); break;
+      case RouteId::kUnloadLoraAdapter: reply = handle_load_lora_adapter(env, request, false); break;
+      case RouteId::kAdapters: reply = handle_adapters(env); break;
     }
   } catch (const std::bad_alloc&) {
     reply = error_reply(route.family, 500, "internal error: out of memory");

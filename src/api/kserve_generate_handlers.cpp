@@ -32,8 +32,10 @@ Reply handle_kserve_generate(const HandlerEnv& env, RequestContext& context, con
   parsed->params->trace_routing = parse_trace_routing_header(request.get_header_value("x-mmserve-trace-routing"));
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
   if (!options.ok()) return error_reply(kFamily, options.status());
+  const ResolvedModel resolved = resolve_model(env, context.model);  // a LoRA adapter's name: its base, under it
+  parsed->params->adapter = resolved.adapter;
   serving::RequestSpec spec;
-  spec.model = context.model;
+  spec.model = resolved.model;
   serving::InputItem text;
   text.kind = serving::InputKind::kText;
   text.text = *parsed->prompt;

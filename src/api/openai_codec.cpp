@@ -125,7 +125,8 @@ StatusOr<std::string> encode_openai_embeddings(const OpenAiEmbeddingRequest& req
   return out;
 }
 
-std::string encode_openai_models(const std::vector<serving::ModelStatus>& models) {
+std::string encode_openai_models(const std::vector<serving::ModelStatus>& models,
+                                 const std::vector<serving::AdapterStatus>& adapters) {
   nlohmann::ordered_json data = nlohmann::ordered_json::array();
   for (const serving::ModelStatus& m : models) {
     if (m.state != serving::ModelState::kReady) continue;
@@ -134,6 +135,16 @@ std::string encode_openai_models(const std::vector<serving::ModelStatus>& models
     e["object"] = "model";
     e["created"] = 0;
     e["owned_by"] = "mmserve";
+    data.push_back(std::move(e));
+  }
+  for (const serving::AdapterStatus& a : adapters) {  // as vLLM lists LoRA modules: root and parent
+    nlohmann::ordered_json e;
+    e["id"] = a.info.name;
+    e["object"] = "model";
+    e["created"] = 0;
+    e["owned_by"] = "mmserve";
+    e["root"] = a.info.dir;
+    e["parent"] = a.parent;
     data.push_back(std::move(e));
   }
   nlohmann::ordered_json out;

@@ -32,6 +32,8 @@ StatusOr<std::string> encode_openai_embeddings(const OpenAiEmbeddingRequest& req
                                                const serving::ResponseData& response);
 
 // `{"object": "list", "data": [{"id", "object": "model", "created": 0, "owned_by": "mmserve"}]}` of READY models.
-std::string encode_openai_models(const std::vector<serving::ModelStatus>& models);
+// READY models, then the LoRA adapters with their `parent` (the base model) and `root` (the directory), as vLLM.
+std::string encode_openai_models(const std::vector<serving::ModelStatus>& models,
+                                 const std::vector<serving::AdapterStatus>& adapters = {});
 
 }  // namespace mmserve::api

@@ -169,8 +169,11 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
   context.model = parsed->model;
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
   if (!options.ok()) return error_reply(kFamily, options.status());
+  // `model` may name a LoRA adapter: the request goes to its base model under it (the answer keeps the name).
+  const ResolvedModel resolved = resolve_model(env, parsed->model);
+  parsed->params->adapter = resolved.adapter;
   serving::RequestSpec common;
-  common.model = parsed->model;
+  common.model = resolved.model;
   if (parsed->prompt) {
     serving::InputItem text;
     text.kind = serving::InputKind::kText;

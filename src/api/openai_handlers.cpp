@@ -6,7 +6,7 @@
 namespace mmserve::api {
 
 Reply handle_openai_models(const HandlerEnv& env) {
-  return Reply{200, encode_openai_models(env.server.models())};
+  return Reply{200, encode_openai_models(env.server.models(), env.server.adapters())};
 }
 
 Reply handle_openai_embeddings(const HandlerEnv& env, RequestContext& context, const httplib::Request& request) {

@@ -69,6 +69,9 @@ const std::vector<Route>& routes() {
       {RouteId::kMetrics, "GET", "/metrics", ApiFamily::kPlain, true, false},
       {RouteId::kHealthz, "GET", "/healthz", ApiFamily::kPlain, false, false},
       {RouteId::kDebugTopology, "GET", "/v2/debug/topology", ApiFamily::kKServe, true, false},
+      {RouteId::kLoadLoraAdapter, "POST", "/v1/load_lora_adapter", ApiFamily::kOpenAi, true, true},
+      {RouteId::kUnloadLoraAdapter, "POST", "/v1/unload_lora_adapter", ApiFamily::kOpenAi, true, true},
+      {RouteId::kAdapters, "GET", "/v2/adapters", ApiFamily::kKServe, true, false},
   };
   return kRoutes;
 }

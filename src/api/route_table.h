@@ -42,6 +42,9 @@ enum class RouteId {
   kMetrics,
   kHealthz,
   kDebugTopology,
+  kLoadLoraAdapter,
+  kUnloadLoraAdapter,
+  kAdapters,
 };
 
 struct Route {

@@ -52,6 +52,8 @@ struct ServeArgs {
   std::string access_log;           // file for JSON access-log lines; empty = stderr
   std::vector<std::string> models;  // --model NAME: load only these (default: all)
   std::string device;               // --device: every model on this device (default: each model's mmserve.yaml)
+  std::vector<std::string> lora_modules;   // --lora-modules NAME=DIR[@MODEL], repeatable (vLLM's)
+  bool allow_runtime_lora_updating = false;  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter
 };
 int run_serve(const ServeArgs& args);
 
@@ -116,6 +118,7 @@ struct GenerateArgs {
   std::string model_dir;
   std::string prompt, prompt_ids, messages;
   std::vector<std::string> images;  // LLaVA: one file per <image> placeholder, in order
+  std::string adapter;              // a PEFT LoRA adapter directory over --model
   int max_new_tokens = 16;
   double temperature = 1.0;
   double top_p = 1.0;

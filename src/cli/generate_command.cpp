@@ -10,6 +10,7 @@
 // `ids` the generated ids and `text` HF's decode(ids, skip_special_tokens=True) (cut at a stop string), or the text.
 // A LLaVA takes images: --image files, one per "<image>" in --prompt (expanded as HF's LlavaProcessor does, so
 // prompt_ids are the expanded ids), or image_url parts in --messages (data URLs or local paths; api/chat_images.h).
+// --adapter DIR runs the request under a PEFT LoRA adapter (models/lora) over --model.
 // chat-template: prints {"prompt": apply_chat_template(messages, tokenize=False, add_generation_prompt=...)}.
 // Errors print "mmserve: error: ..." and exit 1. Tests: tests/e2e/cli_test.cpp (Generate*, ChatTemplate*).
 #include <algorithm>
@@ -83,6 +84,11 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   // The server's code for one request: the family's preparer and executor (cli/local_run.h).
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Executor> executor,
                    engine::LlamaExecutor::create_for_server(args.model_dir, options, nlohmann::json::object()));
+  if (!args.adapter.empty()) {  // a LoRA over the base model, as a server's --lora-modules one
+    auto* llama = dynamic_cast<engine::LlamaExecutor*>(executor.get());
+    if (llama == nullptr) return internal_error("the Llama family's executor is not a LlamaExecutor");
+    RETURN_IF_ERROR(llama->load_adapter("adapter", args.adapter));
+  }
   engine::PreparerOptions prepare;
   prepare.model = args.model_dir;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::InputPreparer> preparer,
@@ -95,6 +101,7 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   params.max_tokens = args.max_new_tokens;
   params.stop = args.stop;
   params.ignore_eos = args.ignore_eos;
+  if (!args.adapter.empty()) params.adapter = "adapter";
   std::vector<engine::InputItem> inputs;
   if (!args.prompt_ids.empty()) {
     ASSIGN_OR_RETURN(params.prompt_ids, parse_ids(args.prompt_ids));

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--image", generate.images,
                            "LLaVA: an image file for each <image> in --prompt, in order (repeatable)")
       ->check(CLI::ExistingFile);
+  generate_cmd->add_option("--adapter", generate.adapter, "a PEFT LoRA adapter directory, applied over --model")
+      ->check(CLI::ExistingDirectory);
   generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "most tokens to generate")
       ->check(CLI::PositiveNumber);
   generate_cmd->add_option("--temperature", generate.temperature, "0 is plain greedy (default 1)");
@@ -112,6 +114,12 @@ int main(int argc, char** argv) {
   serve_cmd->add_option("--model", serve.models, "load only these models (repeatable)");
   serve_cmd->add_option("--device", serve.device,
                         "run every model on this device: cpu, cuda or cuda:N (default: each model's mmserve.yaml)");
+  serve_cmd->add_option("--lora-modules", serve.lora_modules,
+                        "a PEFT LoRA adapter NAME=DIR (repeatable), on the one model that takes adapters or on "
+                        "NAME=DIR@MODEL; requests name it as their model");
+  serve_cmd->add_flag("--allow-runtime-lora-updating", serve.allow_runtime_lora_updating,
+                      "serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (they read any directory the "
+                      "server can)");
   // ---- end serve ----
 
   // ---- bench (options owned by src/cli/bench_command.cpp's author: add flags only inside this block) ----

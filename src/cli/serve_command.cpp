@@ -80,6 +80,21 @@ StatusOr<serving::ServerConfig> server_config(const ServeArgs& args) {
   if (args.max_image_pixels != kDefaults.max_image_pixels || args.config_file.empty()) {
     config.max_image_pixels = args.max_image_pixels;
   }
+  for (const std::string& m : args.lora_modules) {  // NAME=DIR or NAME=DIR@MODEL
+    const size_t eq = m.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == m.size()) {
+      return invalid_argument("--lora-modules '" + m + "': expected NAME=DIR or NAME=DIR@MODEL");
+    }
+    serving::ServerConfig::LoraModuleSpec spec;
+    spec.name = m.substr(0, eq);
+    spec.dir = m.substr(eq + 1);
+    if (const size_t at = spec.dir.rfind('@'); at != std::string::npos) {
+      spec.model = spec.dir.substr(at + 1);
+      spec.dir.resize(at);
+    }
+    config.lora_modules.push_back(std::move(spec));
+  }
+  config.allow_runtime_lora_updating = args.allow_runtime_lora_updating;
   return config;
 }
 

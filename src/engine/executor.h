@@ -172,6 +172,16 @@ struct SequenceStats {
   double kv_cache_usage = 0;  // blocks held by sequences / the pool's blocks
 };
 
+// A LoRA adapter an executor holds (issue 16): GET /v2/adapters and /v1/models list these.
+struct AdapterInfo {
+  std::string name, dir;
+  std::string modality = "text";
+  int64_t rank = 0;                  // the largest of its modules
+  std::vector<std::string> targets;  // the adapted linears ("q_proj", ...)
+  int64_t bytes = 0;                 // host memory of its matrices
+  bool hot_swappable = true;
+};
+
 struct BatchItem {
   const ModelInput* input = nullptr;
   ModelInput* mutable_input = nullptr;  // the same, for executors that release buffers when !keep_inputs
@@ -220,6 +230,15 @@ class Executor {
   virtual std::vector<CacheStats> caches() const { return {}; }
   virtual std::optional<SequenceStats> sequences() const { return std::nullopt; }
   virtual std::optional<ExpertLoadStats> expert_load() const { return std::nullopt; }
+  // LoRA adapters (issue 16), callable from any thread while batches run; requests name an adapter in their
+  // family's params. Families without adapters answer kUnimplemented.
+  virtual Status load_adapter(const std::string& name, const std::string& dir) {
+    return Status(StatusCode::kUnimplemented, "this model family takes no LoRA adapters (adapter '" + name + "')");
+  }
+  virtual Status unload_adapter(const std::string& name) {
+    return Status(StatusCode::kNotFound, "no adapter '" + name + "' is loaded");
+  }
+  virtual std::vector<AdapterInfo> adapter_list() const { return {}; }
 };
 
 // Options every family's executor takes. Family-specific ones come as each family's own struct (ClipOptions,

@@ -53,8 +53,11 @@ class LlamaCudaBackend final : public DecoderBackend {
   int64_t memory_bytes() const override { return model_->memory_bytes(); }
   Status forward(const models::DecoderStep& step) override {
     rows_ = static_cast<int64_t>(step.logit_rows.size());
+    for (const models::LoraAdapter* a : step.loras) {  // load_adapter refuses GPUs; never run one silently without
+      if (a != nullptr) return unimplemented("LoRA adapters on the GPU are not written yet");
+    }
     RETURN_IF_ERROR(model_->forward(step));
-    // Mixtral: the step's routing to the host (its steps are eager and synchronise per layer anyway).
+    // Mixtral: the step's routing to the host (one copy per step).
     if (model_->config().num_experts > 0) return model_->copy_routing(routing_);
     return ok_status();
   }

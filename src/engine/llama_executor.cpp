@@ -2,6 +2,7 @@
 #include "engine/llama_executor.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <chrono>
 #include <limits>
 #include <random>
@@ -109,6 +110,7 @@ struct Live : DecoderSequence {
   std::vector<float> routing_weights;
   std::vector<float> features;      // LLaVA: [placeholders, hidden], the images' features in prompt order
   std::vector<int32_t> feature_row;  // LLaVA: per prompt position, its row of `features` or -1
+  std::shared_ptr<const models::LoraAdapter> adapter;  // LoRA: held while the sequence lives
   double first_ms = -1, last_ms = -1;
   bool done = false;
   std::span<const int32_t> generated() const {
@@ -247,6 +249,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->info_.outputs = {{"text_output", "BYTES", {1}}};
   e->info_.max_text_tokens = e->max_model_len_;
   e->info_.generates = true;
+  for (const auto& [name, dir] : llama.adapters) RETURN_IF_ERROR(e->load_adapter(name, dir));
   return e;
 }
 
@@ -256,7 +259,8 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
   RETURN_IF_ERROR(check_known_keys(family_config,
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
-                                    "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes"},
+                                    "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
+                                    "adapters"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -272,6 +276,17 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.enable_continuous_batching,
                      o.get_bool_or("enable_continuous_batching", llama.enable_continuous_batching));
     ASSIGN_OR_RETURN(llama.encoder_cache_bytes, o.get_int_or("encoder_cache_bytes", llama.encoder_cache_bytes));
+    // adapters: {name: directory}, a relative directory under the model's (vLLM's --lora-modules, per model).
+    if (o.has("adapters")) {
+      const nlohmann::json& a = family_config["adapters"];
+      if (!a.is_object()) return invalid_argument("mmserve.yaml options: adapters must map names to directories");
+      for (const auto& [name, dir] : a.items()) {
+        if (!dir.is_string()) return invalid_argument("mmserve.yaml options: adapters." + name + " must be a directory");
+        std::filesystem::path path(dir.get<std::string>());
+        if (path.is_relative()) path = std::filesystem::path(model_dir) / path;
+        llama.adapters.emplace_back(name, path.string());
+      }
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options, llama));
   return std::unique_ptr<Executor>(std::move(e));
@@ -295,6 +310,57 @@ std::optional<ExpertLoadStats> LlamaExecutor::expert_load() const {
   s.tokens.reserve(expert_tokens_.size());
   for (const auto& t : expert_tokens_) s.tokens.push_back(t.load());
   return s;
+}
+
+Status LlamaExecutor::load_adapter(const std::string& name, const std::string& dir) {
+  if (name.empty() || name.size() > 128) return invalid_argument("an adapter's name must have 1..128 characters");
+  if (!options_.device.is_cpu()) {
+    return unimplemented("LoRA adapters run on the CPU path only for now (the GPU's segmented kernels are not "
+                         "written): adapter '" + name + "'");
+  }
+  {
+    std::lock_guard<std::mutex> lock(adapters_mutex_);
+    if (adapters_.count(name) > 0) return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+  }
+  // LLaVA's decoder: PEFT names its modules by the transformers version that trained it.
+  const std::vector<std::string> prefixes =
+      llava_config_ ? std::vector<std::string>{"model.language_model.", "language_model.model."}
+                    : std::vector<std::string>{"model."};
+  ASSIGN_OR_RETURN(std::shared_ptr<const models::LoraAdapter> adapter,
+                   models::load_lora_adapter(dir, name, config_, prefixes));
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  if (!adapters_.emplace(name, std::move(adapter)).second) {
+    return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+  }
+  return ok_status();
+}
+
+Status LlamaExecutor::unload_adapter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  if (adapters_.erase(name) == 0) return not_found("no adapter '" + name + "' is loaded");
+  return ok_status();
+}
+
+StatusOr<std::shared_ptr<const models::LoraAdapter>> LlamaExecutor::adapter(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  const auto it = adapters_.find(name);
+  if (it != adapters_.end()) return it->second;
+  std::string loaded;
+  for (const auto& [n, a] : adapters_) loaded += (loaded.empty() ? "" : ", ") + n;
+  return not_found("no adapter '" + name.substr(0, 128) + "' is loaded (" +
+                   (loaded.empty() ? std::string("none are") : "loaded: " + loaded) + ")");
+}
+
+std::vector<AdapterInfo> LlamaExecutor::adapter_list() const {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  std::vector<AdapterInfo> out;
+  for (const auto& [n, a] : adapters_) {
+    AdapterInfo info;
+    info.name = n, info.dir = a->dir, info.rank = a->max_rank, info.targets = a->target_names();
+    info.bytes = a->bytes();
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 std::vector<CacheStats> LlamaExecutor::caches() const {
@@ -444,6 +510,11 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       // ... from the block of the first placeholder on: the text before it is shared whatever the images.
       s->extra_from = std::find(input->prompt.begin(), input->prompt.end(), placeholder) - input->prompt.begin();
     }
+    if (input->adapter) {  // LoRA: every block salted by the adapter (its keys and values are its own)
+      s->adapter = input->adapter;
+      s->extra_hash = (s->extra_hash ^ (s->adapter->id * 0x9e3779b97f4a7c15ull)) * 0x100000001b3ull;
+      s->extra_from = 0;
+    }
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
                                                                 text::IncrementalDetokenizer::Divergence::kResync);
     scheduler_->add(s.get());
@@ -571,6 +642,12 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       }
     }
     plan.step.embeds = step_embeds.empty() ? nullptr : step_embeds.data();
+    for (const StepEntry& e : plan.entries) {  // LoRA: each sequence's adapter (the Live entries hold them)
+      if (static_cast<const Live*>(e.seq)->adapter) {
+        for (const StepEntry& f : plan.entries) plan.step.loras.push_back(static_cast<const Live*>(f.seq)->adapter.get());
+        break;
+      }
+    }
     Status step = backend_->forward(plan.step);
     if (!step.ok()) {
       if (step.code() == StatusCode::kInternal) stats.device_fault = step;

@@ -25,7 +25,9 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -38,6 +40,7 @@
 #include "frontends/image/preprocess.h"
 #include "models/llama/llama.h"
 #include "models/llava/llava.h"
+#include "models/lora/lora_adapter.h"
 
 namespace mmserve::engine {
 
@@ -67,6 +70,8 @@ struct LlamaParams : virtual RequestParams {
   std::function<bool(const TextDelta& delta)> on_delta;
   // A mixture-of-experts model: return each generated token's routing (LlamaOutput::routing_*); SPEC 4.4's trace.
   bool trace_routing = false;
+  // A LoRA adapter loaded on the executor, by name (issue 16); empty: the base model.
+  std::string adapter;
 };
 
 struct LlamaInput : ModelInput {
@@ -85,6 +90,7 @@ struct LlamaInput : ModelInput {
   int64_t logprobs = -1;
   std::function<bool(const TextDelta& delta)> on_delta;
   bool trace_routing = false;
+  std::shared_ptr<const models::LoraAdapter> adapter;  // held until the sequence ends (an unload waits for it)
 };
 
 struct LlamaOutput : ModelOutput {
@@ -119,6 +125,8 @@ struct LlamaOptions {
   // requests join (no BatchHooks::admit).
   bool enable_continuous_batching = true;
   int64_t encoder_cache_bytes = 256LL << 20;  // LLaVA: image features kept for repeated images (0: none)
+  // LoRA adapters loaded at creation: (name, PEFT directory) pairs (--lora-modules; requests name them).
+  std::vector<std::pair<std::string, std::string>> adapters;
 };
 
 class DecoderBackend;
@@ -154,6 +162,15 @@ class LlamaExecutor final : public Executor {
   // The LLaVA around the decoder (nullptr for a text-only model).
   const models::LlavaConfig* llava() const { return llava_config_ ? &*llava_config_ : nullptr; }
 
+  // LoRA adapters (issue 16), safe from any thread. load: kAlreadyExists for a name in use, the adapter's own
+  // errors (peft_config.h, lora_adapter.h), kUnimplemented on a GPU (not written yet). unload: kNotFound for an
+  // unknown name; sequences already running under it finish with it (they hold it). adapter: kNotFound naming the
+  // loaded ones.
+  Status load_adapter(const std::string& name, const std::string& dir) override;
+  Status unload_adapter(const std::string& name) override;
+  std::vector<AdapterInfo> adapter_list() const override;
+  StatusOr<std::shared_ptr<const models::LoraAdapter>> adapter(const std::string& name) const;
+
  private:
   LlamaExecutor() = default;
   // LLaVA: the image features of `input` [placeholders, hidden] (from the encoder cache or the vision tower).
@@ -181,6 +198,8 @@ class LlamaExecutor final : public Executor {
   std::vector<int32_t> eos_ids_;
   ExecutorOptions options_;
   FamilyInfo info_;
+  mutable std::mutex adapters_mutex_;
+  std::map<std::string, std::shared_ptr<const models::LoraAdapter>> adapters_;
 };
 
 class LlamaInputs final : public InputPreparer {

@@ -135,6 +135,9 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   input->logprobs = p->logprobs;
   input->on_delta = p->on_delta;
   input->trace_routing = p->trace_routing;
+  if (!p->adapter.empty()) {
+    ASSIGN_OR_RETURN(input->adapter, executor_->adapter(p->adapter));
+  }
   Prepared prepared;
   prepared.tokens = static_cast<int64_t>(input->prompt.size());
   prepared.items = {1, 0};

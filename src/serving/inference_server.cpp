@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <future>
+#include <map>
+#include <mutex>
 
 #include "serving/preprocess_pool.h"
 #include "serving/model_repository.h"
@@ -63,6 +65,9 @@ class InferenceServerImpl final : public InferenceServer {
       // A model that exists but fails to load is FAILED (see models()); only a bad name fails start().
       if (!loaded.ok() && missing.ok() && !repository_->status(name).ok()) missing = loaded;
     }
+    for (const ServerConfig::LoraModuleSpec& m : config_.lora_modules) {
+      RETURN_IF_ERROR(load_adapter(m.model, m.name, m.dir).with_context("--lora-modules " + m.name));
+    }
     started_ = true;
     return missing;
   }
@@ -97,6 +102,63 @@ class InferenceServerImpl final : public InferenceServer {
     return repository_->load(name);
   }
   Status unload_model(const std::string& name) override { return repository_->unload(name); }
+
+  Status load_adapter(const std::string& model, const std::string& name, const std::string& dir) override {
+    if (name.empty() || name.size() > 128) return invalid_argument("an adapter's name must have 1..128 characters");
+    if (repository_->status(name).ok()) {
+      return Status(StatusCode::kAlreadyExists, "'" + name + "' names a model; an adapter needs a name of its own");
+    }
+    std::shared_ptr<ModelRuntime> runtime;
+    if (!model.empty()) {
+      ASSIGN_OR_RETURN(runtime, repository_->ready_runtime(model));
+    } else {  // the one loaded model that takes adapters
+      for (const auto& r : repository_->loaded_runtimes()) {
+        if (!r->takes_adapters()) continue;
+        if (runtime) {
+          return invalid_argument("adapter '" + name + "': several loaded models take adapters ('" + runtime->name() +
+                                  "', '" + r->name() + "'); name the base model");
+        }
+        runtime = r;
+      }
+      if (!runtime) return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
+    }
+    std::lock_guard<std::mutex> lock(adapters_mutex_);  // one load at a time: names stay unique
+    if (adapters_.count(name) > 0) {
+      return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded (on '" + adapters_[name] + "')");
+    }
+    RETURN_IF_ERROR(runtime->load_adapter(name, dir));
+    adapters_[name] = runtime->name();
+    return ok_status();
+  }
+
+  Status unload_adapter(const std::string& name) override {
+    std::lock_guard<std::mutex> lock(adapters_mutex_);
+    const auto it = adapters_.find(name);
+    if (it == adapters_.end()) return Status(StatusCode::kNotFound, "no adapter '" + name.substr(0, 128) + "' is loaded");
+    auto runtime = repository_->ready_runtime(it->second);
+    if (runtime.ok()) RETURN_IF_ERROR((*runtime)->unload_adapter(name));
+    adapters_.erase(it);
+    return ok_status();
+  }
+
+  std::vector<AdapterStatus> adapters() const override {
+    std::vector<AdapterStatus> out;
+    for (const auto& runtime : repository_->loaded_runtimes()) {
+      for (engine::AdapterInfo& info : runtime->adapter_list()) {
+        out.push_back({runtime->name(), std::move(info), runtime->first_device()});
+      }
+    }
+    return out;
+  }
+
+  std::optional<std::string> resolve_adapter(const std::string& name) const override {
+    std::lock_guard<std::mutex> lock(adapters_mutex_);
+    const auto it = adapters_.find(name);
+    if (it == adapters_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  bool allow_runtime_lora_updating() const override { return config_.allow_runtime_lora_updating; }
 
   void submit(RequestSpec spec, Completion done) override {
     const Clock::time_point submitted = Clock::now();
@@ -166,6 +228,8 @@ class InferenceServerImpl final : public InferenceServer {
   std::unique_ptr<ModelRepository> repository_;  // declared after pool_: destroyed (models stopped) first
   std::atomic<bool> started_{false};
   std::atomic<bool> draining_{false};
+  mutable std::mutex adapters_mutex_;
+  std::map<std::string, std::string> adapters_;  // adapter name -> its base model
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ class InferenceServer {
   // Names must be plain subdirectory names of the repository (no '/', '..'): kInvalidArgument otherwise.
   virtual Status load_model(const std::string& name) = 0;
   virtual Status unload_model(const std::string& name) = 0;
+  // LoRA adapters (issue 16): names share the models' namespace; a request names an adapter where it names a model
+  // (resolve_adapter gives its base). load: onto `model` ("" = the one loaded model that takes adapters);
+  // kAlreadyExists for a name in use, kNotFound for an unknown model, the adapter's own errors. unload: kNotFound
+  // for an unknown adapter; sequences running under it finish with it.
+  virtual Status load_adapter(const std::string& model, const std::string& name, const std::string& dir) = 0;
+  virtual Status unload_adapter(const std::string& name) = 0;
+  virtual std::vector<AdapterStatus> adapters() const = 0;
+  virtual std::optional<std::string> resolve_adapter(const std::string& name) const = 0;
+  virtual bool allow_runtime_lora_updating() const = 0;
 
   // Validates and enqueues; `done` runs exactly once. Immediate errors (unknown model -> kNotFound, model not
   // ready -> kUnavailable, queue full -> kResourceExhausted, bad input -> kInvalidArgument) also arrive

@@ -128,6 +128,24 @@ Status ModelRuntime::load_instances(const std::string& dir) {
   return ok_status();
 }
 
+Status ModelRuntime::load_adapter(const std::string& name, const std::string& dir) {
+  if (executors_.empty()) return failed_precondition("model '" + name_ + "' has no instances");
+  return executors_.front()->load_adapter(name, dir);
+}
+
+Status ModelRuntime::unload_adapter(const std::string& name) {
+  if (executors_.empty()) return failed_precondition("model '" + name_ + "' has no instances");
+  return executors_.front()->unload_adapter(name);
+}
+
+std::vector<engine::AdapterInfo> ModelRuntime::adapter_list() const {
+  return executors_.empty() ? std::vector<engine::AdapterInfo>{} : executors_.front()->adapter_list();
+}
+
+std::string ModelRuntime::first_device() const {
+  return replicas_.empty() ? std::string("cpu") : replicas_.front()->label;
+}
+
 ModelMetadata ModelRuntime::metadata() const {
   ModelMetadata m;
   m.name = name_;

@@ -105,6 +105,15 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   int healthy_replicas() const;
   std::vector<ReplicaInfo> replicas() const;
 
+  // LoRA adapters (issue 16). The registry lives on the first executor: the preparer resolves a request's adapter
+  // there and hands the adapter itself (host memory, shared) to whichever replica runs it, so one load serves every
+  // replica. A family without adapters answers kUnimplemented.
+  bool takes_adapters() const { return info_.generates; }
+  Status load_adapter(const std::string& name, const std::string& dir);
+  Status unload_adapter(const std::string& name);
+  std::vector<engine::AdapterInfo> adapter_list() const;
+  std::string first_device() const;
+
  private:
   // One instance: its device, metrics and health. Fields below `healthy` are guarded by replicas_mutex_.
   struct Replica {

@@ -30,6 +30,22 @@ struct ServerConfig {
   int64_t max_image_pixels = 64LL * 1024 * 1024;
   QosWeights qos;
   std::string device_override;  // `serve --device`: replaces every model's `device` ("" = each its own)
+  // LoRA adapters loaded at start (`serve --lora-modules name=DIR[@model]`, vLLM's flag): onto `model`, or the one
+  // loaded model that takes adapters when it is empty.
+  struct LoraModuleSpec {
+    std::string name, dir, model;
+  };
+  std::vector<LoraModuleSpec> lora_modules;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING): off, they
+  // answer 403, since they read any directory the server can.
+  bool allow_runtime_lora_updating = false;
+};
+
+// A LoRA adapter the server holds (GET /v2/adapters, /v1/models): its base model and what the executor reports.
+struct AdapterStatus {
+  std::string parent;
+  engine::AdapterInfo info;
+  std::string loaded_on;  // "cpu", "cuda:0", ...
 };
 
 // The server-wide YAML (`mmserve serve --config FILE`); every key is optional, unknown keys and wrong types

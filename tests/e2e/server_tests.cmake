@@ -47,3 +47,8 @@ if(EXISTS /usr/bin/python3)
                    --binary $<TARGET_FILE:mmserve> --source-dir ${CMAKE_SOURCE_DIR})
   set_tests_properties(generate_client_test PROPERTIES TIMEOUT 180)
 endif()
+# LoRA adapters served (issue 16): --lora-modules, vLLM's load/unload endpoints with requests in flight, the registry.
+mmserve_test(lora_server_e2e_test SOURCES lora_server_test.cpp
+             LIBS mmserve_core nlohmann_json::nlohmann_json PkgConfig::HTTPLIB)
+target_compile_definitions(lora_server_e2e_test PRIVATE MMSERVE_BINARY="$<TARGET_FILE:mmserve>")
+add_dependencies(lora_server_e2e_test mmserve)

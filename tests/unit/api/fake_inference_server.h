@@ -78,6 +78,16 @@ class FakeInferenceServer : public serving::InferenceServer {
     states_[name] = serving::ModelState::kUnavailable;
     return ok_status();
   }
+  // The CLIP fake takes no adapters (the real server's are tests/e2e/lora_server_test.cpp).
+  Status load_adapter(const std::string&, const std::string& name, const std::string&) override {
+    return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
+  }
+  Status unload_adapter(const std::string& name) override {
+    return Status(StatusCode::kNotFound, "no adapter '" + name + "' is loaded");
+  }
+  std::vector<serving::AdapterStatus> adapters() const override { return {}; }
+  std::optional<std::string> resolve_adapter(const std::string&) const override { return std::nullopt; }
+  bool allow_runtime_lora_updating() const override { return false; }
 
   void submit(serving::RequestSpec spec, serving::Completion done) override { done(infer(std::move(spec))); }
 

@@ -1,0 +1,249 @@
+// LoRA adapters served (issue 16): the real `mmserve serve` with the tiny HF Llama (tests/fixtures/llama, with the
+// 256-id tokenizer of llava_servable) and PEFT's adapters (tests/fixtures/lora, made by PEFT on the GPU host),
+// driven over HTTP. `mmserve generate --adapter` gives PEFT's greedy ids for every adapter (its JSON has the ids),
+// and a request naming an adapter as its model gets that run's text. Covers: --lora-modules at start, /v1/models
+// listing adapters with their parent, POST /v1/load_lora_adapter and /v1/unload_lora_adapter while requests for the
+// base model and other adapters are in flight (none lost, each its own answer: batches mix adapters), GET
+// /v2/adapters, and the errors: 400 for a missing field or a broken adapter, 409 for a name in use, 404 for an
+// unknown adapter, 403 on a server without --allow-runtime-lora-updating.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "server_process.h"
+
+namespace mmserve {
+namespace {
+
+using nlohmann::json;
+using namespace e2e;
+
+const fs::path kFixtures = MMSERVE_FIXTURES_DIR;
+const char* kAdapters[] = {"llama-qv-r4", "llama-all-r8-rslora", "llama-patterns-regex"};
+
+// `mmserve generate` greedy under an adapter (or none): its JSON (ids and text).
+json cli_generate(const fs::path& model, const std::string& adapter, const std::vector<int32_t>& prompt) {
+  std::string ids;
+  for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  std::string cmd = mmserve_binary() + " generate --model " + model.string() + " --prompt-ids " + ids +
+                    " --max-new-tokens 12 --temperature 0 --ignore-eos --output json";
+  if (!adapter.empty()) cmd += " --adapter " + (kFixtures / "lora" / adapter).string();
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  const int rc = ::pclose(pipe);
+  EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+  return json::parse(out, nullptr, false);
+}
+
+class LoraServer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    root_ = new fs::path(fs::temp_directory_path() / ("mmserve_e2e_lora_" + std::to_string(::getpid())));
+    fs::remove_all(*root_);
+    fs::create_directories(*root_ / "llama");
+    for (const char* f : {"config.json", "model.safetensors"}) {
+      fs::copy_file(kFixtures / "llama/llama-gqa-f32" / f, *root_ / "llama" / f);
+    }
+    fs::copy_file(kFixtures / "llava_servable/tokenizer.json", *root_ / "llama/tokenizer.json");
+    prompt_ = new std::vector<int32_t>(
+        json::parse(std::ifstream(kFixtures / "lora/llama-qv-r4/golden.json"))["prompt_ids"].get<std::vector<int32_t>>());
+    // What each adapter must answer: the CLI's run, itself checked against PEFT's greedy ids here.
+    expected_ = new std::map<std::string, std::string>();
+    (*expected_)[""] = cli_generate(*root_ / "llama", "", *prompt_)["text"];
+    for (const char* a : kAdapters) {
+      const json run = cli_generate(*root_ / "llama", a, *prompt_);
+      const json golden = json::parse(std::ifstream(kFixtures / "lora" / a / "golden.json"));
+      EXPECT_EQ(run["ids"], golden["greedy_ids"]) << a << ": mmserve generate --adapter is not PEFT's";
+      (*expected_)[a] = run["text"];
+    }
+    server_ = new ServerProcess(*root_, {"--lora-modules", "qv=" + (kFixtures / "lora/llama-qv-r4").string(),
+                                         "--allow-runtime-lora-updating"});
+    ASSERT_TRUE(server_->wait_ready()) << server_->stderr_text();
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    fs::remove_all(*root_);
+    delete root_;
+    delete prompt_;
+    delete expected_;
+  }
+
+  // The greedy text of `model` (a model or an adapter) for the fixtures' prompt; "" and the status on failure.
+  static std::pair<int, std::string> complete(const std::string& model) {
+    const json body = {{"model", model}, {"prompt", *prompt_}, {"max_tokens", 12}, {"temperature", 0},
+                       {"ignore_eos", true}};
+    auto r = server_->client().Post("/v1/completions", body.dump(), "application/json");
+    if (!r) return {0, ""};
+    if (r->status != 200) return {r->status, r->body};
+    const json j = json::parse(r->body);
+    EXPECT_EQ(j["model"], model);  // the answer names what the request named
+    return {200, j["choices"][0]["text"].get<std::string>()};
+  }
+  static httplib::Result post(const std::string& path, const json& body) {
+    return server_->client().Post(path, body.dump(), "application/json");
+  }
+
+  static fs::path* root_;
+  static ServerProcess* server_;
+  static std::vector<int32_t>* prompt_;
+  static std::map<std::string, std::string>* expected_;  // adapter fixture ("" = none) -> greedy text
+};
+fs::path* LoraServer::root_ = nullptr;
+ServerProcess* LoraServer::server_ = nullptr;
+std::vector<int32_t>* LoraServer::prompt_ = nullptr;
+std::map<std::string, std::string>* LoraServer::expected_ = nullptr;
+
+TEST_F(LoraServer, AnAdapterFromTheCommandLineIsAModelWithItsParent) {
+  auto models = server_->client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json list = json::parse(models->body)["data"];
+  json qv;
+  for (const json& m : list) {
+    if (m["id"] == "qv") qv = m;
+  }
+  ASSERT_FALSE(qv.is_null()) << models->body;
+  EXPECT_EQ(qv["parent"], "llama");
+  EXPECT_EQ(complete("qv"), std::make_pair(200, (*expected_)["llama-qv-r4"]));
+  EXPECT_EQ(complete("llama"), std::make_pair(200, (*expected_)[""]));
+  EXPECT_NE((*expected_)["llama-qv-r4"], (*expected_)[""]);  // else the comparison proves nothing
+}
+
+TEST_F(LoraServer, HotPlugWhileRequestsRunLosesNothingAndBatchesMixAdapters) {
+  // Requests for the base model and the start-up adapter keep running while adapters come and go.
+  std::atomic<bool> stop{false};
+  std::atomic<int> done{0}, wrong{0};
+  std::vector<std::thread> clients;
+  for (const std::string model : {"llama", "qv", "llama", "qv"}) {
+    clients.emplace_back([&, model] {
+      const std::string want = (*expected_)[model == "qv" ? "llama-qv-r4" : ""];
+      while (!stop) {
+        const auto [status, text] = complete(model);
+        if (status != 200 || text != want) {
+          ++wrong;
+          std::fprintf(stderr, "%s: %d %s\n", model.c_str(), status, text.c_str());
+        }
+        ++done;
+      }
+    });
+  }
+  for (int round = 0; round < 3; ++round) {
+    auto loaded = post("/v1/load_lora_adapter",
+                       {{"lora_name", "rs"}, {"lora_path", (kFixtures / "lora/llama-all-r8-rslora").string()}});
+    ASSERT_TRUE(loaded);
+    ASSERT_EQ(loaded->status, 200) << loaded->body;
+    EXPECT_NE(loaded->body.find("added successfully"), std::string::npos);
+    auto patterns = post("/v1/load_lora_adapter", {{"lora_name", "patterns"},
+                                                   {"lora_path", (kFixtures / "lora/llama-patterns-regex").string()},
+                                                   {"base_model", "llama"}});
+    ASSERT_TRUE(patterns);
+    ASSERT_EQ(patterns->status, 200) << patterns->body;
+    // Both new adapters at once, beside the running ones: each its own answer.
+    std::pair<int, std::string> rs, pt;
+    std::thread a([&] { rs = complete("rs"); }), b([&] { pt = complete("patterns"); });
+    a.join(), b.join();
+    EXPECT_EQ(rs, std::make_pair(200, (*expected_)["llama-all-r8-rslora"]));
+    EXPECT_EQ(pt, std::make_pair(200, (*expected_)["llama-patterns-regex"]));
+    auto registry = server_->client().Get("/v2/adapters");
+    ASSERT_TRUE(registry);
+    const json adapters = json::parse(registry->body)["adapters"];
+    ASSERT_EQ(adapters.size(), 3u) << registry->body;
+    for (const json& e : adapters) {
+      EXPECT_EQ(e["parent"], "llama");
+      EXPECT_EQ(e["loaded_on"], "cpu");
+      if (e["id"] == "rs") {
+        EXPECT_EQ(e["rank"], 8);
+        EXPECT_EQ(e["target_modules"].size(), 7u);
+      }
+      if (e["id"] == "patterns") EXPECT_EQ(e["rank"], 6);  // rank_pattern's largest
+    }
+    for (const char* name : {"rs", "patterns"}) {
+      auto unloaded = post("/v1/unload_lora_adapter", {{"lora_name", name}});
+      ASSERT_TRUE(unloaded);
+      EXPECT_EQ(unloaded->status, 200) << unloaded->body;
+    }
+    EXPECT_EQ(complete("rs").first, 404);  // gone: the name is no model now
+  }
+  // Let the clients see some traffic after the last unload too.
+  const int seen = done.load();
+  while (done.load() < seen + 8) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_GT(done.load(), 8);
+}
+
+TEST_F(LoraServer, BadAdapterRequestsGetAClearError) {
+  struct Case {
+    const char* path;
+    json body;
+    int status;
+    const char* needle;
+  };
+  const std::string good = (kFixtures / "lora/llama-qv-r4").string();
+  const Case cases[] = {
+      {"/v1/load_lora_adapter", {{"lora_path", good}}, 400, "lora_name"},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}}, 400, "lora_path"},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", "/nonexistent/adapter"}}, 400, "adapter_config"},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", (kFixtures / "llama/llama-gqa-f32").string()}},
+       400, "adapter_config"},
+      {"/v1/load_lora_adapter", {{"lora_name", "qv"}, {"lora_path", good}}, 409, "already loaded"},
+      {"/v1/load_lora_adapter", {{"lora_name", "llama"}, {"lora_path", good}}, 409, "names a model"},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", good}, {"base_model", "nope"}}, 404, "nope"},
+      {"/v1/unload_lora_adapter", {{"lora_name", "never-loaded"}}, 404, "never-loaded"},
+      {"/v1/unload_lora_adapter", json::array({1}), 400, "object"},
+  };
+  for (const Case& c : cases) {
+    auto r = post(c.path, c.body);
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, c.status) << c.path << " " << c.body.dump() << ": " << r->body;
+    const json j = json::parse(r->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r->body;
+    EXPECT_NE(j["error"]["message"].get<std::string>().find(c.needle), std::string::npos) << r->body;
+  }
+  auto broken = server_->client().Post("/v1/load_lora_adapter", "{\"lora_name\": ", "application/json");
+  ASSERT_TRUE(broken);
+  EXPECT_EQ(broken->status, 400);
+  // A broken adapter directory: a config PEFT would not load, named in the answer.
+  const fs::path dora = *root_ / "dora";
+  fs::create_directories(dora);
+  std::ofstream(dora / "adapter_config.json") << R"({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"],
+      "use_dora": true})";
+  auto r = post("/v1/load_lora_adapter", {{"lora_name", "dora"}, {"lora_path", dora.string()}});
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 501) << r->body;
+  EXPECT_NE(r->body.find("use_dora"), std::string::npos) << r->body;
+  // The server still serves.
+  EXPECT_EQ(complete("qv").first, 200);
+}
+
+TEST_F(LoraServer, RuntimeUpdatingIsOffUnlessAllowed) {
+  const fs::path repo = *root_ / "plain";
+  fs::create_directories(repo / "llama");
+  for (const auto& e : fs::directory_iterator(*root_ / "llama")) fs::copy_file(e.path(), repo / "llama" / e.path().filename());
+  ServerProcess plain(repo);
+  ASSERT_TRUE(plain.wait_ready()) << plain.stderr_text();
+  auto r = plain.client().Post("/v1/load_lora_adapter",
+                               json{{"lora_name", "qv"}, {"lora_path", (kFixtures / "lora/llama-qv-r4").string()}}.dump(),
+                               "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403) << r->body;
+  EXPECT_NE(r->body.find("--allow-runtime-lora-updating"), std::string::npos);
+  // A broken --lora-modules: the server says why and never reports ready (as a model that fails to load).
+  ServerProcess bad(repo, {"--lora-modules", "x=" + (repo / "missing").string()});
+  for (int i = 0; i < 400 && bad.stderr_text().find("mmserve: error:") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(bad.stderr_text().find("adapter_config.json"), std::string::npos) << bad.stderr_text();
+  auto ready = bad.client().Get("/v2/health/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+}
+
+}  // namespace
+}  // namespace mmserve
