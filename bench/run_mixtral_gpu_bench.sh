@@ -16,7 +16,7 @@ echo "[$SECONDS s] mixtral: stack" >&2
 timeout -k 10 "$T" "$BIN/mixtral_gpu_bench" --mode stack --layers 4 --experts 32 --seqs "${SEQS:-512,2048}" \
   --iters "${ITERS:-3}" > "$RES/stack.json" 2> "$RES/stack.err" || tail -n 5 "$RES/stack.err" >&2
 for v in grouped per_expert; do
-  rows=192
+  rows=48
   [ $v = per_expert ] && rows=0
   echo "[$SECONDS s] mixtral: decode ($v)" >&2
   timeout -k 10 "$T" "$BIN/mixtral_gpu_bench" --mode decode --batches "${BATCHES:-1,32}" --prompt 128 --new-tokens 32 \

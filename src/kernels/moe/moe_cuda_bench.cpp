@@ -3,7 +3,7 @@
 // (f32) one after another, as a layer runs them. `bytes`: the permute's and the combine's reads and writes.
 // Then the experts' GEMMs of one layer, the grouped kernel (one launch for [w1; w3] with SwiGLU fused, one for w2)
 // against one cuBLASLt GEMM per expert with rows plus the separate SwiGLU (the path it replaces; the host already
-// knows the row counts here, so the baseline pays no synchronisation): Mixtral-8x7B at a decode batch of 32
+// knows the row counts here, so the baseline pays no synchronisation): Mixtral-8x7B at decode batches of 1, 32 and 256
 // tokens and 32 experts at 512 and 2048 tokens, routing uniform with a +-25% skew. `bytes`: the experts' weights
 // that have rows (the floor the layer can reach).
 // Run: kernels_cuda_bench --only moe.
@@ -165,6 +165,7 @@ void bench_moe_cuda(CudaBench& bench) {
     if (gemm.ok()) {
       bench_experts(bench, **gemm, 1, 8, 2, 4096, 14336);
       bench_experts(bench, **gemm, 32, 8, 2, 4096, 14336);
+      bench_experts(bench, **gemm, 256, 8, 2, 4096, 14336);
       bench_experts(bench, **gemm, 512, 32, 2, 4096, 14336);
       bench_experts(bench, **gemm, 2048, 32, 2, 4096, 14336);
     }

@@ -67,9 +67,12 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_gemm_kernel(Params p) {
   constexpr int kAPasses = kBm / kARowsPerPass, kBPasses = kBn / kARowsPerPass;
   static_assert(kAPasses >= 1 && kBm % kARowsPerPass == 0, "A loads");
 
-  const int expert = p.tile_map[2 * blockIdx.y];
+  // blockIdx.x walks the m tiles (fastest), blockIdx.y the n tiles: an expert's m tiles over the same weight tile
+  // run side by side, so only the first of them reads the weights from HBM (the rest hit L2).
+  const int expert = p.tile_map[2 * blockIdx.x];
   if (expert < 0) return;  // past the routing's tiles
-  const int64_t m0 = p.tile_map[2 * blockIdx.y + 1];
+  const int64_t m0 = p.tile_map[2 * blockIdx.x + 1];
+  const int64_t n_tile = blockIdx.y;
   const int64_t m_end = p.offsets[expert + 1];
 
   extern __shared__ __align__(128) uint16_t smem[];
@@ -97,11 +100,11 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_gemm_kernel(Params p) {
     const int rt = row_in_pass + i * kARowsPerPass;  // row of the B tile
     int64_t row;
     if constexpr (kSwiglu) {
-      const int64_t col = int64_t{blockIdx.x} * (kBn / 2) + (rt / 16) * 8 + rt % 8;  // the output column
+      const int64_t col = n_tile * (kBn / 2) + (rt / 16) * 8 + rt % 8;  // the output column
       b_ok[i] = col < p.n;
       row = (rt / 8) % 2 == 0 ? col : p.n + col;  // even n8 blocks gate, odd blocks up
     } else {
-      row = int64_t{blockIdx.x} * kBn + rt;
+      row = n_tile * kBn + rt;
       b_ok[i] = row < p.n;
     }
     b_src[i] = w + (b_ok[i] ? row : 0) * p.k;
@@ -177,8 +180,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_gemm_kernel(Params p) {
       if constexpr (kSwiglu) {
 #pragma unroll
         for (int nj = 0; nj < kNi / 2; ++nj) {
-          const int64_t col =
-              int64_t{blockIdx.x} * (kBn / 2) + ((warp_n * kWn + nj * 16) / 16) * 8 + 2 * t;
+          const int64_t col = n_tile * (kBn / 2) + ((warp_n * kWn + nj * 16) / 16) * 8 + 2 * t;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             if (col + j >= p.n) continue;
@@ -190,7 +192,7 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_gemm_kernel(Params p) {
       } else {
 #pragma unroll
         for (int ni = 0; ni < kNi; ++ni) {
-          const int64_t col = int64_t{blockIdx.x} * kBn + warp_n * kWn + ni * 8 + 2 * t;
+          const int64_t col = n_tile * kBn + warp_n * kWn + ni * 8 + 2 * t;
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             if (col + j < p.n) yr[col + j] = from_f32<TOut>(acc[mi][ni][half * 2 + j]);
@@ -230,8 +232,8 @@ Status launch(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
   Params p{args.a,       args.lda, args.a_rows, args.a_div, args.w, args.w_stride, args.offsets, args.tile_map,
            args.n,       args.k,   args.y,      args.ldy};
   const int64_t cols = kSwiglu ? (args.n + kBn / 2 - 1) / (kBn / 2) : (args.n + kBn - 1) / kBn;
-  const dim3 grid(static_cast<unsigned>(cols),
-                  static_cast<unsigned>(moe_grouped_gemm_tiles(args.rows, args.experts, args.block_m)));
+  const dim3 grid(static_cast<unsigned>(moe_grouped_gemm_tiles(args.rows, args.experts, args.block_m)),
+                  static_cast<unsigned>(cols));
   kernel<<<grid, kWarps * 32, smem, stream>>>(p);
   CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return ok_status();
@@ -259,8 +261,11 @@ bool valid_block_m(int64_t block_m) { return block_m == 32 || block_m == 64 || b
 }  // namespace
 
 int64_t moe_grouped_gemm_block_m(int64_t rows, int64_t experts) {
-  const int64_t per_expert = experts > 0 ? rows / experts : rows;
-  return per_expert <= 32 ? 32 : per_expert <= 96 ? 64 : 128;
+  // Most experts in one m tile: routing is uneven (an expert often gets 1.5x the average), and a second tile of an
+  // expert costs a second pass over its weight tile through L2, while the padding rows' MMAs are nearly free in
+  // this memory-bound regime.
+  const int64_t per_expert = experts > 0 ? (rows + experts - 1) / experts : rows;
+  return per_expert <= 20 ? 32 : per_expert <= 44 ? 64 : 128;
 }
 
 int64_t moe_grouped_gemm_tiles(int64_t rows, int64_t experts, int64_t block_m) {
@@ -282,7 +287,7 @@ Status moe_tile_map_cuda(const int32_t* offsets, int64_t rows, int64_t experts, 
 
 Status moe_grouped_gemm_cuda(const MoeGroupedGemmArgs& args, cudaStream_t stream) {
   const auto misaligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 != 0; };
-  if (args.n <= 0 || args.k <= 0 || args.k % 8 != 0 || args.lda % 8 != 0 || args.w_stride % 8 != 0 ||
+  if (args.n <= 0 || args.k <= 0 || args.n > 65535 * int64_t{kBn / 2} || args.k % 8 != 0 || args.lda % 8 != 0 || args.w_stride % 8 != 0 ||
       args.rows < 0 || args.experts <= 0 || args.experts > kMoeCudaMaxExperts || !valid_block_m(args.block_m) ||
       (args.a_rows != nullptr && args.a_div <= 0) || misaligned(args.a) || misaligned(args.w) ||
       (args.y_dtype != DType::kF32 && args.y_dtype != args.dtype) ||

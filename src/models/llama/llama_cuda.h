@@ -60,7 +60,7 @@ struct LlamaCudaOptions {
   // (one launch for every expert, row counts read on the device: graph-capturable); above, one cuBLASLt GEMM per
   // expert after a host synchronisation (faster where those GEMMs are compute-bound: docs/perf/mixtral_gpu.md).
   // 0: never (the benchmarks' baseline).
-  int64_t moe_grouped_rows = 192;
+  int64_t moe_grouped_rows = 48;
 };
 
 class LlamaCudaModel {
