@@ -14,6 +14,7 @@
 // chat-template: prints {"prompt": apply_chat_template(messages, tokenize=False, add_generation_prompt=...)}.
 // Errors print "mmserve: error: ..." and exit 1. Tests: tests/e2e/cli_test.cpp (Generate*, ChatTemplate*).
 #include <algorithm>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -82,13 +83,13 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   if (given != 1) return invalid_argument("give exactly one of --prompt, --prompt-ids and --messages");
   ASSIGN_OR_RETURN(engine::ExecutorOptions options, executor_options(args.device, args.dtype, args.threads, 1));
   // The server's code for one request: the family's preparer and executor (cli/local_run.h).
-  ASSIGN_OR_RETURN(std::unique_ptr<engine::Executor> executor,
-                   engine::LlamaExecutor::create_for_server(args.model_dir, options, nlohmann::json::object()));
-  if (!args.adapter.empty()) {  // a LoRA over the base model, as a server's --lora-modules one
-    auto* llama = dynamic_cast<engine::LlamaExecutor*>(executor.get());
-    if (llama == nullptr) return internal_error("the Llama family's executor is not a LlamaExecutor");
-    RETURN_IF_ERROR(llama->load_adapter("adapter", args.adapter));
+  // --adapter: loaded with the model, as a server's mmserve.yaml `adapters` (on a GPU the model gets its slots).
+  nlohmann::json family = nlohmann::json::object();
+  if (!args.adapter.empty()) {
+    family["adapters"] = {{"adapter", std::filesystem::absolute(args.adapter).string()}};
   }
+  ASSIGN_OR_RETURN(std::unique_ptr<engine::Executor> executor,
+                   engine::LlamaExecutor::create_for_server(args.model_dir, options, family));
   engine::PreparerOptions prepare;
   prepare.model = args.model_dir;
   ASSIGN_OR_RETURN(std::unique_ptr<engine::InputPreparer> preparer,

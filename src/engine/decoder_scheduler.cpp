@@ -55,13 +55,24 @@ StepPlan DecoderScheduler::schedule() {
     }
     return true;
   };
+  // LoRA: the step's distinct adapters, at most max_adapters_per_step; `fits` takes the sequence's in when it can.
+  std::vector<uint64_t> adapters;
+  auto fits = [&](const DecoderSequence* s) {
+    if (s->adapter == 0 || config_.max_adapters_per_step <= 0 ||
+        std::find(adapters.begin(), adapters.end(), s->adapter) != adapters.end()) {
+      return true;
+    }
+    if (static_cast<int64_t>(adapters.size()) >= config_.max_adapters_per_step) return false;
+    adapters.push_back(s->adapter);
+    return true;
+  };
   // Running sequences: decodes first, then prompts being prefilled in chunks.
   for (int pass = 0; pass < 2; ++pass) {
     std::vector<DecoderSequence*> order = running_;
     for (DecoderSequence* s : order) {
       if (!s->running || budget <= 0) continue;  // preempted meanwhile
       const int64_t left = static_cast<int64_t>(s->tokens.size()) - s->computed;
-      if ((pass == 0) != (left == 1) || left <= 0) continue;
+      if ((pass == 0) != (left == 1) || left <= 0 || !fits(s)) continue;
       const int64_t count = std::min(left, budget);
       if (!make_room(s, s->computed + count)) continue;
       plan.entries.push_back({s, s->computed, count, s->computed + count == static_cast<int64_t>(s->tokens.size())});
@@ -71,6 +82,7 @@ StepPlan DecoderScheduler::schedule() {
   // Waiting sequences, in order, while there is room (none after a preemption: the pool is full).
   while (plan.preempted.empty() && !waiting_.empty() && budget > 0 && running() < config_.max_num_seqs) {
     DecoderSequence* s = waiting_.front();
+    if (!fits(s)) break;  // its adapter would be one too many this step
     const int64_t total = static_cast<int64_t>(s->tokens.size());
     s->computed = blocks_.take_prefix(s->table, s->tokens, s->extra_hash, s->extra_from);
     s->cached_tokens = s->computed;

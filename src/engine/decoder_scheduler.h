@@ -27,6 +27,10 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // tokens of one step (decode tokens + prefill chunks)
   bool chunked_prefill = true;            // false: a prompt is prefilled whole or waits
   int64_t table_ld = 0;                   // block-table row length of every step (the longest sequence's blocks)
+  // Distinct LoRA adapters one step may hold (the GPU's slots; 0: no limit). A sequence whose adapter would be one
+  // too many waits for a later step (a running one is skipped, not preempted; the queue's head blocks the queue,
+  // keeping its order), as vLLM's max_loras.
+  int64_t max_adapters_per_step = 0;
 };
 
 // What the scheduler knows of a sequence.
@@ -35,6 +39,7 @@ struct DecoderSequence {
   int64_t computed = 0;         // leading tokens whose K/V are in the cache
   uint64_t extra_hash = 0;      // prefix-cache salt for what the tokens do not show (images)
   int64_t extra_from = 0;       // ... applied to the blocks that end after this token (the first image's)
+  uint64_t adapter = 0;         // its LoRA adapter's id (models/lora), 0: none
   KvBlockTable table;
   int64_t preemptions = 0;
   int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied at the last admission

@@ -53,9 +53,6 @@ class LlamaCudaBackend final : public DecoderBackend {
   int64_t memory_bytes() const override { return model_->memory_bytes(); }
   Status forward(const models::DecoderStep& step) override {
     rows_ = static_cast<int64_t>(step.logit_rows.size());
-    for (const models::LoraAdapter* a : step.loras) {  // load_adapter refuses GPUs; never run one silently without
-      if (a != nullptr) return unimplemented("LoRA adapters on the GPU are not written yet");
-    }
     RETURN_IF_ERROR(model_->forward(step));
     // Mixtral: the step's routing to the host (one copy per step).
     if (model_->config().num_experts > 0) return model_->copy_routing(routing_);
@@ -202,6 +199,11 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
   o.max_num_seqs = std::min(llama.max_num_seqs, options.batch_size_max);
   o.max_model_len = llama.max_model_len;
   o.graphs = options.cuda_graphs;
+  // LoRA slots: as many as asked, else 4 when adapters come with the model (a GPU model loaded without slots
+  // refuses adapters at load).
+  o.max_loras = llama.max_loras > 0 ? llama.max_loras
+                                    : (llama.adapters.empty() ? 0 : std::max<int64_t>(4, llama.adapters.size()));
+  o.max_lora_rank = llama.max_lora_rank;
   std::unique_ptr<models::LlamaCudaModel> model;
   if (llava != nullptr) {
     // The tower first (it checks the whole checkpoint), then the decoder from the same files.

@@ -110,7 +110,7 @@ struct Live : DecoderSequence {
   std::vector<float> routing_weights;
   std::vector<float> features;      // LLaVA: [placeholders, hidden], the images' features in prompt order
   std::vector<int32_t> feature_row;  // LLaVA: per prompt position, its row of `features` or -1
-  std::shared_ptr<const models::LoraAdapter> adapter;  // LoRA: held while the sequence lives
+  std::shared_ptr<const models::LoraAdapter> lora;  // LoRA: held while the sequence lives (its id: `adapter`)
   double first_ms = -1, last_ms = -1;
   bool done = false;
   std::span<const int32_t> generated() const {
@@ -149,10 +149,11 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   }
   if (llama.block_size <= 0 || llama.block_size > 1024 || llama.max_num_seqs <= 0 ||
       llama.max_num_batched_tokens <= 0 || llama.max_model_len < 0 || llama.kv_cache_bytes < 0 ||
-      llama.encoder_cache_bytes < 0 ||
-      !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
+      llama.encoder_cache_bytes < 0 || llama.max_loras < 0 || llama.max_loras > 256 || llama.max_lora_rank < 1 ||
+      llama.max_lora_rank > 256 || !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
     return invalid_argument("Llama-family options: block_size 1..1024, max_num_seqs and max_num_batched_tokens "
-                            "positive, max_model_len and kv_cache_bytes >= 0, gpu_memory_utilization in (0, 1]");
+                            "positive, max_model_len and kv_cache_bytes >= 0, gpu_memory_utilization in (0, 1], "
+                            "max_loras 0..256, max_lora_rank 1..256");
   }
   std::unique_ptr<LlamaExecutor> e(new LlamaExecutor());
   e->options_ = options;
@@ -220,6 +221,8 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     e->encode_images_ = std::move(vision.encode);
     e->image_newline_ = std::move(vision.image_newline);
     e->vision_owner_ = std::move(vision.owner);
+    e->lora_slots_ = llama.max_loras > 0 ? llama.max_loras
+                                         : (llama.adapters.empty() ? 0 : std::max<int64_t>(4, llama.adapters.size()));
 #else
     return unimplemented("this build has no CUDA backend (device " + options.device.to_string() + ")");
 #endif
@@ -242,6 +245,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   sc.max_num_batched_tokens = llama.max_num_batched_tokens;
   sc.chunked_prefill = llama.enable_chunked_prefill;
   sc.table_ld = KvBlockManager::blocks_for(e->max_model_len_, e->backend_->block_size());
+  sc.max_adapters_per_step = e->lora_slots_;  // the GPU's slots (0 on the CPU: no limit)
   e->scheduler_ = std::make_unique<DecoderScheduler>(sc, *e->blocks_);
   e->info_.platform = "mmserve_llama";
   e->info_.slot_names = {"sequence", ""};
@@ -260,7 +264,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
                                     "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
-                                    "adapters"},
+                                    "adapters", "max_loras", "max_lora_rank"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -276,6 +280,8 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.enable_continuous_batching,
                      o.get_bool_or("enable_continuous_batching", llama.enable_continuous_batching));
     ASSIGN_OR_RETURN(llama.encoder_cache_bytes, o.get_int_or("encoder_cache_bytes", llama.encoder_cache_bytes));
+    ASSIGN_OR_RETURN(llama.max_loras, o.get_int_or("max_loras", llama.max_loras));
+    ASSIGN_OR_RETURN(llama.max_lora_rank, o.get_int_or("max_lora_rank", llama.max_lora_rank));
     // adapters: {name: directory}, a relative directory under the model's (vLLM's --lora-modules, per model).
     if (o.has("adapters")) {
       const nlohmann::json& a = family_config["adapters"];
@@ -314,9 +320,9 @@ std::optional<ExpertLoadStats> LlamaExecutor::expert_load() const {
 
 Status LlamaExecutor::load_adapter(const std::string& name, const std::string& dir) {
   if (name.empty() || name.size() > 128) return invalid_argument("an adapter's name must have 1..128 characters");
-  if (!options_.device.is_cpu()) {
-    return unimplemented("LoRA adapters run on the CPU path only for now (the GPU's segmented kernels are not "
-                         "written): adapter '" + name + "'");
+  if (!options_.device.is_cpu() && lora_slots_ == 0) {
+    return failed_precondition("adapter '" + name + "': this GPU model was loaded without LoRA slots (set "
+                               "options.max_loras in its mmserve.yaml, or give it adapters at start)");
   }
   {
     std::lock_guard<std::mutex> lock(adapters_mutex_);
@@ -328,6 +334,11 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
                     : std::vector<std::string>{"model."};
   ASSIGN_OR_RETURN(std::shared_ptr<const models::LoraAdapter> adapter,
                    models::load_lora_adapter(dir, name, config_, prefixes));
+  if (!options_.device.is_cpu() && adapter->max_rank > llama_.max_lora_rank) {
+    return invalid_argument("adapter '" + name + "' has rank " + std::to_string(adapter->max_rank) +
+                            "; this model's GPU slots take rank " + std::to_string(llama_.max_lora_rank) +
+                            " (options.max_lora_rank)");
+  }
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   if (!adapters_.emplace(name, std::move(adapter)).second) {
     return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
@@ -511,8 +522,9 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       s->extra_from = std::find(input->prompt.begin(), input->prompt.end(), placeholder) - input->prompt.begin();
     }
     if (input->adapter) {  // LoRA: every block salted by the adapter (its keys and values are its own)
-      s->adapter = input->adapter;
-      s->extra_hash = (s->extra_hash ^ (s->adapter->id * 0x9e3779b97f4a7c15ull)) * 0x100000001b3ull;
+      s->lora = input->adapter;
+      s->adapter = input->adapter->id;  // what the scheduler counts per step
+      s->extra_hash = (s->extra_hash ^ (s->adapter * 0x9e3779b97f4a7c15ull)) * 0x100000001b3ull;
       s->extra_from = 0;
     }
     s->stream = std::make_unique<text::IncrementalDetokenizer>(*tokenizer_, true,
@@ -643,8 +655,8 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     }
     plan.step.embeds = step_embeds.empty() ? nullptr : step_embeds.data();
     for (const StepEntry& e : plan.entries) {  // LoRA: each sequence's adapter (the Live entries hold them)
-      if (static_cast<const Live*>(e.seq)->adapter) {
-        for (const StepEntry& f : plan.entries) plan.step.loras.push_back(static_cast<const Live*>(f.seq)->adapter.get());
+      if (static_cast<const Live*>(e.seq)->lora) {
+        for (const StepEntry& f : plan.entries) plan.step.loras.push_back(static_cast<const Live*>(f.seq)->lora.get());
         break;
       }
     }

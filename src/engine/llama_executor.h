@@ -127,6 +127,10 @@ struct LlamaOptions {
   int64_t encoder_cache_bytes = 256LL << 20;  // LLaVA: image features kept for repeated images (0: none)
   // LoRA adapters loaded at creation: (name, PEFT directory) pairs (--lora-modules; requests name them).
   std::vector<std::pair<std::string, std::string>> adapters;
+  // The GPU's adapter slots (0: 4 when `adapters` is set, else none: a GPU model then refuses adapters) and the
+  // largest rank a slot takes. The CPU path has no slots (every loaded adapter is usable).
+  int64_t max_loras = 0;
+  int64_t max_lora_rank = 16;
 };
 
 class DecoderBackend;
@@ -200,6 +204,7 @@ class LlamaExecutor final : public Executor {
   FamilyInfo info_;
   mutable std::mutex adapters_mutex_;
   std::map<std::string, std::shared_ptr<const models::LoraAdapter>> adapters_;
+  int64_t lora_slots_ = 0;  // the GPU backend's (0 on the CPU: no limit)
 };
 
 class LlamaInputs final : public InputPreparer {

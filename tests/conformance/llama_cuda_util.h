@@ -23,6 +23,7 @@ inline float row_error(const float* got, const float* want, int64_t vocab) {
 struct OneSequence {
   LlamaCudaModel& m;
   int64_t length = 0;
+  const LoraAdapter* lora = nullptr;  // the sequence's LoRA adapter (issue 16), or none
   // `embed_rows` / `embeds`: rows of this call taking their input embedding from host `embeds` (LLaVA's features).
   StatusOr<std::vector<float>> step(const std::vector<int32_t>& tokens, bool all_rows,
                                     const std::vector<int32_t>& embed_rows = {}, const float* embeds = nullptr) {
@@ -30,6 +31,7 @@ struct OneSequence {
     s.tokens = tokens;
     s.embed_rows = embed_rows;
     s.embeds = embeds;
+    if (lora != nullptr) s.loras = {lora};
     for (size_t t = 0; t < tokens.size(); ++t) {
       s.positions.push_back(static_cast<int32_t>(length + t));
       s.slots.push_back(static_cast<int32_t>(length + t));  // blocks 0, 1, ... in order

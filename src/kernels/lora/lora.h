@@ -6,6 +6,8 @@
 //              row-major. The order of PEFT's lora.Linear.forward (lora_B(lora_A(x)) * scaling, added to the base
 //              layer's output), the shrink's rank values kept in f32 between the two products, as torch does.
 //              Segments of rank 0 (no adapter, or the adapter leaves this linear alone) are untouched.
+//   lora_bgmv: the same per row: row r under slots[row_slot[r]] (row_slot -1: none), the twin of the GPU's
+//              lora_apply_cuda (lora_cuda.h), which gathers each row's adapter from device slots.
 //
 // Contract: f32 host buffers, rows strided by their ld; ranks mixed freely (nothing padded to the largest).
 // Tests: lora_test.cpp (against the two products written out, mixed ranks, empty segments, rank 0).
@@ -23,6 +25,9 @@ struct LoraSegmentWeights {
 };
 
 void lora_sgmv(const float* x, int64_t x_ld, const int32_t* seg_start, int64_t segs, const LoraSegmentWeights* w,
+               int64_t in, int64_t out, float* y, int64_t y_ld);
+
+void lora_bgmv(const float* x, int64_t x_ld, int64_t rows, const int32_t* row_slot, const LoraSegmentWeights* slots,
                int64_t in, int64_t out, float* y, int64_t y_ld);
 
 }  // namespace mmserve::kernels

@@ -78,6 +78,7 @@ void bench_rms_norm_cuda(CudaBench& bench);
 void bench_rope_cuda(CudaBench& bench);
 void bench_swiglu_cuda(CudaBench& bench);
 void bench_moe_cuda(CudaBench& bench);
+void bench_lora_cuda(CudaBench& bench);
 void bench_sampling_cuda(CudaBench& bench);
 
 }  // namespace mmserve::kernels

@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
       {"rope", bench_rope_cuda},
       {"swiglu", bench_swiglu_cuda},
       {"moe", bench_moe_cuda},
+      {"lora", bench_lora_cuda},
       {"sampling", bench_sampling_cuda},
   };
   for (const auto& [name, run] : benches) {

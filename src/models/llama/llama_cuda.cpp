@@ -9,6 +9,7 @@
 #include "core/json_config.h"
 #include "core/safetensors.h"
 #include "kernels/gemm/gemm_small_m_cuda.h"
+#include "kernels/lora/lora_cuda.h"
 #include "kernels/moe/moe_cuda.h"
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/rms_norm/rms_norm_cuda.h"
@@ -25,6 +26,7 @@ size_t bytes_of(DType d, int64_t n) { return static_cast<size_t>(n) * dtype_size
 
 LlamaCudaModel::~LlamaCudaModel() {
   for (auto& [bucket, exec] : graphs_) cudaGraphExecDestroy(exec);
+  for (auto& [bucket, exec] : lora_graphs_) cudaGraphExecDestroy(exec);
   if (gemm_workspace_ != nullptr) cudaFree(gemm_workspace_);
 }
 
@@ -243,6 +245,20 @@ Status LlamaCudaModel::plan_buffers() {
       all.push_back(b);
     }
   }
+  // LoRA: the slots' matrices, ranks and scales, the rows' slots and the shrink's workspace.
+  const int64_t loras = options_.max_loras, r_max = options_.max_lora_rank, layers = c.num_hidden_layers;
+  if (loras > 0) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (c.num_experts > 0 && t >= static_cast<int>(LoraTarget::kGate)) continue;  // Mixtral: no dense MLP
+      const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+      all.push_back(bytes_of(d, loras * layers * r_max * in));
+      all.push_back(bytes_of(d, loras * layers * out * r_max));
+    }
+    for (size_t b : {bytes_of(DType::kI32, loras * layers * kLoraTargets), bytes_of(DType::kF32, loras * layers * kLoraTargets),
+                     bytes_of(DType::kI32, rows), bytes_of(DType::kF32, rows * r_max)}) {
+      all.push_back(b);
+    }
+  }
   size_t buffer_bytes = 0;
   for (size_t b : all) buffer_bytes += DeviceArena::aligned(b) + DeviceArena::kAlignment;
   for (int64_t b : buckets_) {
@@ -305,6 +321,22 @@ Status LlamaCudaModel::plan_buffers() {
     ASSIGN_OR_RETURN(moe_tile_map_,
                      buffers_.allocate_array<int32_t>(2 * kernels::moe_grouped_gemm_tiles(pairs, e_count, 32)));
     RETURN_IF_ERROR(moe_host_offsets_.init(bytes_of(DType::kI32, e_count + 1)));
+  }
+  if (loras > 0) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (c.num_experts > 0 && t >= static_cast<int>(LoraTarget::kGate)) continue;
+      const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+      ASSIGN_OR_RETURN(lora_a_[t], buffers_.allocate(bytes_of(d, loras * layers * r_max * in)));
+      ASSIGN_OR_RETURN(lora_b_[t], buffers_.allocate(bytes_of(d, loras * layers * out * r_max)));
+    }
+    ASSIGN_OR_RETURN(lora_ranks_, buffers_.allocate_array<int32_t>(loras * layers * kLoraTargets));
+    ASSIGN_OR_RETURN(lora_scales_, buffers_.allocate_array<float>(loras * layers * kLoraTargets));
+    ASSIGN_OR_RETURN(lora_row_slot_, buffers_.allocate_array<int32_t>(rows));
+    ASSIGN_OR_RETURN(lora_t_, buffers_.allocate_array<float>(rows * r_max));
+    CUDA_RETURN_IF_ERROR(cudaMemset(lora_ranks_, 0, bytes_of(DType::kI32, loras * layers * kLoraTargets)));
+    CUDA_RETURN_IF_ERROR(cudaMemset(lora_row_slot_, 0xff, bytes_of(DType::kI32, rows)));  // -1: no adapter
+    RETURN_IF_ERROR(lora_host_rows_.init(bytes_of(DType::kI32, rows)));
+    lora_slots_.assign(static_cast<size_t>(loras), LoraSlot{});
   }
   ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
@@ -475,6 +507,13 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     const Layer& w = layers_[static_cast<size_t>(l)];
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
     RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
+    if (lora_active_) {  // q, k and v's deltas into their slices of the fused row
+      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kQ, normed_, h, qkv_, d, qkv_width_, tokens));
+      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kK, normed_, h, static_cast<uint8_t*>(qkv_) + bytes_of(d, q), d,
+                                 qkv_width_, tokens));
+      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kV, normed_, h, static_cast<uint8_t*>(qkv_) + bytes_of(d, q + kv), d,
+                                 qkv_width_, tokens));
+    }
     if (c.qk_norm) {  // Qwen3: per-head RMSNorm of q and of k, in place in the fused row
       RETURN_IF_ERROR(norm(qkv_, d, qkv_width_, w.q_norm, qkv_, qkv_width_, tokens, c.head_dim, c.num_attention_heads));
       void* k = static_cast<uint8_t*>(qkv_) + bytes_of(d, q);
@@ -503,6 +542,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, LoraTarget::kO, attn_, q, x_, DType::kF32, h, tokens));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
     if (c.num_experts > 0) {
       RETURN_IF_ERROR(moe_mlp(w, l, tokens));
@@ -511,16 +551,22 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
     mlp.a = normed_, mlp.w = w.gate_up, mlp.ldw = h, mlp.bias = w.gate_up_bias, mlp.y = act_;
     mlp.inter = inter, mlp.k = h, mlp.dtype = d;
-    if (tokens == 1 && kernels::gemv16_swiglu_applies(mlp)) {
+    if (tokens == 1 && !lora_active_ && kernels::gemv16_swiglu_applies(mlp)) {
       RETURN_IF_ERROR(kernels::gemv16_swiglu_cuda(mlp, s));
     } else {
       RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
+      if (lora_active_) {
+        RETURN_IF_ERROR(lora_apply(l, LoraTarget::kGate, normed_, h, gate_up_, d, 2 * inter, tokens));
+        RETURN_IF_ERROR(lora_apply(l, LoraTarget::kUp, normed_, h, static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter),
+                                   d, 2 * inter, tokens));
+      }
       kernels::SwigluArgs sw;
       sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
       sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
       RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
     }
     RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, LoraTarget::kDown, act_, inter, x_, DType::kF32, h, tokens));
   }
   // The logit rows: gathered, normed, projected.
   RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, arrays_.logit_rows, logit_rows, h, gathered_, s));
@@ -635,6 +681,110 @@ bool LlamaCudaModel::moe_gemv_path(int64_t tokens) const {
          c.intermediate_size % 8 == 0;
 }
 
+Status LlamaCudaModel::lora_upload(const LoraAdapter& adapter, int64_t slot) {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  const int64_t layers = c.num_hidden_layers, r_max = options_.max_lora_rank;
+  if (adapter.max_rank > r_max) {
+    return invalid_argument("adapter '" + adapter.name + "' has rank " + std::to_string(adapter.max_rank) +
+                            "; this model's slots hold rank " + std::to_string(r_max) + " (max_lora_rank)");
+  }
+  std::vector<int32_t> ranks(static_cast<size_t>(layers * kLoraTargets), 0);
+  std::vector<float> scales(ranks.size(), 0.0f);
+  std::vector<uint8_t> staging;
+  auto to_dtype = [&](const std::vector<float>& v, int64_t rows, int64_t cols, int64_t ld) {  // [rows, cols] -> ld
+    staging.assign(bytes_of(d, rows * ld), 0);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t k = 0; k < cols; ++k) {
+        const float x = v[r * cols + k];
+        uint8_t* at = staging.data() + bytes_of(d, r * ld + k);
+        if (d == DType::kF32) {
+          std::memcpy(at, &x, 4);
+        } else {
+          const uint16_t hbits = d == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
+          std::memcpy(at, &hbits, 2);
+        }
+      }
+    }
+  };
+  for (int64_t l = 0; l < layers; ++l) {
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
+      if (!m.present()) continue;
+      if (lora_a_[t] == nullptr) return unimplemented("adapter '" + adapter.name + "' adapts a linear this model lacks");
+      const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+      to_dtype(m.a, m.rank, in, in);  // A's first `rank` rows of the slot's [r_max, in]
+      uint8_t* a = static_cast<uint8_t*>(lora_a_[t]) + bytes_of(d, (slot * layers + l) * r_max * in);
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(a, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+      to_dtype(m.b, out, m.rank, r_max);  // B [out, rank] into the slot's [out, r_max]
+      uint8_t* b = static_cast<uint8_t*>(lora_b_[t]) + bytes_of(d, (slot * layers + l) * out * r_max);
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(b, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+      ranks[l * kLoraTargets + t] = static_cast<int32_t>(m.rank);
+      scales[l * kLoraTargets + t] = m.scale;
+    }
+  }
+  const int64_t params = layers * kLoraTargets;
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(lora_ranks_ + slot * params, ranks.data(), ranks.size() * 4, cudaMemcpyHostToDevice));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(lora_scales_ + slot * params, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  return ok_status();
+}
+
+Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
+  if (lora_slots_.empty()) {
+    return unimplemented("this model was loaded without LoRA slots (max_loras 0); a step names an adapter");
+  }
+  const uint64_t now = ++lora_clock_;
+  auto* host = lora_host_rows_.data_as<int32_t>();
+  std::fill(host, host + rows, -1);
+  for (int64_t s = 0; s < step.num_seqs(); ++s) {
+    const LoraAdapter* a = step.loras[s];
+    if (a == nullptr) continue;
+    int64_t slot = -1;
+    for (size_t i = 0; i < lora_slots_.size() && slot < 0; ++i) {
+      if (lora_slots_[i].adapter == a->id) slot = static_cast<int64_t>(i);
+    }
+    if (slot < 0) {  // a free slot, else the least recently used one this step does not use
+      for (size_t i = 0; i < lora_slots_.size(); ++i) {
+        if (lora_slots_[i].used == now) continue;
+        if (slot < 0 || lora_slots_[i].adapter == 0 || lora_slots_[i].used < lora_slots_[slot].used) {
+          slot = static_cast<int64_t>(i);
+          if (lora_slots_[i].adapter == 0) break;
+        }
+      }
+      if (slot < 0) {
+        return resource_exhausted("a step with more distinct LoRA adapters than the model's " +
+                                  std::to_string(lora_slots_.size()) + " slots (max_loras)");
+      }
+      lora_slots_[slot].adapter = 0;  // half-written until the upload succeeds
+      RETURN_IF_ERROR(lora_upload(*a, slot));
+      lora_slots_[slot].adapter = a->id;
+    }
+    lora_slots_[slot].used = now;
+    for (int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) host[r] = static_cast<int32_t>(slot);
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_row_slot_, host, bytes_of(DType::kI32, rows), cudaMemcpyHostToDevice,
+                                       stream_.get()));
+  return ok_status();
+}
+
+Status LlamaCudaModel::lora_apply(int64_t layer, LoraTarget t, const void* x, int64_t x_ld, void* y, DType y_dtype,
+                                  int64_t y_ld, int64_t tokens) {
+  const int ti = static_cast<int>(t);
+  if (lora_a_[ti] == nullptr) return ok_status();  // Mixtral's MLP: no dense linears
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  const int64_t layers = c.num_hidden_layers, r_max = options_.max_lora_rank;
+  const auto [in, out] = lora_target_features(c, t);
+  kernels::LoraCudaArgs p;
+  p.x = x, p.x_ld = x_ld, p.rows = tokens, p.in = in, p.dtype = d, p.row_slot = lora_row_slot_;
+  p.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in), p.a_slot_stride = layers * r_max * in;
+  p.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max), p.b_slot_stride = layers * out * r_max;
+  p.ranks = lora_ranks_ + layer * kLoraTargets + ti, p.scales = lora_scales_ + layer * kLoraTargets + ti;
+  p.param_stride = layers * kLoraTargets, p.r_max = r_max, p.out = out, p.t = lora_t_;
+  p.y = y, p.y_dtype = y_dtype, p.y_ld = y_ld;
+  return kernels::lora_apply_cuda(p, stream_.get());
+}
+
 bool LlamaCudaModel::moe_grouped_path(int64_t tokens) const {
   const LlamaConfig& c = config_;
   const int64_t pairs = tokens * c.experts_per_token;
@@ -686,6 +836,28 @@ Status LlamaCudaModel::capture_graphs() {
     graphs_[b] = exec;
     CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
   }
+  // With LoRA slots, the same buckets again with the LoRA launches (rows without an adapter skip them on the
+  // device; steps without any adapter replay the plain graphs and pay nothing).
+  for (int64_t b : options_.max_loras > 0 ? buckets : std::vector<int64_t>{}) {
+    cudaGraph_t graph = nullptr;
+    arrays_ = bucket_arrays_.at(b);
+    lora_active_ = true;
+    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    Status forward = launch(b, b, b, 1);
+    const cudaError_t end = cudaStreamEndCapture(s, &graph);
+    lora_active_ = false;
+    if (!forward.ok()) {
+      if (graph) cudaGraphDestroy(graph);
+      return forward.with_context("capturing the LoRA decode graph of " + std::to_string(b) + " sequences");
+    }
+    CUDA_RETURN_IF_ERROR(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CUDA_RETURN_IF_ERROR(instantiated);
+    lora_graphs_[b] = exec;
+    CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+  }
   RETURN_IF_ERROR(stream_.synchronize());
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
   graph_bytes_ = free_before > free_after ? free_before - free_after : 0;
@@ -723,18 +895,27 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
   if (!step.embed_rows.empty() && step.embeds == nullptr) return invalid_argument("embed_rows without embeds");
   const bool decode = t == n && static_cast<int64_t>(step.logit_rows.size()) == n && step.embed_rows.empty();
   const int64_t bucket = decode ? bucket_for(n) : -1;
-  auto graph = bucket > 0 ? graphs_.find(bucket) : graphs_.end();
-  if (graph != graphs_.end()) {
+  const bool lora = std::any_of(step.loras.begin(), step.loras.end(), [](const LoraAdapter* a) { return a; });
+  if (!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != n) {
+    return invalid_argument("a decoder step's adapters disagree with its sequences");
+  }
+  const std::map<int64_t, cudaGraphExec_t>& graphs = lora ? lora_graphs_ : graphs_;
+  auto graph = bucket > 0 ? graphs.find(bucket) : graphs.end();
+  if (graph != graphs.end()) {
     last_tokens_ = bucket, routing_tokens_ = t;  // the graph routes `bucket` rows, the step's first t are real
     RETURN_IF_ERROR(stage(step, bucket));
+    if (lora) RETURN_IF_ERROR(lora_stage(step, bucket));
     CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graph->second, stream_.get()));
     return ok_status();
   }
   RETURN_IF_ERROR(stage(step, 0));
+  if (lora) RETURN_IF_ERROR(lora_stage(step, t));
+  lora_active_ = lora;
   routing_tokens_ = t;
   eager_step_ = &step;
   Status s = launch(t, n, static_cast<int64_t>(step.logit_rows.size()), step.max_query_len);
   eager_step_ = nullptr;
+  lora_active_ = false;
   return s;
 }
 

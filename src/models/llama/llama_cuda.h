@@ -24,12 +24,17 @@
 // pairs per expert than options.moe_grouped_rows (compute-bound GEMMs, where cuBLASLt is faster), copy the experts'
 // row counts to the host and run one cuBLASLt GEMM per expert with rows. All end in the weighted combine added
 // to the residual (docs/perf/mixtral_gpu.md).
+// LoRA: with max_loras slots, each step's adapters (DecoderStep.loras) are copied into device slots (bf16/f16/f32 as
+// the model, [slot][layer] per linear, rank up to max_lora_rank) when not resident, and after each adapted linear
+// kernels::lora_apply_cuda adds every row's delta from its slot (row -> slot a device array, copied per step), so
+// decode steps with adapters replay their own CUDA graphs (captured beside the plain ones).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -42,6 +47,7 @@
 #include "kernels/gemm/gemm_cuda.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
+#include "models/lora/lora_adapter.h"
 
 namespace mmserve::models {
 
@@ -61,6 +67,11 @@ struct LlamaCudaOptions {
   // expert after a host synchronisation (faster where those GEMMs are compute-bound: docs/perf/mixtral_gpu.md).
   // 0: never (the benchmarks' baseline).
   int64_t moe_grouped_rows = 48;
+  // LoRA (issue 16): adapter slots in device memory (0: no LoRA) and the largest rank a slot holds. A step's adapters
+  // are made resident on demand (LRU over the slots the step does not use); more distinct adapters in one step than
+  // slots is kResourceExhausted.
+  int64_t max_loras = 0;
+  int64_t max_lora_rank = 16;
 };
 
 class LlamaCudaModel {
@@ -116,6 +127,12 @@ class LlamaCudaModel {
   // Whether a step of `tokens` tokens takes Mixtral's GEMV path (a few pairs, 16-bit: graph-capturable).
   bool moe_gemv_path(int64_t tokens) const;
   bool moe_grouped_path(int64_t tokens) const;
+  // LoRA: the step's adapters resident and its rows' slots on the device (`rows`: the step's, or its graph bucket's).
+  Status lora_stage(const DecoderStep& step, int64_t rows);
+  Status lora_upload(const LoraAdapter& adapter, int64_t slot);
+  // The delta of linear `t` of `layer` for the active rows: x [tokens, in] -> y [tokens, out] += ...
+  Status lora_apply(int64_t layer, LoraTarget t, const void* x, int64_t x_ld, void* y, DType y_dtype, int64_t y_ld,
+                    int64_t tokens);
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -176,6 +193,22 @@ class LlamaCudaModel {
   const DecoderStep* eager_step_ = nullptr;  // the step being launched eagerly (dynamic RoPE reads its lengths)
   std::vector<int64_t> buckets_;
   std::map<int64_t, cudaGraphExec_t> graphs_;
+  std::map<int64_t, cudaGraphExec_t> lora_graphs_;  // the same buckets with the LoRA launches
+  // LoRA slots: per linear A [slot][layer][r_max, in] and B [slot][layer][out, r_max]; ranks and scales
+  // [slot][layer][target]; the step's row -> slot and the shrink's workspace.
+  struct LoraSlot {
+    uint64_t adapter = 0;  // LoraAdapter::id, 0: free
+    uint64_t used = 0;     // the step that last used it (LRU)
+  };
+  std::vector<LoraSlot> lora_slots_;
+  uint64_t lora_clock_ = 0;
+  std::array<void*, kLoraTargets> lora_a_{}, lora_b_{};
+  int32_t* lora_ranks_ = nullptr;
+  float* lora_scales_ = nullptr;
+  int32_t* lora_row_slot_ = nullptr;
+  float* lora_t_ = nullptr;
+  PinnedBuffer lora_host_rows_;
+  bool lora_active_ = false;  // this launch adds the LoRA deltas
   size_t graph_bytes_ = 0;
 };
 

@@ -24,8 +24,9 @@ constexpr Linear kLinears[kLoraTargets] = {
     {LoraTarget::kO, "self_attn.o_proj"}, {LoraTarget::kGate, "mlp.gate_proj"},  {LoraTarget::kUp, "mlp.up_proj"},
     {LoraTarget::kDown, "mlp.down_proj"}};
 
-// in and out features of a target in `c`.
-std::array<int64_t, 2> features(const LlamaConfig& c, LoraTarget t) {
+}  // namespace
+
+std::array<int64_t, 2> lora_target_features(const LlamaConfig& c, LoraTarget t) {
   const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
   switch (t) {
     case LoraTarget::kQ: return {h, q};
@@ -38,6 +39,8 @@ std::array<int64_t, 2> features(const LlamaConfig& c, LoraTarget t) {
   }
   return {0, 0};
 }
+
+namespace {
 
 StatusOr<std::string> read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -144,7 +147,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string
       return invalid_argument(where + ": modules under both '" + used_prefix + "' and '" + prefix + "'");
     }
     LoraModule& m = adapter->layers[layer][static_cast<int>(target)];
-    const auto [in, out] = features(config, target);
+    const auto [in, out] = lora_target_features(config, target);
     const int64_t rank = pc.rank_for(module);
     const std::vector<int64_t> want = is_a ? std::vector<int64_t>{rank, in} : std::vector<int64_t>{out, rank};
     if (info.shape != want) {

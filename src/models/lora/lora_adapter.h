@@ -25,6 +25,8 @@ namespace mmserve::models {
 enum class LoraTarget : int { kQ = 0, kK, kV, kO, kGate, kUp, kDown };
 inline constexpr int kLoraTargets = 7;
 const char* lora_target_name(LoraTarget t);  // "q_proj", ...
+// {in, out} features of the linear in a decoder of `config`.
+std::array<int64_t, 2> lora_target_features(const LlamaConfig& config, LoraTarget t);
 
 struct LoraModule {
   int64_t rank = 0, in = 0, out = 0;  // rank 0: not adapted

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <set>
 
@@ -178,6 +179,49 @@ TEST(DecoderScheduler, DecodesFirstThenChunksUnderTheBudget) {
   s.complete(p);
   s.remove(&a.d);
   s.remove(&b.d);
+  EXPECT_EQ(blocks.stats().used_blocks, 0);
+}
+
+// LoRA: at most max_adapters_per_step distinct adapters in a step (the GPU's slots). Sequences without an adapter
+// and more sequences of an adapter already in the step always fit; the queue's head whose adapter is one too many
+// blocks the queue (its order kept, nothing preempted); once an adapter leaves, the waiting one runs.
+TEST(DecoderScheduler, AStepHoldsAtMostMaxAdaptersPerStepDistinctAdapters) {
+  KvBlockManager blocks(64, 4, false);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 64;
+  c.max_adapters_per_step = 2;
+  c.table_ld = 16;
+  DecoderScheduler s(c, blocks);
+  Seq a(iota(3)), b(iota(3)), a2(iota(3)), none(iota(3)), d(iota(3)), e(iota(3));
+  a.d.adapter = 1, b.d.adapter = 2, a2.d.adapter = 1, d.d.adapter = 3, e.d.adapter = 0;
+  for (Seq* q : {&a, &b, &a2, &none, &d, &e}) s.add(&q->d);
+  auto seqs = [](const StepPlan& p) {
+    std::vector<const DecoderSequence*> out;
+    for (const StepEntry& x : p.entries) out.push_back(x.seq);
+    return out;
+  };
+  StepPlan p = s.schedule();
+  // a, b, a2 and none fit; d (a third adapter) heads the queue and blocks it, so e waits behind it.
+  EXPECT_EQ(seqs(p), (std::vector<const DecoderSequence*>{&a.d, &b.d, &a2.d, &none.d}));
+  EXPECT_EQ(s.waiting(), 2);
+  s.complete(p);
+  for (Seq* q : {&a, &b, &a2, &none}) q->d.tokens.push_back(5);
+  s.remove(&b.d);  // adapter 2 leaves: d (adapter 3) and e come in
+  p = s.schedule();
+  EXPECT_EQ(seqs(p), (std::vector<const DecoderSequence*>{&a.d, &a2.d, &none.d, &d.d, &e.d}));
+  s.complete(p);
+  for (Seq* q : {&a, &a2, &none, &d, &e}) q->d.tokens.push_back(6);
+  // A new sequence of a third adapter waits (nothing is preempted for it) while two others fill the step.
+  Seq f(iota(3));
+  f.d.adapter = 2;
+  s.add(&f.d);
+  p = s.schedule();
+  const std::vector<const DecoderSequence*> last = seqs(p);
+  EXPECT_EQ(std::count(last.begin(), last.end(), &f.d), 0);
+  EXPECT_EQ(last.size(), 5u);
+  EXPECT_EQ(s.waiting(), 1);
+  EXPECT_TRUE(p.preempted.empty());
+  for (Seq* q : {&a, &a2, &none, &d, &e, &f}) s.remove(&q->d);
   EXPECT_EQ(blocks.stats().used_blocks, 0);
 }
 
