@@ -185,7 +185,11 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
       s.max_seq_len = p + phase, s.max_query_len = phase == 0 ? p : 1;
       ASSERT_TRUE((*model)->forward(s).ok());
       std::vector<float> out(static_cast<size_t>(seqs * vocab));
-      ASSERT_TRUE(cudaMemcpy(out.data(), (*model)->logits(), out.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+      // The model's stream is non-blocking: a plain cudaMemcpy would not wait for it.
+      ASSERT_EQ(cudaMemcpyAsync(out.data(), (*model)->logits(), out.size() * 4, cudaMemcpyDeviceToHost,
+                                (*model)->stream()),
+                cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize((*model)->stream()), cudaSuccess);
       for (int64_t q = 0; q < seqs; ++q) {
         const float* want = phase == 0 ? prompt_goldens[q].data() + (p - 1) * vocab : step_goldens[q].data() + vocab;
         const float err = row_error(out.data() + q * vocab, want, vocab);

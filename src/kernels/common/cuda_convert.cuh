@@ -51,4 +51,23 @@ __device__ __forceinline__ float2 packed_to_float2<__half>(uint32_t v) {
   return __half22float2(*reinterpret_cast<const __half2*>(&v));
 }
 
+// One lane's share of a warp's dot product of two 16-bit rows of k values (k % 8 == 0, 16-byte aligned): lane l
+// takes the 8-value packs l, l + 32, ...; the caller sums the lanes (moe_cuda.cu's expert GEMV, lora_cuda.cu's
+// shrink). w is read through the read-only cache.
+template <typename T>
+__device__ __forceinline__ float dot16_lane(const T* x, const T* w, int64_t k, int lane) {
+  float acc = 0.0f;
+  for (int64_t c = lane * 8; c < k; c += 32 * 8) {
+    const uint4 w4 = __ldg(reinterpret_cast<const uint4*>(w + c));
+    const uint4 x4 = *reinterpret_cast<const uint4*>(x + c);
+    const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {x4.x, x4.y, x4.z, x4.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 wf = packed_to_float2<T>(wv[j]), xf = packed_to_float2<T>(xv[j]);
+      acc = fmaf(xf.x, wf.x, fmaf(xf.y, wf.y, acc));
+    }
+  }
+  return acc;
+}
+
 }  // namespace mmserve::kernels

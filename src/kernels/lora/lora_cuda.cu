@@ -17,16 +17,7 @@ template <typename T>
 __device__ __forceinline__ float dot_row(const T* x, const T* w, int64_t in, int lane) {
   float acc = 0.0f;
   if constexpr (sizeof(T) == 2) {
-    for (int64_t c = lane * 8; c < in; c += 32 * 8) {
-      const uint4 w4 = *reinterpret_cast<const uint4*>(w + c);
-      const uint4 x4 = *reinterpret_cast<const uint4*>(x + c);
-      const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 wf = packed_to_float2<T>(wv[j]), xf = packed_to_float2<T>(xv[j]);
-        acc = fmaf(xf.x, wf.x, fmaf(xf.y, wf.y, acc));
-      }
-    }
+    acc = dot16_lane(x, w, in, lane);
   } else {
     for (int64_t c = lane; c < in; c += 32) acc = fmaf(x[c], w[c], acc);
   }

@@ -140,17 +140,7 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
   if (col >= n) return;
   const T* wrow = w + ids[p] * w_stride + col * k;
   const T* xr = x + (p / x_div) * x_ld;
-  float acc = 0.0f;
-  for (int64_t c = lane * 8; c < k; c += 32 * 8) {
-    const uint4 w4 = __ldg(reinterpret_cast<const uint4*>(wrow + c));
-    const uint4 x4 = *reinterpret_cast<const uint4*>(xr + c);
-    const uint32_t wv[4] = {w4.x, w4.y, w4.z, w4.w}, xv[4] = {x4.x, x4.y, x4.z, x4.w};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 wf = packed_to_float2<T>(wv[j]), xf = packed_to_float2<T>(xv[j]);
-      acc = fmaf(xf.x, wf.x, fmaf(xf.y, wf.y, acc));
-    }
-  }
+  float acc = dot16_lane(xr, wrow, k, lane);
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) y[p * y_ld + col] = from_f32<TOut>(acc);

@@ -818,45 +818,34 @@ Status LlamaCudaModel::capture_graphs() {
   RETURN_IF_ERROR(stream_.synchronize());
   size_t free_before = 0, free_after = 0, total = 0;
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_before, &total));
-  for (int64_t b : buckets) {
+  // One bucket's decode step captured and instantiated into `into` (with the LoRA launches when `lora`).
+  auto capture = [&](int64_t b, bool lora, std::map<int64_t, cudaGraphExec_t>& into) -> Status {
     cudaGraph_t graph = nullptr;
     arrays_ = bucket_arrays_.at(b);  // the graph reads the bucket's own arrays, which stage() fills
-    CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    Status forward = launch(b, b, b, 1);
-    const cudaError_t end = cudaStreamEndCapture(s, &graph);
-    if (!forward.ok()) {
-      if (graph) cudaGraphDestroy(graph);
-      return forward.with_context("capturing the decode graph of " + std::to_string(b) + " sequences");
-    }
-    CUDA_RETURN_IF_ERROR(end);
-    cudaGraphExec_t exec = nullptr;
-    const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
-    cudaGraphDestroy(graph);
-    CUDA_RETURN_IF_ERROR(instantiated);
-    graphs_[b] = exec;
-    CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
-  }
-  // With LoRA slots, the same buckets again with the LoRA launches (rows without an adapter skip them on the
-  // device; steps without any adapter replay the plain graphs and pay nothing).
-  for (int64_t b : options_.max_loras > 0 ? buckets : std::vector<int64_t>{}) {
-    cudaGraph_t graph = nullptr;
-    arrays_ = bucket_arrays_.at(b);
-    lora_active_ = true;
+    lora_active_ = lora;
     CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     Status forward = launch(b, b, b, 1);
     const cudaError_t end = cudaStreamEndCapture(s, &graph);
     lora_active_ = false;
     if (!forward.ok()) {
       if (graph) cudaGraphDestroy(graph);
-      return forward.with_context("capturing the LoRA decode graph of " + std::to_string(b) + " sequences");
+      return forward.with_context(std::string("capturing the ") + (lora ? "LoRA " : "") + "decode graph of " +
+                                  std::to_string(b) + " sequences");
     }
     CUDA_RETURN_IF_ERROR(end);
     cudaGraphExec_t exec = nullptr;
     const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     CUDA_RETURN_IF_ERROR(instantiated);
-    lora_graphs_[b] = exec;
+    into[b] = exec;
     CUDA_RETURN_IF_ERROR(cudaGraphUpload(exec, s));
+    return ok_status();
+  };
+  for (int64_t b : buckets) RETURN_IF_ERROR(capture(b, false, graphs_));
+  // With LoRA slots, the same buckets again with the LoRA launches (rows without an adapter skip them on the
+  // device; steps without any adapter replay the plain graphs and pay nothing).
+  if (options_.max_loras > 0) {
+    for (int64_t b : buckets) RETURN_IF_ERROR(capture(b, true, lora_graphs_));
   }
   RETURN_IF_ERROR(stream_.synchronize());
   CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_after, &total));
