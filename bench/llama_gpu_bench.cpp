@@ -5,7 +5,10 @@
 // same run) and prints the ratios.
 //
 //   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
-//                   [--prefill 2048] [--iters 3] [--no-graphs]
+//                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N]
+// --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots; each batch size is then
+// decoded twice in the same process, without adapters and with sequence i under adapter i % N (every step mixes
+// min(B, N) adapters), and the ratio reported.
 // Decode tokens/s = B * (N - 1) / (time of the N - 1 decode steps after the prompts' prefill); prefill = one step
 // of --prefill tokens (median of --iters). One JSON object on stdout.
 #include <cuda_runtime.h>
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
   std::string name = "llama-3-8b", batches = "1,32";
   int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
   bool graphs = true;
+  int64_t loras = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -70,6 +74,7 @@ int main(int argc, char** argv) {
     else if (a == "--prefill") prefill = std::stoll(next());
     else if (a == "--iters") iters = std::stoll(next());
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--loras") loras = std::stoll(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -83,6 +88,7 @@ int main(int argc, char** argv) {
   o.max_num_tokens = std::max<int64_t>(prefill, prompt);
   o.max_model_len = std::max(prefill, prompt + new_tokens) + 16;
   o.graphs = graphs;
+  o.max_loras = loras, o.max_lora_rank = 16;
   const double t_load = now_s();
   auto model = models::LlamaCudaModel::random(arch(name), o, 1);
   BENCH_CHECK_OK(model.status());
@@ -94,11 +100,49 @@ int main(int argc, char** argv) {
   engine::DecoderScheduler& scheduler = stepper.scheduler;
   std::mt19937 rng(0);
   nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
+  // --loras: random adapters (normal-ish values from a cheap generator; the timing does not depend on them).
+  std::vector<std::shared_ptr<models::LoraAdapter>> adapters;
+  uint64_t lcg = 12345;
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (float& x : v) {
+      lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+      x = (static_cast<float>(lcg >> 40) / static_cast<float>(1ull << 24) - 0.5f) * 0.02f;
+    }
+  };
+  for (int64_t a = 0; a < loras; ++a) {
+    auto adapter = std::make_shared<models::LoraAdapter>();
+    adapter->name = "bench" + std::to_string(a), adapter->id = 1000 + static_cast<uint64_t>(a), adapter->max_rank = 16;
+    adapter->layers.resize(static_cast<size_t>(m.config().num_hidden_layers));
+    for (auto& layer : adapter->layers) {
+      for (int t = 0; t < models::kLoraTargets; ++t) {
+        const auto [in, outf] = models::lora_target_features(m.config(), static_cast<models::LoraTarget>(t));
+        models::LoraModule& mod = layer[t];
+        mod.rank = 16, mod.in = in, mod.out = outf, mod.scale = 2.0f;
+        fill(mod.a, static_cast<size_t>(16 * in));
+        fill(mod.b, static_cast<size_t>(outf * 16));
+      }
+    }
+    adapters.push_back(std::move(adapter));
+  }
+  std::vector<engine::DecoderSequence>* current = nullptr;
+  bool with_loras = false;
+  stepper.before_forward = [&](engine::StepPlan& plan) {
+    if (!with_loras || current == nullptr) return;
+    for (const engine::StepEntry& e : plan.entries) {
+      const int64_t index = e.seq - current->data();
+      plan.step.loras.push_back(adapters[static_cast<size_t>(index % loras)].get());
+    }
+  };
+  for (int variant = 0; variant < (loras > 0 ? 2 : 1); ++variant)
   for (int64_t b : sizes) {
+    with_loras = variant == 1;
     std::vector<double> rates;
     for (int64_t it = 0; it <= iters; ++it) {  // the first is a warm-up
       std::vector<engine::DecoderSequence> seqs(static_cast<size_t>(b));
+      current = &seqs;
       for (auto& q : seqs) {
+        q.adapter = with_loras ? 1000 + static_cast<uint64_t>((&q - seqs.data()) % loras) : 0;
         for (int64_t t = 0; t < prompt; ++t) q.tokens.push_back(static_cast<int32_t>(rng() % vocab));
         scheduler.add(&q);
       }
@@ -114,9 +158,11 @@ int main(int argc, char** argv) {
     }
     std::sort(rates.begin(), rates.end());
     const double rate = rates[rates.size() / 2];
-    out["decode"].push_back({{"batch", b}, {"tokens_per_s", rate}});
-    std::fprintf(stderr, "batch %lld: %.1f tok/s\n", static_cast<long long>(b), rate);
+    out["decode"].push_back({{"batch", b}, {"tokens_per_s", rate}, {"loras", with_loras ? std::min(b, loras) : 0}});
+    std::fprintf(stderr, "batch %lld%s: %.1f tok/s\n", static_cast<long long>(b),
+                 with_loras ? " with adapters" : "", rate);
   }
+  current = nullptr, with_loras = false;
   std::vector<double> times;
   for (int64_t it = 0; it <= iters; ++it) {
     engine::DecoderSequence q;

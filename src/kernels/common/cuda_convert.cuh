@@ -57,6 +57,7 @@ __device__ __forceinline__ float2 packed_to_float2<__half>(uint32_t v) {
 template <typename T>
 __device__ __forceinline__ float dot16_lane(const T* x, const T* w, int64_t k, int lane) {
   float acc = 0.0f;
+#pragma unroll 4
   for (int64_t c = lane * 8; c < k; c += 32 * 8) {
     const uint4 w4 = __ldg(reinterpret_cast<const uint4*>(w + c));
     const uint4 x4 = *reinterpret_cast<const uint4*>(x + c);
