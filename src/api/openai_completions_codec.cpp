@@ -197,6 +197,13 @@ StatusOr<CompletionRequest> parse_completion_request(const std::string& body, bo
   if (seed) p.sampling.seed = static_cast<uint64_t>(*seed);
   RETURN_IF_ERROR(engine::validate_sampling(p.sampling));
   ASSIGN_OR_RETURN(p.ignore_eos, boolean(root, "ignore_eos", false));
+  // mmserve's extension: "adapter": "auto" has the model's gate head pick the LoRA adapters (docs/lora.md).
+  if (root.contains("adapter") && !root["adapter"].is_null()) {
+    if (!root["adapter"].is_string() || root["adapter"].get<std::string>() != "auto") {
+      return invalid_argument("'adapter' must be \"auto\" (name an adapter in 'model' instead)");
+    }
+    p.adapter = "auto";
+  }
   ASSIGN_OR_RETURN(std::optional<int64_t> min_tokens, integer(root, "min_tokens"));
   if (min_tokens) {
     if (*min_tokens < 0 || *min_tokens > p.max_tokens) {
@@ -298,6 +305,14 @@ ojson chunk_choice(const CompletionRequest& r, int64_t index, const std::string&
 
 }  // namespace
 
+nlohmann::ordered_json adapters_json(const engine::LlamaOutput& out) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < out.routed_adapters.size(); ++i) {
+    list.push_back({{"name", out.routed_adapters[i]}, {"weight", out.routed_weights[i]}});
+  }
+  return list;
+}
+
 nlohmann::ordered_json routing_json(const engine::LlamaOutput& out) {
   ojson experts = ojson::array(), weights = ojson::array();
   const int64_t layers = out.routing_layers, k = out.routing_k;
@@ -342,6 +357,7 @@ std::string encode_completion(const CompletionRequest& r, const std::string& id,
     }
     choice["finish_reason"] = out.finish_reason;
     if (out.routing_k > 0) choice["routing"] = routing_json(out);  // x-mmserve-trace-routing: 1 (docs/api.md)
+    if (!out.routed_adapters.empty()) choice["adapters"] = adapters_json(out);  // adapter "auto" (docs/api.md)
     j["choices"].push_back(std::move(choice));
   }
   j["usage"] = usage_json(completion_usage(choices));

@@ -64,6 +64,8 @@ CompletionUsage completion_usage(std::span<const engine::LlamaOutput* const> cho
 // The routing trace of a mixture-of-experts answer (x-mmserve-trace-routing): {"layers": L, "top_k": k,
 // "experts": [token][layer][k], "weights": [token][layer][k]}.
 nlohmann::ordered_json routing_json(const engine::LlamaOutput& out);
+// Gate routing's choice ([{"name", "weight"}], by descending weight): each choice's `adapters` extension field.
+nlohmann::ordered_json adapters_json(const engine::LlamaOutput& out);
 
 // A choice whose output carries a routing trace (x-mmserve-trace-routing on a mixture-of-experts model) gets
 // "routing": {"layers": L, "top_k": k, "experts": [token][layer][k], "weights": [token][layer][k]} (docs/api.md);

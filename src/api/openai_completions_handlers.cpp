@@ -171,7 +171,12 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
   if (!options.ok()) return error_reply(kFamily, options.status());
   // `model` may name a LoRA adapter: the request goes to its base model under it (the answer keeps the name).
   const ResolvedModel resolved = resolve_model(env, parsed->model);
-  parsed->params->adapter = resolved.adapter;
+  if (!resolved.adapter.empty()) {
+    if (parsed->params->adapter == "auto") {
+      return error_reply(kFamily, invalid_argument("'adapter': \"auto\" goes with a base model, not an adapter"));
+    }
+    parsed->params->adapter = resolved.adapter;
+  }
   serving::RequestSpec common;
   common.model = resolved.model;
   if (parsed->prompt) {

@@ -118,7 +118,9 @@ struct GenerateArgs {
   std::string model_dir;
   std::string prompt, prompt_ids, messages;
   std::vector<std::string> images;  // LLaVA: one file per <image> placeholder, in order
-  std::string adapter;              // a PEFT LoRA adapter directory over --model
+  std::string adapter;              // a PEFT LoRA adapter directory over --model, or "auto" (--gate routes)
+  std::string gate;                 // --adapter auto: the gate head (gate.safetensors, gate.json beside it)
+  std::vector<std::string> adapters;  // --adapter auto: the adapters the gate names (each named by its folder)
   int max_new_tokens = 16;
   double temperature = 1.0;
   double top_p = 1.0;

@@ -85,7 +85,20 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   // The server's code for one request: the family's preparer and executor (cli/local_run.h).
   // --adapter: loaded with the model, as a server's mmserve.yaml `adapters` (on a GPU the model gets its slots).
   nlohmann::json family = nlohmann::json::object();
-  if (!args.adapter.empty()) {
+  const bool routed = args.adapter == "auto";
+  if (routed) {  // the gate head over the adapters it names
+    if (args.gate.empty() || args.adapters.empty()) return invalid_argument("--adapter auto needs --gate and --adapters");
+    family["gate"] = std::filesystem::absolute(args.gate).string();
+    family["adapters"] = nlohmann::json::object();
+    for (const std::string& dir : args.adapters) {
+      const std::filesystem::path path = std::filesystem::absolute(dir);
+      family["adapters"][path.filename().string()] = path.string();
+    }
+  } else if (!args.adapter.empty()) {
+    if (!args.gate.empty() || !args.adapters.empty()) return invalid_argument("--gate and --adapters go with --adapter auto");
+    if (!std::filesystem::is_directory(args.adapter)) {
+      return invalid_argument("--adapter " + args.adapter + ": not a directory (or auto)");
+    }
     family["adapters"] = {{"adapter", std::filesystem::absolute(args.adapter).string()}};
   }
   ASSIGN_OR_RETURN(std::unique_ptr<engine::Executor> executor,
@@ -102,7 +115,7 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
   params.max_tokens = args.max_new_tokens;
   params.stop = args.stop;
   params.ignore_eos = args.ignore_eos;
-  if (!args.adapter.empty()) params.adapter = "adapter";
+  if (!args.adapter.empty()) params.adapter = routed ? "auto" : "adapter";
   std::vector<engine::InputItem> inputs;
   if (!args.prompt_ids.empty()) {
     ASSIGN_OR_RETURN(params.prompt_ids, parse_ids(args.prompt_ids));
@@ -126,8 +139,15 @@ StatusOr<nlohmann::json> generate(const GenerateArgs& args) {
                    run_local(*executor, *preparer, std::move(inputs), &params));
   const auto* out = engine::output_as<engine::LlamaOutput>(output);
   if (out == nullptr) return internal_error("the executor returned another family's output");
-  return nlohmann::json{{"prompt_ids", out->prompt_ids}, {"ids", out->ids}, {"text", out->text},
-                        {"finish_reason", out->finish_reason}};
+  nlohmann::json result = {{"prompt_ids", out->prompt_ids}, {"ids", out->ids}, {"text", out->text},
+                           {"finish_reason", out->finish_reason}};
+  if (!out->routed_adapters.empty()) {  // --adapter auto: what the gate chose
+    result["adapters"] = nlohmann::json::array();
+    for (size_t i = 0; i < out->routed_adapters.size(); ++i) {
+      result["adapters"].push_back({{"name", out->routed_adapters[i]}, {"weight", out->routed_weights[i]}});
+    }
+  }
+  return result;
 }
 
 }  // namespace

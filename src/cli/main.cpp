@@ -74,7 +74,12 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--image", generate.images,
                            "LLaVA: an image file for each <image> in --prompt, in order (repeatable)")
       ->check(CLI::ExistingFile);
-  generate_cmd->add_option("--adapter", generate.adapter, "a PEFT LoRA adapter directory, applied over --model")
+  generate_cmd->add_option("--adapter", generate.adapter,
+                           "a PEFT LoRA adapter directory applied over --model, or auto (routed by --gate)");
+  generate_cmd->add_option("--gate", generate.gate, "--adapter auto: the gate head's gate.safetensors")
+      ->check(CLI::ExistingFile);
+  generate_cmd->add_option("--adapters", generate.adapters,
+                           "--adapter auto: the adapter directories the gate names (repeatable; named by folder)")
       ->check(CLI::ExistingDirectory);
   generate_cmd->add_option("--max-new-tokens", generate.max_new_tokens, "most tokens to generate")
       ->check(CLI::PositiveNumber);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -111,6 +112,9 @@ struct Live : DecoderSequence {
   std::vector<float> features;      // LLaVA: [placeholders, hidden], the images' features in prompt order
   std::vector<int32_t> feature_row;  // LLaVA: per prompt position, its row of `features` or -1
   std::shared_ptr<const models::LoraAdapter> lora;  // LoRA: held while the sequence lives (its id: `adapter`)
+  std::shared_ptr<const models::LoraAdapter> lora2;  // gate routing: the second adapter
+  float lora_weights[2] = {1.0f, 0.0f};
+  std::vector<std::string> routed;  // gate routing: the adapters' names, for the output
   double first_ms = -1, last_ms = -1;
   bool done = false;
   std::span<const int32_t> generated() const {
@@ -212,6 +216,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
                               " (raise kv_cache_bytes or lower max_model_len in mmserve.yaml options)");
     }
     ASSIGN_OR_RETURN(models::LlamaKvPool pool, model->new_pool(blocks, llama.block_size));
+    e->cpu_model_ = model;
     e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));
   } else {
 #if MMSERVE_HAS_CUDA
@@ -254,6 +259,16 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->info_.max_text_tokens = e->max_model_len_;
   e->info_.generates = true;
   for (const auto& [name, dir] : llama.adapters) RETURN_IF_ERROR(e->load_adapter(name, dir));
+  if (!llama.gate.empty()) {
+    if (!options.device.is_cpu()) return unimplemented("gate routing (options.gate) runs on the CPU path only for now");
+    ASSIGN_OR_RETURN(models::GateHead gate, models::GateHead::load(llama.gate));
+    if (gate.input_dim() != e->config_.hidden_size) {
+      return invalid_argument(llama.gate + ": the gate takes " + std::to_string(gate.input_dim()) +
+                              " values; this decoder's embedding has " + std::to_string(e->config_.hidden_size));
+    }
+    for (const std::string& name : gate.adapters()) RETURN_IF_ERROR(e->adapter(name).status().with_context(llama.gate));
+    e->gate_ = std::move(gate);
+  }
   return e;
 }
 
@@ -264,7 +279,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
                                     "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
-                                    "adapters", "max_loras", "max_lora_rank"},
+                                    "adapters", "max_loras", "max_lora_rank", "gate"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -282,6 +297,10 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.encoder_cache_bytes, o.get_int_or("encoder_cache_bytes", llama.encoder_cache_bytes));
     ASSIGN_OR_RETURN(llama.max_loras, o.get_int_or("max_loras", llama.max_loras));
     ASSIGN_OR_RETURN(llama.max_lora_rank, o.get_int_or("max_lora_rank", llama.max_lora_rank));
+    ASSIGN_OR_RETURN(llama.gate, o.get_string_or("gate", ""));
+    if (!llama.gate.empty() && std::filesystem::path(llama.gate).is_relative()) {
+      llama.gate = (std::filesystem::path(model_dir) / llama.gate).string();
+    }
     // adapters: {name: directory}, a relative directory under the model's (vLLM's --lora-modules, per model).
     if (o.has("adapters")) {
       const nlohmann::json& a = family_config["adapters"];
@@ -450,6 +469,8 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->logprobs = std::move(s.logprobs);
     out->tokenizer = tokenizer_;
     out->finish_reason = reason;
+    out->routed_adapters = s.routed;
+    if (!s.routed.empty()) out->routed_weights.assign(s.lora_weights, s.lora_weights + s.routed.size());
     out->batch_size = stats.slot_items[0];
     out->first_ms = s.first_ms;
     out->last_ms = s.last_ms;
@@ -520,6 +541,41 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       s->extra_hash = salt;
       // ... from the block of the first placeholder on: the text before it is shared whatever the images.
       s->extra_from = std::find(input->prompt.begin(), input->prompt.end(), placeholder) - input->prompt.begin();
+    }
+    if (input->adapter_auto) {  // the gate head's top-2 over the prompt's mean input embedding
+      StatusOr<std::vector<float>> e = [&]() -> StatusOr<std::vector<float>> {
+        std::vector<int32_t> rows;
+        for (size_t p = 0; p < s->feature_row.size(); ++p) {
+          if (s->feature_row[p] >= 0) rows.push_back(static_cast<int32_t>(p));
+        }
+        return cpu_model_->mean_input_embedding(input->prompt, rows, s->features.data());
+      }();
+      StatusOr<models::GateChoice> choice = e.ok() ? gate_->route(*e, 2) : StatusOr<models::GateChoice>(e.status());
+      std::shared_ptr<const models::LoraAdapter> picked[2];
+      Status found = choice.status();
+      for (size_t k = 0; found.ok() && k < choice->index.size(); ++k) {
+        StatusOr<std::shared_ptr<const models::LoraAdapter>> a =
+            adapter(gate_->adapters()[static_cast<size_t>(choice->index[k])]);
+        found = a.status();
+        if (found.ok()) picked[k] = *a;
+      }
+      if (!found.ok()) {
+        hooks.finish(i, found, 0);
+        return;
+      }
+      s->lora = picked[0], s->lora2 = picked[1];
+      s->lora_weights[0] = choice->weight[0], s->lora_weights[1] = choice->weight.size() > 1 ? choice->weight[1] : 0.0f;
+      for (const auto& a : picked) {
+        if (a) s->routed.push_back(a->name);
+      }
+      s->adapter = s->lora->id;
+      uint64_t salt = s->lora->id * 0x9e3779b97f4a7c15ull;
+      if (s->lora2) salt ^= (s->lora2->id + 1) * 0xc2b2ae3d27d4eb4full;
+      uint32_t bits[2];
+      std::memcpy(bits, s->lora_weights, sizeof bits);
+      salt ^= (uint64_t{bits[0]} << 32) | bits[1];  // other weights, other keys and values
+      s->extra_hash = (s->extra_hash ^ salt) * 0x100000001b3ull;
+      s->extra_from = 0;
     }
     if (input->adapter) {  // LoRA: every block salted by the adapter (its keys and values are its own)
       s->lora = input->adapter;
@@ -657,6 +713,17 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     for (const StepEntry& e : plan.entries) {  // LoRA: each sequence's adapter (the Live entries hold them)
       if (static_cast<const Live*>(e.seq)->lora) {
         for (const StepEntry& f : plan.entries) plan.step.loras.push_back(static_cast<const Live*>(f.seq)->lora.get());
+        break;
+      }
+    }
+    for (const StepEntry& e : plan.entries) {  // gate routing: second adapters and both weights
+      if (static_cast<const Live*>(e.seq)->lora2) {
+        for (const StepEntry& f : plan.entries) {
+          const Live* live = static_cast<const Live*>(f.seq);
+          plan.step.loras_second.push_back(live->lora2.get());
+          plan.step.lora_weights.push_back(live->lora_weights[0]);
+          plan.step.lora_weights.push_back(live->lora_weights[1]);
+        }
         break;
       }
     }

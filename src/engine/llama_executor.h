@@ -40,6 +40,7 @@
 #include "frontends/image/preprocess.h"
 #include "models/llama/llama.h"
 #include "models/llava/llava.h"
+#include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
 
 namespace mmserve::engine {
@@ -91,6 +92,7 @@ struct LlamaInput : ModelInput {
   std::function<bool(const TextDelta& delta)> on_delta;
   bool trace_routing = false;
   std::shared_ptr<const models::LoraAdapter> adapter;  // held until the sequence ends (an unload waits for it)
+  bool adapter_auto = false;  // adapter "auto": the executor's gate head picks the adapters at admission
 };
 
 struct LlamaOutput : ModelOutput {
@@ -99,6 +101,9 @@ struct LlamaOutput : ModelOutput {
   std::string text;
   std::shared_ptr<const text::HfTokenizer> tokenizer;  // the model's: token strings for logprobs
   std::string finish_reason;  // "stop" | "length"
+  // Gate routing (adapter "auto"): the adapters the gate head chose and their weights (the usage extension).
+  std::vector<std::string> routed_adapters;
+  std::vector<float> routed_weights;
   double first_ms = -1, last_ms = -1;  // from the request's admission to the engine to its first / last token
   // trace_routing on a mixture-of-experts model: per generated token and layer, the chosen experts (descending
   // weight) and their renormalised weights, [ids.size(), routing_layers, routing_k] (the routing of the position
@@ -131,6 +136,9 @@ struct LlamaOptions {
   // largest rank a slot takes. The CPU path has no slots (every loaded adapter is usable).
   int64_t max_loras = 0;
   int64_t max_lora_rank = 16;
+  // A gate head (models/lora/gate_head.h: gate.safetensors with gate.json beside it): requests whose adapter is
+  // "auto" are routed by it to its top-2 adapters (which must be loaded), applied together. CPU path only for now.
+  std::string gate;
 };
 
 class DecoderBackend;
@@ -174,6 +182,7 @@ class LlamaExecutor final : public Executor {
   Status unload_adapter(const std::string& name) override;
   std::vector<AdapterInfo> adapter_list() const override;
   StatusOr<std::shared_ptr<const models::LoraAdapter>> adapter(const std::string& name) const;
+  bool has_gate() const { return gate_.has_value(); }
 
  private:
   LlamaExecutor() = default;
@@ -205,6 +214,8 @@ class LlamaExecutor final : public Executor {
   mutable std::mutex adapters_mutex_;
   std::map<std::string, std::shared_ptr<const models::LoraAdapter>> adapters_;
   int64_t lora_slots_ = 0;  // the GPU backend's (0 on the CPU: no limit)
+  std::optional<models::GateHead> gate_;
+  std::shared_ptr<const models::LlamaModel> cpu_model_;  // the gate's embedding table (CPU path)
 };
 
 class LlamaInputs final : public InputPreparer {

@@ -135,7 +135,12 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   input->logprobs = p->logprobs;
   input->on_delta = p->on_delta;
   input->trace_routing = p->trace_routing;
-  if (!p->adapter.empty()) {
+  if (p->adapter == "auto") {  // the gate head routes it at admission
+    if (!executor_->has_gate()) {
+      return invalid_argument("adapter \"auto\" needs a gate head (options.gate) on model '" + options_.model + "'");
+    }
+    input->adapter_auto = true;
+  } else if (!p->adapter.empty()) {
     ASSIGN_OR_RETURN(input->adapter, executor_->adapter(p->adapter));
   }
   Prepared prepared;

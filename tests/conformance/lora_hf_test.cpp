@@ -34,7 +34,7 @@ struct Decoded {
 // One sequence through forward_step: the prompt as one chunk (every row's logits), then greedy steps of one token
 // over the cache, under `adapter` (or none).
 Decoded decode(const LlamaModel& model, const std::vector<int32_t>& prompt, int64_t new_tokens,
-               const LoraAdapter* adapter) {
+               const LoraAdapter* adapter, const LoraAdapter* second = nullptr, std::vector<float> weights = {}) {
   const int64_t vocab = model.config().vocab_size, block = 64;
   auto pool = model.new_pool(1, block);
   EXPECT_TRUE(pool.ok());
@@ -56,6 +56,7 @@ Decoded decode(const LlamaModel& model, const std::vector<int32_t>& prompt, int6
     step.max_seq_len = static_cast<int64_t>(tokens.size());
     step.max_query_len = step.num_tokens();
     step.loras = {adapter};
+    if (second != nullptr) step.loras_second = {second}, step.lora_weights = weights;
     std::vector<float> logits(step.logit_rows.size() * static_cast<size_t>(vocab));
     const Status st = model.forward_step(step, *pool, logits.data());
     EXPECT_TRUE(st.ok()) << st.to_string();
@@ -173,6 +174,34 @@ TEST(LoraHf, OneStepOfEveryAdapterAndNoneIsEachAlone) {
     const std::vector<float> got(logits.begin() + s * vocab, logits.begin() + (s + 1) * vocab);
     EXPECT_LE(max_abs_diff(got, want_last[s]), 1e-4f) << "sequence " << s;
   }
+}
+
+// Gate routing's two adapters at once (tests/fixtures/lora_gate, tools/reference/make_gate_fixtures.py): PEFT's
+// add_weighted_adapter(combination_type="cat") with the router's weights, checked there to be w1 * delta1 +
+// w2 * delta2 of every module, against our step with loras_second and lora_weights.
+TEST(LoraHf, TwoAdaptersWithTheRoutersWeightsArePeftsWeightedCombination) {
+  std::unique_ptr<LlamaModel> model = base_model();
+  ASSERT_NE(model, nullptr);
+  const std::string dir = testing::fixture("lora_gate");
+  const json meta = json::parse(std::ifstream(dir + "/golden.json"));
+  testing::Golden golden(dir + "/golden.safetensors");
+  const json& mix = meta["mix"];
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  for (const auto& name : mix["adapters"]) {
+    auto a = load_lora_adapter(testing::fixture("lora/" + name.get<std::string>()), name, model->config());
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    adapters.push_back(*a);
+  }
+  const std::vector<int32_t> prompt = meta["prompts"][mix["prompt"].get<size_t>()].get<std::vector<int32_t>>();
+  const std::vector<int64_t> want = golden.i64("mix_greedy_ids");
+  const Decoded got = decode(*model, prompt, static_cast<int64_t>(want.size()), adapters[0].get(), adapters[1].get(),
+                             mix["weights"].get<std::vector<float>>());
+  const float prompt_diff = max_abs_diff(got.prompt_logits, golden.f32("mix_prompt_logits"));
+  const float step_diff = max_abs_diff(got.step_logits, golden.f32("mix_step_logits"));
+  std::printf("gate mix: prompt logits %.2e, step logits %.2e from PEFT's\n", prompt_diff, step_diff);
+  EXPECT_LE(prompt_diff, 1e-4f);
+  EXPECT_LE(step_diff, 1e-4f);
+  EXPECT_EQ(got.greedy, want);
 }
 
 }  // namespace

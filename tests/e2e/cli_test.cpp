@@ -562,6 +562,36 @@ TEST(Cli, GenerateWithAnAdapterGivesPeftsIds) {
   fs::remove_all(bad), fs::remove_all(d);
 }
 
+// --adapter auto: the gate head (tests/fixtures/lora_gate) picks torch's two adapters with torch's weights, and the
+// answer is PEFT's weighted combination of them (its greedy ids); --adapter auto without a gate is a user error.
+TEST(Cli, GenerateWithTheGateRoutesAsTorchAndMixesAsPeft) {
+  const fs::path d = temp_dir("lora_gate_base");
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fixture(std::string("llama/llama-gqa-f32/") + f), d / f);
+  fs::copy_file(fixture("llava_servable/tokenizer.json"), d / "tokenizer.json");
+  const nlohmann::json meta = nlohmann::json::parse(read_text(fixture("lora_gate/golden.json")));
+  const nlohmann::json& mix = meta["mix"];
+  std::string ids;
+  for (const auto& id : meta["prompts"][mix["prompt"].get<size_t>()]) ids += (ids.empty() ? "" : ",") + std::to_string(id.get<int>());
+  std::vector<std::string> args = {"generate", "--model", d.string(), "--adapter", "auto", "--gate",
+                                   fixture("lora_gate/gate.safetensors"), "--prompt-ids", ids, "--max-new-tokens", "12",
+                                   "--temperature", "0", "--ignore-eos"};
+  for (const auto& name : meta["adapters"]) {
+    args.push_back("--adapters");
+    args.push_back(fixture("lora/" + name.get<std::string>()));
+  }
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json out = nlohmann::json::parse(r.out);
+  EXPECT_EQ(out["ids"], mix["greedy_ids"]);
+  ASSERT_EQ(out["adapters"].size(), 2u) << r.out;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(out["adapters"][i]["name"], mix["adapters"][i]);
+    EXPECT_NEAR(out["adapters"][i]["weight"].get<double>(), mix["weights"][i].get<double>(), 1e-5);
+  }
+  expect_user_error(run({"generate", "--model", d.string(), "--adapter", "auto", "--prompt-ids", ids}), "--gate");
+  fs::remove_all(d);
+}
+
 TEST(CliGpu, GenerateWithAnAdapterOnTheGpuGivesPeftsIds) {
   if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";
   expect_lora_greedy({"--device", "cuda:0", "--dtype", "f32"});

@@ -37,6 +37,10 @@ struct DecoderStep {
   std::vector<int32_t> embed_rows;  // token rows whose input embedding is given, ascending
   const float* embeds = nullptr;    // [embed_rows.size(), hidden]
   std::vector<const LoraAdapter*> loras;  // [S] or empty
+  // Gate routing (issue 16): a second adapter per sequence ([S] or empty; null: none) and both adapters' weights
+  // ([S, 2] or empty: 1 and 0). The sequence's delta is w0 * delta(loras[s]) + w1 * delta(loras_second[s]).
+  std::vector<const LoraAdapter*> loras_second;
+  std::vector<float> lora_weights;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }

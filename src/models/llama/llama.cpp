@@ -374,8 +374,15 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
   if (pool.layers != c.num_hidden_layers || pool.kv_size != c.kv_size()) {
     return invalid_argument("the KV pool was made for another model");
   }
-  if (!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != s) {
+  if ((!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != s) ||
+      (!step.loras_second.empty() && step.loras_second.size() != step.loras.size()) ||
+      (!step.lora_weights.empty() && static_cast<int64_t>(step.lora_weights.size()) != 2 * s)) {
     return invalid_argument("a decoder step's adapters disagree with its sequences");
+  }
+  for (const LoraAdapter* a : step.loras_second) {
+    if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
+      return invalid_argument("adapter '" + a->name + "' was loaded for another model");
+    }
   }
   for (const LoraAdapter* a : step.loras) {
     if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
@@ -494,23 +501,30 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   kernels::PagedKvWriteArgs write;
   write.k = k.data(), write.v = v.data(), write.src_ld = kvs, write.dtype = DType::kF32;
   write.slot_mapping = step.slots.data(), write.num_tokens = n, write.width = kvs, write.num_slots = pool.slots();
-  // LoRA (issue 16): each sequence's adapter's delta on a linear's output, added after the base layer as PEFT does.
+  // LoRA (issue 16): each sequence's adapter's delta on a linear's output, added after the base layer as PEFT does;
+  // under gate routing a second adapter's too, each scaled by its weight.
   const bool any_lora = std::any_of(step.loras.begin(), step.loras.end(), [](const LoraAdapter* a) { return a; });
   std::vector<kernels::LoraSegmentWeights> segments(static_cast<size_t>(step.num_seqs()));
-  auto lora = [&](int64_t layer, LoraTarget t, const float* in, int64_t in_ld, float* out, int64_t out_ld) {
-    if (!any_lora) return;
+  auto lora_pass = [&](const std::vector<const LoraAdapter*>& adapters, int which, int64_t layer, LoraTarget t,
+                       const float* in, int64_t in_ld, float* out, int64_t out_ld) {
     const LoraModule* first = nullptr;  // the linear's shape (every adapter's is the model's)
     for (int64_t s = 0; s < step.num_seqs(); ++s) {
-      const LoraAdapter* a = step.loras[s];
+      const LoraAdapter* a = adapters[s];
       const LoraModule* m = a != nullptr ? &a->module(layer, t) : nullptr;
+      const float weight = step.lora_weights.empty() ? (which == 0 ? 1.0f : 0.0f) : step.lora_weights[2 * s + which];
       segments[s] = m != nullptr && m->present()
-                        ? kernels::LoraSegmentWeights{m->a.data(), m->b.data(), m->rank, m->scale}
+                        ? kernels::LoraSegmentWeights{m->a.data(), m->b.data(), m->rank, m->scale * weight}
                         : kernels::LoraSegmentWeights{};
       if (first == nullptr && segments[s].rank > 0) first = m;
     }
     if (first == nullptr) return;
     kernels::lora_sgmv(in, in_ld, step.query_start.data(), step.num_seqs(), segments.data(), first->in, first->out, out,
                        out_ld);
+  };
+  auto lora = [&](int64_t layer, LoraTarget t, const float* in, int64_t in_ld, float* out, int64_t out_ld) {
+    if (!any_lora) return;
+    lora_pass(step.loras, 0, layer, t, in, in_ld, out, out_ld);
+    if (!step.loras_second.empty()) lora_pass(step.loras_second, 1, layer, t, in, in_ld, out, out_ld);
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
@@ -567,6 +581,31 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   Tensor in(normed.data(), DType::kF32, {rows, h}), out(logits, DType::kF32, {rows, c.vocab_size});
   kernels::linear(in, lm_head_, nullptr, out);
   return ok_status();
+}
+
+StatusOr<std::vector<float>> LlamaModel::mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                             const std::vector<int32_t>& embed_rows,
+                                                             const float* embeds) const {
+  const int64_t h = config_.hidden_size, n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
+  std::vector<double> sum(static_cast<size_t>(h), 0.0);
+  size_t next = 0;  // into embed_rows (ascending)
+  for (int64_t p = 0; p < n; ++p) {
+    const float* row;
+    if (next < embed_rows.size() && embed_rows[next] == p) {
+      row = embeds + next * h;
+      ++next;
+    } else {
+      if (tokens[p] < 0 || tokens[p] >= config_.vocab_size) {
+        return invalid_argument("token id " + std::to_string(tokens[p]) + " is outside the vocabulary");
+      }
+      row = embed_.data_as<float>() + static_cast<int64_t>(tokens[p]) * h;
+    }
+    for (int64_t c = 0; c < h; ++c) sum[c] += row[c];
+  }
+  std::vector<float> out(static_cast<size_t>(h));
+  for (int64_t c = 0; c < h; ++c) out[c] = static_cast<float>(sum[c] / static_cast<double>(n));
+  return out;
 }
 
 StatusOr<std::vector<int32_t>> LlamaModel::greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,

@@ -143,6 +143,11 @@ class LlamaModel {
   // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).
   Status forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache, float* last_logits,
                  float* all_logits = nullptr, const LlamaForwardExtras& extras = {}) const;
+  // The router's embedding (models/lora/gate_head.h): the mean over the prompt of the decoder's input rows, each
+  // token's embed_tokens row or, at embed_rows (ascending), the given rows of `embeds` (LLaVA's image features).
+  StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                    const std::vector<int32_t>& embed_rows = {},
+                                                    const float* embeds = nullptr) const;
   // Plain greedy decoding (argmax of the raw logits, ties to the lowest id) of up to max_new_tokens after the
   // prompt, stopping after an eos id unless ignore_eos. Returns the generated ids only.
   StatusOr<std::vector<int32_t>> greedy(const std::vector<int32_t>& prompt, int64_t max_new_tokens,

@@ -888,6 +888,9 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
   if (!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != n) {
     return invalid_argument("a decoder step's adapters disagree with its sequences");
   }
+  if (std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; })) {
+    return unimplemented("two adapters per sequence (gate routing) are not written for the GPU yet");
+  }
   const std::map<int64_t, cudaGraphExec_t>& graphs = lora ? lora_graphs_ : graphs_;
   auto graph = bucket > 0 ? graphs.find(bucket) : graphs.end();
   if (graph != graphs.end()) {

@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Builds mmserve's gate-head routing fixtures (issue 16 item 4) with PyTorch and PEFT: a random router MLP over the
+three LoRA fixtures and PEFT's output when two adapters are applied together with the router's weights.
+
+Run where torch, transformers (>= 5), peft and safetensors are installed (the GPU host, on its CPU in float32):
+
+    python3 tools/reference/make_gate_fixtures.py --fixtures tests/fixtures --out /tmp/fx   # then: cp -r /tmp/fx/lora_gate tests/fixtures/
+
+It writes lora_gate/:
+  gate.safetensors   nn.Sequential(Linear(64, 256), ReLU(), Linear(256, 3)) under the attribute `gate`
+                     (gate.0.weight [256, 64], gate.0.bias, gate.2.weight [3, 256], gate.2.bias), float32
+  gate.json          {"adapters": the three lora fixtures' names, in the gate's output order}
+  golden.safetensors embeddings [P, 64]: the mean of the base model's input embeddings over each prompt (the
+                     embedding docs/lora.md defines; a text-only model's are embed_tokens rows); probs [P, 3] the
+                     MLP's softmax; top2 I64 [P, 2] and top2_weights [P, 2] (renormalised); for the first prompt routed to
+                     adapters 0 and 1 (golden.json's mix.prompt) mix_prompt_logits [len, V], mix_step_logits [N, V] and mix_greedy_ids I64 [N]: PEFT's model with
+                     both chosen adapters active at once (PEFT sums active adapters' outputs), each lora_B scaled by
+                     its weight: w1 * delta1 + w2 * delta2, unmerged, float32
+  golden.json        prompts, the choices, versions
+
+The gate is random (torch.manual_seed), its second layer scaled so that the prompts do not all pick the same pair.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_llama_fixtures import margin, run  # noqa: E402
+
+ADAPTERS = ["llama-qv-r4", "llama-all-r8-rslora", "llama-patterns-regex"]
+HIDDEN = 256
+
+
+class Router(torch.nn.Module):
+    def __init__(self, d, n):
+        super().__init__()
+        self.gate = torch.nn.Sequential(torch.nn.Linear(d, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, n))
+
+    def forward(self, e):
+        return torch.softmax(self.gate(e).float(), dim=-1)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--fixtures", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    import peft
+    import safetensors
+    import transformers
+    from peft import PeftModel
+    from safetensors.torch import save_file
+    torch.set_grad_enabled(False)
+    base_dir = os.path.abspath(os.path.join(args.fixtures, "llama", "llama-gqa-f32"))
+    meta = json.load(open(os.path.join(base_dir, "golden.json")))
+
+    def load_base():
+        return transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32,
+                                                                 attn_implementation="eager").eval()
+
+    base = load_base()
+    embed = base.get_input_embeddings()
+    g = torch.Generator().manual_seed(7)
+    prompts = [meta["prompt_ids"]] + [torch.randint(3, 256, (n,), generator=g).tolist() for n in (5, 9, 13, 4, 17)]
+    emb = torch.stack([embed(torch.tensor(p)).mean(dim=0) for p in prompts]).float()
+    # The prompts' mean embeddings lie close together: amplify the first layer until the router separates them (the
+    # first seed and scale with two or more pairs, one of them adapters 0 and 1; see below).
+    for seed, scale in [(s, c) for c in (10.0, 30.0, 100.0, 300.0) for s in range(11, 31)]:
+        torch.manual_seed(seed)
+        router = Router(emb.shape[1], len(ADAPTERS)).eval()
+        with torch.no_grad():
+            router.gate[0].weight.mul_(scale)
+            router.gate[2].weight.mul_(10.0)
+        probs = router(emb)
+        top = torch.topk(probs, 2, dim=-1)
+        pairs = {tuple(sorted(x)) for x in top.indices.tolist()}
+        if len(pairs) >= 2 and (0, 1) in pairs:
+            break
+    weights = top.values / top.values.sum(dim=-1, keepdim=True)
+    print("seed", seed, "scale", scale, "probs", probs.tolist())
+    print("pairs", pairs)
+    assert len(pairs) >= 2 and (0, 1) in pairs, ("no seed and scale separate the prompts", probs)
+
+    out = os.path.join(args.out, "lora_gate")
+    os.makedirs(out, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in router.state_dict().items()}, os.path.join(out, "gate.safetensors"))
+    json.dump({"adapters": ADAPTERS}, open(os.path.join(out, "gate.json"), "w"), indent=1)
+
+    # One prompt's pair applied together, by PEFT: the first prompt whose pair has list-typed target_modules only
+    # (add_weighted_adapter refuses to mix a regex target_modules with lists), i.e. adapters 0 and 1.
+    mix = next((p for p in range(len(prompts)) if set(top.indices[p].tolist()) == {0, 1}), None)
+    assert mix is not None, ("no prompt routes to adapters 0 and 1", top.indices.tolist())
+    i, j = top.indices[mix].tolist()
+    wi, wj = weights[mix].tolist()
+    lora_dir = os.path.join(args.fixtures, "lora")
+    model = PeftModel.from_pretrained(load_base(), os.path.join(lora_dir, ADAPTERS[i]), adapter_name="a")
+    model.load_adapter(os.path.join(lora_dir, ADAPTERS[j]), adapter_name="b")
+    # Both adapters active at once (PEFT's LoRA layers add every active adapter's lora_B(lora_A(x)) * scaling), each
+    # lora_B scaled in place by its weight: PEFT's own forward of w_a * delta_a + w_b * delta_b.
+    from peft.tuners.lora import LoraLayer
+    checked = 0
+    for name, m in model.get_base_model().named_modules():
+        if not isinstance(m, LoraLayer):
+            continue
+        for adapter, weight in (("a", wi), ("b", wj)):
+            if adapter in m.lora_B:
+                m.lora_B[adapter].weight.mul_(weight)
+                checked += 1
+    model.base_model.set_adapter(["a", "b"])
+    model.eval()
+    assert checked > 0
+    prompt_logits, steps, greedy = run(model, prompts[mix])
+    save_file({"embeddings": emb.contiguous(), "probs": probs.contiguous(), "top2": top.indices.to(torch.int64),
+               "top2_weights": weights.contiguous(), "mix_prompt_logits": prompt_logits.contiguous(),
+               "mix_step_logits": steps.contiguous(), "mix_greedy_ids": torch.tensor(greedy, dtype=torch.int64)},
+              os.path.join(out, "golden.safetensors"))
+    json.dump({"prompts": prompts, "adapters": ADAPTERS, "top2": top.indices.tolist(), "top2_weights": weights.tolist(),
+               "mix": {"prompt": mix, "adapters": [ADAPTERS[i], ADAPTERS[j]], "weights": [wi, wj], "greedy_ids": greedy,
+                       "min_top1_margin": margin(steps), "modules_checked": checked},
+               "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+               "safetensors": safetensors.__version__},
+              open(os.path.join(out, "golden.json"), "w"), indent=1)
+    print(f"gate: pairs {sorted(pairs)}; prompt {mix} mixes {ADAPTERS[i]} x {wi:.3f} + {ADAPTERS[j]} x {wj:.3f}, "
+          f"greedy {greedy}, margin {margin(steps):.4f}, {checked} modules checked")
+
+
+if __name__ == "__main__":
+    main()
