@@ -22,12 +22,13 @@ TEST(OpenAiCompletionsCodec, ReadsPromptsSamplingAndStreamOptions) {
   auto r = parse_completion_request(R"({"model": "m", "prompt": "Once", "max_tokens": 7, "temperature": 0.5,
       "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 3, "stop": ["\n", "end"], "ignore_eos": true,
       "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.1, "min_tokens": 3, "stream": true,
-      "stream_options": {"include_usage": true}, "n": 1, "logprobs": null})",
+      "stream_options": {"include_usage": true}, "n": 1, "logprobs": null, "adapter": "auto"})",
                                     false);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->model, "m");
   EXPECT_EQ(r->prompt, "Once");
   const engine::LlamaParams& p = *r->params;
+  EXPECT_EQ(p.adapter, "auto");  // the gate head routes it (docs/lora.md)
   EXPECT_EQ(p.max_tokens, 7);
   EXPECT_EQ(p.sampling.temperature, 0.5);
   EXPECT_EQ(p.sampling.top_p, 0.9);
@@ -78,6 +79,8 @@ TEST(OpenAiCompletionsCodec, RefusesWithMessages) {
       {R"({"model": "m", "prompt": "a", "n": 17})", "'n' must be in [1, 16]"},
       {R"({"model": "m", "prompt": "a", "n": 1.5})", "'n' must be an integer"},
       {R"({"model": "m", "prompt": "a", "n": 2, "best_of": 3})", "'best_of' must equal 'n'"},
+      {R"({"model": "m", "prompt": "a", "adapter": "sql"})", "'adapter' must be \"auto\""},
+      {R"({"model": "m", "prompt": "a", "adapter": 3})", "'adapter' must be \"auto\""},
       {R"({"model": "m", "prompt": "a", "best_of": 2})", "'best_of' must equal 'n'"},
       {R"({"model": "m", "prompt": "a", "logprobs": 21})", "'logprobs' must be an integer in [0, 20]"},
       {R"({"model": "m", "prompt": "a", "logprobs": -1})", "'logprobs' must be an integer in [0, 20]"},
