@@ -46,6 +46,10 @@ std::string format_access_log_line(const AccessLogEntry& e) {
     nlohmann::ordered_json routing = nlohmann::ordered_json::parse(e.routing, nullptr, false);
     if (!routing.is_discarded()) j["routing"] = std::move(routing);
   }
+  if (!e.adapters.empty()) {
+    nlohmann::ordered_json adapters = nlohmann::ordered_json::parse(e.adapters, nullptr, false);
+    if (!adapters.is_discarded()) j["adapters"] = std::move(adapters);
+  }
   return dump_json(j);
 }
 

@@ -24,6 +24,7 @@ struct AccessLogEntry {
   std::string model, trace_id, span_id, tenant, remote;
   int priority = 0;
   std::string routing;  // a JSON object (x-mmserve-trace-routing on a Mixtral): written as "routing" when set
+  std::string adapters;  // a JSON array (gate routing's choice, [{"name", "weight"}]): written as "adapters" when set
 };
 
 // The JSON line (without the newline) for an entry logged at the current time.

@@ -71,7 +71,7 @@ struct ResolvedModel {
 ResolvedModel resolve_model(const HandlerEnv& env, const std::string& requested);
 
 // x-mmserve-trace-routing: a Mixtral answer's routing trace onto the current request's span (its access-log line),
-// when the answer carries one. Called on the HTTP worker (for streams: from their end events, written there).
+// when the answer carries one; likewise gate routing's choice of adapters. Called on the HTTP worker (for streams: from their end events, written there).
 void record_routing_in_span(const engine::LlamaOutput& out);
 
 // KServe v2 (kserve_handlers.cpp). `model`/`version` are the path segments (version empty when absent).

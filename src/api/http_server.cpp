@@ -287,6 +287,7 @@ void HttpServer::record(const Request& request, const Response& response) {
   entry.priority = context->priority;
   entry.remote = request.remote_addr;
   entry.routing = context->routing;
+  entry.adapters = context->adapters;
   log_->write(entry);
 }
 

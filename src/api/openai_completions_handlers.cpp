@@ -197,8 +197,10 @@ Reply handle_completions(const HandlerEnv& env, RequestContext& context, const h
 }  // namespace
 
 void record_routing_in_span(const engine::LlamaOutput& out) {
-  if (out.routing_k <= 0) return;
-  if (RequestContext* context = current_request_context()) context->routing = dump_json(routing_json(out));
+  RequestContext* context = current_request_context();
+  if (context == nullptr) return;
+  if (out.routing_k > 0) context->routing = dump_json(routing_json(out));
+  if (!out.routed_adapters.empty()) context->adapters = dump_json(adapters_json(out));  // gate routing's choice
 }
 
 Reply handle_openai_completions(const HandlerEnv& env, RequestContext& context, const httplib::Request& request) {

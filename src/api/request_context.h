@@ -56,6 +56,8 @@ struct RequestContext {
   // The span's routing trace (x-mmserve-trace-routing on a Mixtral; a stream's is set when its end events are
   // made, before the access log line is written): a JSON object for the access log line.
   std::string routing;
+  // Gate routing's choice of adapters (a JSON array), for the access log line likewise.
+  std::string adapters;
 };
 
 // The context of the request this thread is processing, or nullptr.

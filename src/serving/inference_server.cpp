@@ -122,6 +122,9 @@ class InferenceServerImpl final : public InferenceServer {
       }
       if (!runtime) return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
     }
+    if (std::optional<std::string> parent = resolve_adapter(name)) {
+      return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded (on '" + *parent + "')");
+    }
     std::lock_guard<std::mutex> lock(adapters_mutex_);  // one load at a time: names stay unique
     if (adapters_.count(name) > 0) {
       return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded (on '" + adapters_[name] + "')");
@@ -152,10 +155,18 @@ class InferenceServerImpl final : public InferenceServer {
   }
 
   std::optional<std::string> resolve_adapter(const std::string& name) const override {
-    std::lock_guard<std::mutex> lock(adapters_mutex_);
-    const auto it = adapters_.find(name);
-    if (it == adapters_.end()) return std::nullopt;
-    return it->second;
+    {
+      std::lock_guard<std::mutex> lock(adapters_mutex_);
+      const auto it = adapters_.find(name);
+      if (it != adapters_.end()) return it->second;
+    }
+    // Adapters a model loaded itself (its mmserve.yaml `adapters`) are addressable by name too.
+    for (const auto& runtime : repository_->loaded_runtimes()) {
+      for (const engine::AdapterInfo& info : runtime->adapter_list()) {
+        if (info.name == name) return runtime->name();
+      }
+    }
+    return std::nullopt;
   }
 
   bool allow_runtime_lora_updating() const override { return config_.allow_runtime_lora_updating; }

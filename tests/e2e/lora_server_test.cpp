@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 #include "server_process.h"
@@ -62,7 +63,17 @@ class LoraServer : public ::testing::Test {
       EXPECT_EQ(run["ids"], golden["greedy_ids"]) << a << ": mmserve generate --adapter is not PEFT's";
       (*expected_)[a] = run["text"];
     }
-    server_ = new ServerProcess(*root_, {"--lora-modules", "qv=" + (kFixtures / "lora/llama-qv-r4").string(),
+    // A second copy of the model whose mmserve.yaml loads PEFT's three adapters and the gate head over them
+    // (tests/fixtures/lora_gate): requests with "adapter": "auto" are routed.
+    fs::create_directories(*root_ / "gated");
+    for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"}) {
+      fs::copy_file(*root_ / "llama" / f, *root_ / "gated" / f);
+    }
+    std::ofstream yaml(*root_ / "gated/mmserve.yaml");
+    yaml << "options:\n  gate: " << (kFixtures / "lora_gate/gate.safetensors").string() << "\n  adapters:\n";
+    for (const char* a : kAdapters) yaml << "    " << a << ": " << (kFixtures / "lora" / a).string() << "\n";
+    yaml.close();
+    server_ = new ServerProcess(*root_, {"--lora-modules", "qv=" + (kFixtures / "lora/llama-qv-r4").string() + "@llama",
                                          "--allow-runtime-lora-updating"});
     ASSERT_TRUE(server_->wait_ready()) << server_->stderr_text();
   }
@@ -132,9 +143,20 @@ TEST_F(LoraServer, HotPlugWhileRequestsRunLosesNothingAndBatchesMixAdapters) {
       }
     });
   }
+  struct Joiner {  // the clients stop and join however the test leaves (an ASSERT returns early)
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      stop = true;
+      for (auto& t : threads) {
+        if (t.joinable()) t.join();
+      }
+    }
+  } joiner{stop, clients};
   for (int round = 0; round < 3; ++round) {
-    auto loaded = post("/v1/load_lora_adapter",
-                       {{"lora_name", "rs"}, {"lora_path", (kFixtures / "lora/llama-all-r8-rslora").string()}});
+    auto loaded = post("/v1/load_lora_adapter", {{"lora_name", "rs"},
+                                                 {"lora_path", (kFixtures / "lora/llama-all-r8-rslora").string()},
+                                                 {"base_model", "llama"}});
     ASSERT_TRUE(loaded);
     ASSERT_EQ(loaded->status, 200) << loaded->body;
     EXPECT_NE(loaded->body.find("added successfully"), std::string::npos);
@@ -151,10 +173,13 @@ TEST_F(LoraServer, HotPlugWhileRequestsRunLosesNothingAndBatchesMixAdapters) {
     EXPECT_EQ(pt, std::make_pair(200, (*expected_)["llama-patterns-regex"]));
     auto registry = server_->client().Get("/v2/adapters");
     ASSERT_TRUE(registry);
-    const json adapters = json::parse(registry->body)["adapters"];
+    const json listed = json::parse(registry->body);
+    json adapters = json::array();  // the gated model's own three are listed too, under their parent
+    for (const json& e : listed["adapters"]) {
+      if (e["parent"] == "llama") adapters.push_back(e);
+    }
     ASSERT_EQ(adapters.size(), 3u) << registry->body;
     for (const json& e : adapters) {
-      EXPECT_EQ(e["parent"], "llama");
       EXPECT_EQ(e["loaded_on"], "cpu");
       if (e["id"] == "rs") {
         EXPECT_EQ(e["rank"], 8);
@@ -178,6 +203,59 @@ TEST_F(LoraServer, HotPlugWhileRequestsRunLosesNothingAndBatchesMixAdapters) {
   EXPECT_GT(done.load(), 8);
 }
 
+// Gate routing over HTTP: "adapter": "auto" on the gated model gets torch's two adapters with torch's weights in
+// the choice's `adapters` field and in the access-log line, and PEFT's text for the pair applied together (the
+// CLI's run, itself checked against PEFT's ids); "auto" on a model without a gate is a 400.
+TEST_F(LoraServer, AdapterAutoIsRoutedByTheGateHead) {
+  const json meta = json::parse(std::ifstream(kFixtures / "lora_gate/golden.json"));
+  const json& mix = meta["mix"];
+  const std::vector<int32_t> prompt = meta["prompts"][mix["prompt"].get<size_t>()].get<std::vector<int32_t>>();
+  const json body = {{"model", "gated"}, {"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0},
+                     {"ignore_eos", true}, {"adapter", "auto"}};
+  auto r = post("/v1/completions", body);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json choice = json::parse(r->body)["choices"][0];
+  ASSERT_EQ(choice["adapters"].size(), 2u) << r->body;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(choice["adapters"][i]["name"], mix["adapters"][i]);
+    EXPECT_NEAR(choice["adapters"][i]["weight"].get<double>(), mix["weights"][i].get<double>(), 1e-5);
+  }
+  // The text of PEFT's greedy ids for the pair: decode them with the CLI's tokenizer path (--prompt-ids of the
+  // greedy ids run for zero new tokens is not a thing), so compare with `mmserve generate --adapter auto`.
+  std::string ids;
+  for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  std::string cmd = mmserve_binary() + " generate --model " + (*root_ / "llama").string() + " --adapter auto --gate " +
+                    (kFixtures / "lora_gate/gate.safetensors").string() + " --prompt-ids " + ids +
+                    " --max-new-tokens 12 --temperature 0 --ignore-eos --output json";
+  for (const char* a : kAdapters) cmd += " --adapters " + (kFixtures / "lora" / a).string();
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  ASSERT_EQ(::pclose(pipe), 0) << out;
+  const json cli = json::parse(out);
+  EXPECT_EQ(cli["ids"], mix["greedy_ids"]);
+  EXPECT_EQ(choice["text"], cli["text"]);
+  json logged;
+  for (int i = 0; i < 100 && logged.is_null(); ++i) {
+    std::istringstream log(server_->access_log());
+    for (std::string line; std::getline(log, line);) {
+      const json e = json::parse(line, nullptr, false);
+      if (!e.is_discarded() && e.contains("adapters")) logged = e;
+    }
+    if (logged.is_null()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(logged.is_null()) << "no access-log line with the gate's choice";
+  EXPECT_EQ(logged["adapters"], choice["adapters"]);
+  json plain = body;
+  plain["model"] = "llama";
+  auto refused = post("/v1/completions", plain);
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400) << refused->body;
+  EXPECT_NE(refused->body.find("gate"), std::string::npos) << refused->body;
+}
+
 TEST_F(LoraServer, BadAdapterRequestsGetAClearError) {
   struct Case {
     const char* path;
@@ -189,10 +267,16 @@ TEST_F(LoraServer, BadAdapterRequestsGetAClearError) {
   const Case cases[] = {
       {"/v1/load_lora_adapter", {{"lora_path", good}}, 400, "lora_name"},
       {"/v1/load_lora_adapter", {{"lora_name", "x"}}, 400, "lora_path"},
-      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", "/nonexistent/adapter"}}, 400, "adapter_config"},
-      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", (kFixtures / "llama/llama-gqa-f32").string()}},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", "/nonexistent/adapter"}, {"base_model", "llama"}},
        400, "adapter_config"},
-      {"/v1/load_lora_adapter", {{"lora_name", "qv"}, {"lora_path", good}}, 409, "already loaded"},
+      {"/v1/load_lora_adapter",
+       {{"lora_name", "x"}, {"lora_path", (kFixtures / "llama/llama-gqa-f32").string()}, {"base_model", "llama"}}, 400,
+       "adapter_config"},
+      {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", good}}, 400, "several loaded models"},
+      {"/v1/load_lora_adapter", {{"lora_name", "qv"}, {"lora_path", good}, {"base_model", "llama"}}, 409,
+       "already loaded"},
+      {"/v1/load_lora_adapter", {{"lora_name", "llama-qv-r4"}, {"lora_path", good}, {"base_model", "llama"}}, 409,
+       "already loaded"},
       {"/v1/load_lora_adapter", {{"lora_name", "llama"}, {"lora_path", good}}, 409, "names a model"},
       {"/v1/load_lora_adapter", {{"lora_name", "x"}, {"lora_path", good}, {"base_model", "nope"}}, 404, "nope"},
       {"/v1/unload_lora_adapter", {{"lora_name", "never-loaded"}}, 404, "never-loaded"},
@@ -214,7 +298,7 @@ TEST_F(LoraServer, BadAdapterRequestsGetAClearError) {
   fs::create_directories(dora);
   std::ofstream(dora / "adapter_config.json") << R"({"peft_type": "LORA", "r": 4, "target_modules": ["q_proj"],
       "use_dora": true})";
-  auto r = post("/v1/load_lora_adapter", {{"lora_name", "dora"}, {"lora_path", dora.string()}});
+  auto r = post("/v1/load_lora_adapter", {{"lora_name", "dora"}, {"lora_path", dora.string()}, {"base_model", "llama"}});
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 501) << r->body;
   EXPECT_NE(r->body.find("use_dora"), std::string::npos) << r->body;
