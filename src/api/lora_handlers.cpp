@@ -7,7 +7,8 @@
 // read any directory the server can, as vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING guards), 404 for an unknown base
 // model or adapter, 409 for a name in use.
 //   GET /v2/adapters -> {"adapters": [{"id", "parent", "modality", "rank", "target_modules", "hot_swappable",
-//                       "loaded_on", "path", "bytes"}]}
+//                       "loaded_on", "path", "bytes",
+//                       "requests"}]}
 // Tests: tests/e2e/lora_server_test.cpp (the real server with the PEFT fixtures, requests in flight).
 #include "api/handlers.h"
 #include "api/json_parse.h"
@@ -75,6 +76,7 @@ Reply handle_adapters(const HandlerEnv& env) {
     e["loaded_on"] = a.loaded_on;
     e["path"] = a.info.dir;
     e["bytes"] = a.info.bytes;
+    e["requests"] = a.info.requests;
     list.push_back(std::move(e));
   }
   nlohmann::ordered_json out;

@@ -180,6 +180,7 @@ struct AdapterInfo {
   std::vector<std::string> targets;  // the adapted linears ("q_proj", ...)
   int64_t bytes = 0;                 // host memory of its matrices
   bool hot_swappable = true;
+  int64_t requests = 0;              // requests that ran under it since it was loaded (named or routed to it)
 };
 
 struct BatchItem {

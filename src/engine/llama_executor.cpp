@@ -266,7 +266,12 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
       return invalid_argument(llama.gate + ": the gate takes " + std::to_string(gate.input_dim()) +
                               " values; this decoder's embedding has " + std::to_string(e->config_.hidden_size));
     }
-    for (const std::string& name : gate.adapters()) RETURN_IF_ERROR(e->adapter(name).status().with_context(llama.gate));
+    for (const std::string& name : gate.adapters()) {  // every adapter it names is loaded (not a request: no count)
+      std::lock_guard<std::mutex> lock(e->adapters_mutex_);
+      if (e->adapters_.count(name) == 0) {
+        return not_found(llama.gate + ": gate.json names adapter '" + name + "', which is not loaded");
+      }
+    }
     e->gate_ = std::move(gate);
   }
   return e;
@@ -279,7 +284,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
                                     "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
-                                    "adapters", "max_loras", "max_lora_rank", "gate"},
+                                    "adapters", "max_loras", "max_lora_rank", "gate", "adapter_routing"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -298,6 +303,14 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.max_loras, o.get_int_or("max_loras", llama.max_loras));
     ASSIGN_OR_RETURN(llama.max_lora_rank, o.get_int_or("max_lora_rank", llama.max_lora_rank));
     ASSIGN_OR_RETURN(llama.gate, o.get_string_or("gate", ""));
+    ASSIGN_OR_RETURN(const std::string routing, o.get_string_or("adapter_routing", "none"));
+    if (routing != "none" && routing != "gate") {
+      return invalid_argument("mmserve.yaml adapter_routing: '" + routing + "' (none or gate)");
+    }
+    llama.route_by_gate = routing == "gate";
+    if (llama.route_by_gate && llama.gate.empty()) {
+      return invalid_argument("mmserve.yaml adapter_routing: gate needs a gate head (gate: gate.safetensors)");
+    }
     if (!llama.gate.empty() && std::filesystem::path(llama.gate).is_relative()) {
       llama.gate = (std::filesystem::path(model_dir) / llama.gate).string();
     }
@@ -368,13 +381,17 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
 Status LlamaExecutor::unload_adapter(const std::string& name) {
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   if (adapters_.erase(name) == 0) return not_found("no adapter '" + name + "' is loaded");
+  adapter_requests_.erase(name);
   return ok_status();
 }
 
 StatusOr<std::shared_ptr<const models::LoraAdapter>> LlamaExecutor::adapter(const std::string& name) const {
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   const auto it = adapters_.find(name);
-  if (it != adapters_.end()) return it->second;
+  if (it != adapters_.end()) {
+    ++adapter_requests_[name];  // every lookup is one request's (the preparer's, or the gate's choice)
+    return it->second;
+  }
   std::string loaded;
   for (const auto& [n, a] : adapters_) loaded += (loaded.empty() ? "" : ", ") + n;
   return not_found("no adapter '" + name.substr(0, 128) + "' is loaded (" +
@@ -388,6 +405,8 @@ std::vector<AdapterInfo> LlamaExecutor::adapter_list() const {
     AdapterInfo info;
     info.name = n, info.dir = a->dir, info.rank = a->max_rank, info.targets = a->target_names();
     info.bytes = a->bytes();
+    const auto count = adapter_requests_.find(n);
+    info.requests = count != adapter_requests_.end() ? count->second : 0;
     out.push_back(std::move(info));
   }
   return out;

@@ -139,6 +139,7 @@ struct LlamaOptions {
   // A gate head (models/lora/gate_head.h: gate.safetensors with gate.json beside it): requests whose adapter is
   // "auto" are routed by it to its top-2 adapters (which must be loaded), applied together. CPU path only for now.
   std::string gate;
+  bool route_by_gate = false;  // adapter_routing: gate: requests naming no adapter are routed as "auto"
 };
 
 class DecoderBackend;
@@ -183,6 +184,7 @@ class LlamaExecutor final : public Executor {
   std::vector<AdapterInfo> adapter_list() const override;
   StatusOr<std::shared_ptr<const models::LoraAdapter>> adapter(const std::string& name) const;
   bool has_gate() const { return gate_.has_value(); }
+  bool routes_by_gate() const { return gate_.has_value() && llama_.route_by_gate; }
 
  private:
   LlamaExecutor() = default;
@@ -213,6 +215,7 @@ class LlamaExecutor final : public Executor {
   FamilyInfo info_;
   mutable std::mutex adapters_mutex_;
   std::map<std::string, std::shared_ptr<const models::LoraAdapter>> adapters_;
+  mutable std::map<std::string, int64_t> adapter_requests_;  // by name, counted where requests resolve them
   int64_t lora_slots_ = 0;  // the GPU backend's (0 on the CPU: no limit)
   std::optional<models::GateHead> gate_;
   std::shared_ptr<const models::LlamaModel> cpu_model_;  // the gate's embedding table (CPU path)

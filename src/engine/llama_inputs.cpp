@@ -135,7 +135,8 @@ StatusOr<Prepared> LlamaInputs::prepare(std::vector<InputItem>& inputs, const Re
   input->logprobs = p->logprobs;
   input->on_delta = p->on_delta;
   input->trace_routing = p->trace_routing;
-  if (p->adapter == "auto") {  // the gate head routes it at admission
+  const bool routed = p->adapter == "auto" || (p->adapter.empty() && executor_->routes_by_gate());
+  if (routed) {  // the gate head routes it at admission
     if (!executor_->has_gate()) {
       return invalid_argument("adapter \"auto\" needs a gate head (options.gate) on model '" + options_.model + "'");
     }

@@ -155,6 +155,7 @@ class InferenceServerImpl final : public InferenceServer {
   }
 
   std::optional<std::string> resolve_adapter(const std::string& name) const override {
+    if (repository_->status(name).ok()) return std::nullopt;  // a model: the common case pays no scan
     {
       std::lock_guard<std::mutex> lock(adapters_mutex_);
       const auto it = adapters_.find(name);

@@ -359,6 +359,23 @@ StatusOr<ModelConfig> parse_model_config(const std::string& yaml_text, const std
          for (auto& [k, v] : options.items()) c.family_options[k] = v;
          return ok_status();
        }},
+      // LoRA (issue 16): the issue's top-level names, handed to the family as its options (engine/llama_executor.h).
+      {"adapters",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         if (!n.IsMap()) return invalid_argument(where(label, key) + ": must map adapter names to directories");
+         ASSIGN_OR_RETURN(c.family_options["adapters"], yaml_to_json(n, where(label, key)));
+         return ok_status();
+       }},
+      {"gate",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.family_options["gate"], yaml_to_json(n, where(label, key)));
+         return ok_status();
+       }},
+      {"adapter_routing",
+       [&](const YAML::Node& n, const std::string& key) -> Status {
+         ASSIGN_OR_RETURN(c.family_options["adapter_routing"], yaml_to_json(n, where(label, key)));
+         return ok_status();
+       }},
       {"audio_seconds_max", set_double(&c.audio_seconds_max)},
       {"audio_bytes_max",
        [&](const YAML::Node& n, const std::string& key) -> Status {

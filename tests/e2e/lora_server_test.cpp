@@ -70,8 +70,9 @@ class LoraServer : public ::testing::Test {
       fs::copy_file(*root_ / "llama" / f, *root_ / "gated" / f);
     }
     std::ofstream yaml(*root_ / "gated/mmserve.yaml");
-    yaml << "options:\n  gate: " << (kFixtures / "lora_gate/gate.safetensors").string() << "\n  adapters:\n";
-    for (const char* a : kAdapters) yaml << "    " << a << ": " << (kFixtures / "lora" / a).string() << "\n";
+    yaml << "adapter_routing: gate\ngate: " << (kFixtures / "lora_gate/gate.safetensors").string()
+         << "\nadapters:\n";  // the keys
+    for (const char* a : kAdapters) yaml << "  " << a << ": " << (kFixtures / "lora" / a).string() << "\n";
     yaml.close();
     server_ = new ServerProcess(*root_, {"--lora-modules", "qv=" + (kFixtures / "lora/llama-qv-r4").string() + "@llama",
                                          "--allow-runtime-lora-updating"});
@@ -186,6 +187,7 @@ TEST_F(LoraServer, HotPlugWhileRequestsRunLosesNothingAndBatchesMixAdapters) {
         EXPECT_EQ(e["target_modules"].size(), 7u);
       }
       if (e["id"] == "patterns") EXPECT_EQ(e["rank"], 6);  // rank_pattern's largest
+      if (e["id"] == "rs" || e["id"] == "patterns") EXPECT_EQ(e["requests"], 1);  // the one request above
     }
     for (const char* name : {"rs", "patterns"}) {
       auto unloaded = post("/v1/unload_lora_adapter", {{"lora_name", name}});
@@ -248,6 +250,13 @@ TEST_F(LoraServer, AdapterAutoIsRoutedByTheGateHead) {
   }
   ASSERT_FALSE(logged.is_null()) << "no access-log line with the gate's choice";
   EXPECT_EQ(logged["adapters"], choice["adapters"]);
+  // adapter_routing: gate routes a request that names no adapter the same way.
+  json unnamed = body;
+  unnamed.erase("adapter");
+  auto routed = post("/v1/completions", unnamed);
+  ASSERT_TRUE(routed);
+  ASSERT_EQ(routed->status, 200) << routed->body;
+  EXPECT_EQ(json::parse(routed->body)["choices"][0]["adapters"], choice["adapters"]);
   json plain = body;
   plain["model"] = "llama";
   auto refused = post("/v1/completions", plain);
@@ -318,6 +327,12 @@ TEST_F(LoraServer, RuntimeUpdatingIsOffUnlessAllowed) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 403) << r->body;
   EXPECT_NE(r->body.find("--allow-runtime-lora-updating"), std::string::npos);
+  // A malformed --lora-modules is a usage error: the server does not start and says the form.
+  const fs::path other = *root_ / "plain2";  // its own repository: its own stderr file
+  fs::create_directories(other);
+  ServerProcess malformed(other, {"--lora-modules", "no-equals-sign"});
+  EXPECT_FALSE(malformed.wait_ready(std::chrono::seconds(20)));
+  EXPECT_NE(malformed.stderr_text().find("NAME=DIR"), std::string::npos) << malformed.stderr_text();
   // A broken --lora-modules: the server says why and never reports ready (as a model that fails to load).
   ServerProcess bad(repo, {"--lora-modules", "x=" + (repo / "missing").string()});
   for (int i = 0; i < 400 && bad.stderr_text().find("mmserve: error:") == std::string::npos; ++i) {
