@@ -1,0 +1,70 @@
+// LlamaExecutor's LoRA adapter registry (see llama_executor.h, issue 16): adapters loaded and unloaded from any
+// thread, looked up by the preparer and the gate (each lookup counts a request), listed for /v2/adapters.
+// Tests: tests/e2e/lora_server_test.cpp, tests/e2e/cli_test.cpp.
+#include "engine/llama_executor.h"
+
+namespace mmserve::engine {
+
+Status LlamaExecutor::load_adapter(const std::string& name, const std::string& dir) {
+  if (name.empty() || name.size() > 128) return invalid_argument("an adapter's name must have 1..128 characters");
+  if (!options_.device.is_cpu() && lora_slots_ == 0) {
+    return failed_precondition("adapter '" + name + "': this GPU model was loaded without LoRA slots (set "
+                               "options.max_loras in its mmserve.yaml, or give it adapters at start)");
+  }
+  {
+    std::lock_guard<std::mutex> lock(adapters_mutex_);
+    if (adapters_.count(name) > 0) return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+  }
+  // LLaVA's decoder: PEFT names its modules by the transformers version that trained it.
+  const std::vector<std::string> prefixes =
+      llava_config_ ? std::vector<std::string>{"model.language_model.", "language_model.model."}
+                    : std::vector<std::string>{"model."};
+  ASSIGN_OR_RETURN(std::shared_ptr<const models::LoraAdapter> adapter,
+                   models::load_lora_adapter(dir, name, config_, prefixes));
+  if (!options_.device.is_cpu() && adapter->max_rank > llama_.max_lora_rank) {
+    return invalid_argument("adapter '" + name + "' has rank " + std::to_string(adapter->max_rank) +
+                            "; this model's GPU slots take rank " + std::to_string(llama_.max_lora_rank) +
+                            " (options.max_lora_rank)");
+  }
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  if (!adapters_.emplace(name, std::move(adapter)).second) {
+    return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+  }
+  return ok_status();
+}
+
+Status LlamaExecutor::unload_adapter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  if (adapters_.erase(name) == 0) return not_found("no adapter '" + name + "' is loaded");
+  adapter_requests_.erase(name);
+  return ok_status();
+}
+
+StatusOr<std::shared_ptr<const models::LoraAdapter>> LlamaExecutor::adapter(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  const auto it = adapters_.find(name);
+  if (it != adapters_.end()) {
+    ++adapter_requests_[name];  // every lookup is one request's (the preparer's, or the gate's choice)
+    return it->second;
+  }
+  std::string loaded;
+  for (const auto& [n, a] : adapters_) loaded += (loaded.empty() ? "" : ", ") + n;
+  return not_found("no adapter '" + name.substr(0, 128) + "' is loaded (" +
+                   (loaded.empty() ? std::string("none are") : "loaded: " + loaded) + ")");
+}
+
+std::vector<AdapterInfo> LlamaExecutor::adapter_list() const {
+  std::lock_guard<std::mutex> lock(adapters_mutex_);
+  std::vector<AdapterInfo> out;
+  for (const auto& [n, a] : adapters_) {
+    AdapterInfo info;
+    info.name = n, info.dir = a->dir, info.rank = a->max_rank, info.targets = a->target_names();
+    info.bytes = a->bytes();
+    const auto count = adapter_requests_.find(n);
+    info.requests = count != adapter_requests_.end() ? count->second : 0;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+}  // namespace mmserve::engine
