@@ -6,9 +6,12 @@
 //
 //   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
 //                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N]
-// --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots; each batch size is then
-// decoded twice in the same process, without adapters and with sequence i under adapter i % N (every step mixes
-// min(B, N) adapters), and the ratio reported.
+// --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots (--lora-slots S: fewer);
+// each batch size is then decoded twice in the same process, without adapters and with sequence i of iteration k
+// under adapter (k * B + i) % N (every step mixes min(B, N) adapters, the iterations go round all N), and the ratio
+// reported. Before that, each adapter's slot image is packed (host) and the first min(N, S) are copied to their
+// slots one at a time, timed from the copy's start to its completion (LlamaCudaModel::lora_ready, the engine's
+// path): "lora_upload_ms" and "lora_pack_ms" (medians).
 // Decode tokens/s = B * (N - 1) / (time of the N - 1 decode steps after the prompts' prefill); prefill = one step
 // of --prefill tokens (median of --iters). One JSON object on stdout.
 #include <cuda_runtime.h>
@@ -63,7 +66,7 @@ int main(int argc, char** argv) {
   std::string name = "llama-3-8b", batches = "1,32";
   int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
   bool graphs = true;
-  int64_t loras = 0;
+  int64_t loras = 0, lora_slots = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
     else if (a == "--iters") iters = std::stoll(next());
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--loras") loras = std::stoll(next());
+    else if (a == "--lora-slots") lora_slots = std::stoll(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
   o.max_num_tokens = std::max<int64_t>(prefill, prompt);
   o.max_model_len = std::max(prefill, prompt + new_tokens) + 16;
   o.graphs = graphs;
-  o.max_loras = loras, o.max_lora_rank = 16;
+  o.max_loras = lora_slots >= 0 ? std::min(lora_slots, loras) : loras, o.max_lora_rank = 16;
   const double t_load = now_s();
   auto model = models::LlamaCudaModel::random(arch(name), o, 1);
   BENCH_CHECK_OK(model.status());
@@ -102,6 +106,7 @@ int main(int argc, char** argv) {
   nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
   // --loras: random adapters (normal-ish values from a cheap generator; the timing does not depend on them).
   std::vector<std::shared_ptr<models::LoraAdapter>> adapters;
+  std::vector<double> pack_ms, upload_ms;
   uint64_t lcg = 12345;
   auto fill = [&](std::vector<float>& v, size_t n) {
     v.resize(n);
@@ -123,15 +128,41 @@ int main(int argc, char** argv) {
         fill(mod.b, static_cast<size_t>(outf * 16));
       }
     }
+    const double t_pack = now_s();
+    auto image = models::LlamaCudaModel::pack_lora_slot_image(*adapter, m.config(), o.dtype, o.max_lora_rank);
+    BENCH_CHECK_OK(image.status());
+    pack_ms.push_back(1000 * (now_s() - t_pack));
+    adapter->slot_image = *image;
     adapters.push_back(std::move(adapter));
+  }
+  for (int64_t a = 0; a < std::min(loras, o.max_loras); ++a) {  // host (pinned) -> slot, one at a time
+    const double t0 = now_s();
+    for (;;) {
+      auto ready = m.lora_ready(*adapters[static_cast<size_t>(a)]);
+      BENCH_CHECK_OK(ready.status());
+      if (*ready) break;
+    }
+    upload_ms.push_back(1000 * (now_s() - t0));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  if (loras > 0) {
+    const double bytes = static_cast<double>(adapters[0]->slot_image->bytes);
+    out["lora_pack_ms"] = median(pack_ms), out["lora_upload_ms"] = median(upload_ms), out["lora_image_bytes"] = bytes;
+    out["lora_slots"] = o.max_loras;
+    std::fprintf(stderr, "adapter image %.1f MB: pack %.2f ms, upload %.3f ms (%.1f GB/s), medians\n", bytes / 1e6,
+                 median(pack_ms), median(upload_ms), bytes / (median(upload_ms) * 1e6));
   }
   std::vector<engine::DecoderSequence>* current = nullptr;
   bool with_loras = false;
+  int64_t rotation = 0;  // this iteration's first adapter
   stepper.before_forward = [&](engine::StepPlan& plan) {
     if (!with_loras || current == nullptr) return;
     for (const engine::StepEntry& e : plan.entries) {
       const int64_t index = e.seq - current->data();
-      plan.step.loras.push_back(adapters[static_cast<size_t>(index % loras)].get());
+      plan.step.loras.push_back(adapters[static_cast<size_t>((rotation + index) % loras)].get());
     }
   };
   for (int variant = 0; variant < (loras > 0 ? 2 : 1); ++variant)
@@ -141,8 +172,9 @@ int main(int argc, char** argv) {
     for (int64_t it = 0; it <= iters; ++it) {  // the first is a warm-up
       std::vector<engine::DecoderSequence> seqs(static_cast<size_t>(b));
       current = &seqs;
+      rotation = it * b;
       for (auto& q : seqs) {
-        q.adapter = with_loras ? 1000 + static_cast<uint64_t>((&q - seqs.data()) % loras) : 0;
+        q.adapter = with_loras ? 1000 + static_cast<uint64_t>((rotation + (&q - seqs.data())) % loras) : 0;
         for (int64_t t = 0; t < prompt; ++t) q.tokens.push_back(static_cast<int32_t>(rng() % vocab));
         scheduler.add(&q);
       }

@@ -17,6 +17,7 @@
 #include "kernels/sampling/sampling.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
+#include "models/lora/lora_adapter.h"
 
 namespace mmserve::engine {
 
@@ -61,6 +62,12 @@ class DecoderBackend {
   virtual Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) = 0;
   // A mixture-of-experts model's routing of the last forward ([layers, step tokens, k]), or null.
   virtual const models::MoeRoutingTrace* routing() const { return nullptr; }
+  // LoRA on a device with adapter slots. prepare_adapter (the loader's thread, before the adapter is shared):
+  // attaches what makes it quick to make resident (the GPU's slot image in pinned memory). adapter_ready (the
+  // engine thread, between steps): whether the next step may use it without waiting for its copy; when not, the
+  // copy starts and the engine admits its sequences at a later step, so a load never stalls running batches.
+  virtual Status prepare_adapter(models::LoraAdapter& adapter) { return ok_status(); }
+  virtual StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) { return true; }
 };
 
 }  // namespace mmserve::engine

@@ -83,6 +83,7 @@ StepPlan DecoderScheduler::schedule() {
   while (plan.preempted.empty() && !waiting_.empty() && budget > 0 && running() < config_.max_num_seqs) {
     DecoderSequence* s = waiting_.front();
     if (!fits(s)) break;  // its adapter would be one too many this step
+    if (config_.ready && !config_.ready(*s)) break;  // e.g. its adapter on its way to the GPU
     const int64_t total = static_cast<int64_t>(s->tokens.size());
     s->computed = blocks_.take_prefix(s->table, s->tokens, s->extra_hash, s->extra_from);
     s->cached_tokens = s->computed;

@@ -15,12 +15,15 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/kv_block_manager.h"
 #include "models/common/decoder_step.h"
 
 namespace mmserve::engine {
+
+struct DecoderSequence;
 
 struct SchedulerConfig {
   int64_t max_num_seqs = 256;             // running sequences at most
@@ -31,6 +34,10 @@ struct SchedulerConfig {
   // too many waits for a later step (a running one is skipped, not preempted; the queue's head blocks the queue,
   // keeping its order), as vLLM's max_loras.
   int64_t max_adapters_per_step = 0;
+  // Whether a waiting sequence can start now (null: always). False, as when its LoRA adapter is still being copied
+  // to the GPU: it waits for a later step, and the queue behind it too (order kept). Asked once per step for the
+  // queue's head only.
+  std::function<bool(const DecoderSequence&)> ready;
 };
 
 // What the scheduler knows of a sequence.

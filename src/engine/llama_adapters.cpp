@@ -1,6 +1,12 @@
 // LlamaExecutor's LoRA adapter registry (see llama_executor.h, issue 16): adapters loaded and unloaded from any
-// thread, looked up by the preparer and the gate (each lookup counts a request), listed for /v2/adapters.
+// thread, looked up by the preparer and the gate (each lookup counts a request), listed for /v2/adapters; an unload
+// with fail_running revokes the load so the engine loops end its sequences (LlamaExecutor::run).
 // Tests: tests/e2e/lora_server_test.cpp, tests/e2e/cli_test.cpp.
+#include <atomic>
+#include <mutex>
+#include <set>
+
+#include "engine/decoder_backend.h"
 #include "engine/llama_executor.h"
 
 namespace mmserve::engine {
@@ -19,13 +25,16 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
   const std::vector<std::string> prefixes =
       llava_config_ ? std::vector<std::string>{"model.language_model.", "language_model.model."}
                     : std::vector<std::string>{"model."};
-  ASSIGN_OR_RETURN(std::shared_ptr<const models::LoraAdapter> adapter,
+  ASSIGN_OR_RETURN(std::shared_ptr<models::LoraAdapter> adapter,
                    models::load_lora_adapter(dir, name, config_, prefixes));
   if (!options_.device.is_cpu() && adapter->max_rank > llama_.max_lora_rank) {
     return invalid_argument("adapter '" + name + "' has rank " + std::to_string(adapter->max_rank) +
                             "; this model's GPU slots take rank " + std::to_string(llama_.max_lora_rank) +
                             " (options.max_lora_rank)");
   }
+  // On this (the caller's) thread, not the engine's: the GPU's slot image (its dtype, pinned), so that making it
+  // resident is copies only. Every replica's backend takes the same image (one dtype and rank per model).
+  RETURN_IF_ERROR(backend_->prepare_adapter(*adapter));
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   if (!adapters_.emplace(name, std::move(adapter)).second) {
     return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");

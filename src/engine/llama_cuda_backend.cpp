@@ -61,6 +61,12 @@ class LlamaCudaBackend final : public DecoderBackend {
   const models::MoeRoutingTrace* routing() const override {
     return model_->config().num_experts > 0 ? &routing_ : nullptr;
   }
+  Status prepare_adapter(models::LoraAdapter& adapter) override {
+    ASSIGN_OR_RETURN(adapter.slot_image, models::LlamaCudaModel::pack_lora_slot_image(
+                                             adapter, model_->config(), model_->dtype(), max_lora_rank_));
+    return ok_status();
+  }
+  StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) override { return model_->lora_ready(adapter); }
 
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
     const int64_t n = static_cast<int64_t>(rows.size());
@@ -163,6 +169,7 @@ class LlamaCudaBackend final : public DecoderBackend {
 
  public:
   int64_t max_seqs_ = 256;
+  int64_t max_lora_rank_ = 16;  // the slots' (pack_lora_slot_image)
 
  private:
   std::unique_ptr<models::LlamaCudaModel> model_;
@@ -229,6 +236,7 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
   auto backend = std::make_unique<LlamaCudaBackend>(std::move(model));
   backend->device_ = o.device;
   backend->max_seqs_ = o.max_num_seqs;
+  backend->max_lora_rank_ = o.max_lora_rank;
   RETURN_IF_ERROR(backend->init());
   return std::unique_ptr<DecoderBackend>(std::move(backend));
 }

@@ -251,6 +251,14 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   sc.chunked_prefill = llama.enable_chunked_prefill;
   sc.table_ld = KvBlockManager::blocks_for(e->max_model_len_, e->backend_->block_size());
   sc.max_adapters_per_step = e->lora_slots_;  // the GPU's slots (0 on the CPU: no limit)
+  // A waiting sequence's adapter still copying to the GPU: admitted at a later step (its copy runs beside the
+  // running batch). An error answers ready: the step's own staging then reports it.
+  sc.ready = [backend = e->backend_.get()](const DecoderSequence& seq) {
+    const models::LoraAdapter* lora = static_cast<const Live&>(seq).lora.get();
+    if (lora == nullptr) return true;
+    const StatusOr<bool> ready = backend->adapter_ready(*lora);
+    return !ready.ok() || *ready;
+  };
   e->scheduler_ = std::make_unique<DecoderScheduler>(sc, *e->blocks_);
   e->info_.platform = "mmserve_llama";
   e->info_.slot_names = {"sequence", ""};

@@ -134,6 +134,19 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
           adapters.push_back(*adapter);
           prompt_goldens.push_back(prompt_logits), step_goldens.push_back(step_logits), greedy.push_back(ids);
         }
+        if (round == 1) {  // as the engine does: the slot image packed at load, the copy started and polled
+          auto image = LlamaCudaModel::pack_lora_slot_image(**adapter, (*model)->config(), dtype, o.max_lora_rank);
+          ASSERT_TRUE(image.ok()) << image.status().to_string();
+          (*adapter)->slot_image = *image;
+          bool ready = false;
+          for (int poll = 0; !ready; ++poll) {
+            auto answer = (*model)->lora_ready(**adapter);
+            ASSERT_TRUE(answer.ok()) << answer.status().to_string();
+            ready = *answer;
+            if (poll == 0) EXPECT_FALSE(ready) << "evicted in round 0: its copy has to start";
+            ASSERT_LT(poll, 100000) << "the copy never completed";
+          }
+        }
         OneSequence seq{**model};
         seq.lora = adapter->get();
         auto first = seq.step(prompt, /*all_rows=*/true);

@@ -245,7 +245,7 @@ Status LlamaCudaModel::plan_buffers() {
     }
   }
   // LoRA: the slots' matrices, ranks and scales, the rows' slots and the shrink's workspace.
-  const int64_t loras = options_.max_loras, r_max = options_.max_lora_rank, layers = c.num_hidden_layers;
+  const int64_t loras = options_.max_loras, r_max = lora_slot_rank(), layers = c.num_hidden_layers;
   if (loras > 0) {
     for (int t = 0; t < kLoraTargets; ++t) {
       if (c.num_experts > 0 && t >= static_cast<int>(LoraTarget::kGate)) continue;  // Mixtral: no dense MLP
@@ -254,7 +254,7 @@ Status LlamaCudaModel::plan_buffers() {
       all.push_back(bytes_of(d, loras * layers * out * r_max));
     }
     for (size_t b : {bytes_of(DType::kI32, loras * layers * kLoraTargets), bytes_of(DType::kF32, loras * layers * kLoraTargets),
-                     bytes_of(DType::kI32, rows), bytes_of(DType::kF32, rows * r_max)}) {
+                     bytes_of(DType::kI32, rows), bytes_of(DType::kF32, lora_workspace_floats(rows))}) {
       all.push_back(b);
     }
   }
@@ -331,11 +331,13 @@ Status LlamaCudaModel::plan_buffers() {
     ASSIGN_OR_RETURN(lora_ranks_, buffers_.allocate_array<int32_t>(loras * layers * kLoraTargets));
     ASSIGN_OR_RETURN(lora_scales_, buffers_.allocate_array<float>(loras * layers * kLoraTargets));
     ASSIGN_OR_RETURN(lora_row_slot_, buffers_.allocate_array<int32_t>(rows));
-    ASSIGN_OR_RETURN(lora_t_, buffers_.allocate_array<float>(rows * r_max));
+    lora_t_floats_ = lora_workspace_floats(rows);
+    ASSIGN_OR_RETURN(lora_t_, buffers_.allocate_array<float>(lora_t_floats_));
     CUDA_RETURN_IF_ERROR(cudaMemset(lora_ranks_, 0, bytes_of(DType::kI32, loras * layers * kLoraTargets)));
     CUDA_RETURN_IF_ERROR(cudaMemset(lora_row_slot_, 0xff, bytes_of(DType::kI32, rows)));  // -1: no adapter
     RETURN_IF_ERROR(lora_host_rows_.init(bytes_of(DType::kI32, rows)));
     lora_slots_.assign(static_cast<size_t>(loras), LoraSlot{});
+    RETURN_IF_ERROR(lora_copy_stream_.init());  // adapter uploads, beside the steps
   }
   ASSIGN_OR_RETURN(k_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
@@ -506,12 +508,8 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     const Layer& w = layers_[static_cast<size_t>(l)];
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
     RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
-    if (lora_active_) {  // q, k and v's deltas into their slices of the fused row
-      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kQ, normed_, h, qkv_, d, qkv_width_, tokens));
-      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kK, normed_, h, static_cast<uint8_t*>(qkv_) + bytes_of(d, q), d,
-                                 qkv_width_, tokens));
-      RETURN_IF_ERROR(lora_apply(l, LoraTarget::kV, normed_, h, static_cast<uint8_t*>(qkv_) + bytes_of(d, q + kv), d,
-                                 qkv_width_, tokens));
+    if (lora_active_) {  // q, k and v's deltas into their slices of the fused row, in one launch pair
+      RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_, h, qkv_, d, qkv_width_, tokens));
     }
     if (c.qk_norm) {  // Qwen3: per-head RMSNorm of q and of k, in place in the fused row
       RETURN_IF_ERROR(norm(qkv_, d, qkv_width_, w.q_norm, qkv_, qkv_width_, tokens, c.head_dim, c.num_attention_heads));
@@ -541,7 +539,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
-    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, LoraTarget::kO, attn_, q, x_, DType::kF32, h, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kO}, attn_, q, x_, DType::kF32, h, tokens));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
     if (c.num_experts > 0) {
       RETURN_IF_ERROR(moe_mlp(w, l, tokens));
@@ -555,9 +553,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     } else {
       RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
       if (lora_active_) {
-        RETURN_IF_ERROR(lora_apply(l, LoraTarget::kGate, normed_, h, gate_up_, d, 2 * inter, tokens));
-        RETURN_IF_ERROR(lora_apply(l, LoraTarget::kUp, normed_, h, static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter),
-                                   d, 2 * inter, tokens));
+        RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kGate, LoraTarget::kUp}, normed_, h, gate_up_, d, 2 * inter, tokens));
       }
       kernels::SwigluArgs sw;
       sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
@@ -565,7 +561,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
       RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
     }
     RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
-    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, LoraTarget::kDown, act_, inter, x_, DType::kF32, h, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kDown}, act_, inter, x_, DType::kF32, h, tokens));
   }
   // The logit rows: gathered, normed, projected.
   RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, arrays_.logit_rows, logit_rows, h, gathered_, s));

@@ -25,8 +25,9 @@
 // row counts to the host and run one cuBLASLt GEMM per expert with rows. All end in the weighted combine added
 // to the residual (docs/perf/mixtral_gpu.md).
 // LoRA: with max_loras slots, each step's adapters (DecoderStep.loras) are copied into device slots (bf16/f16/f32 as
-// the model, [slot][layer] per linear, rank up to max_lora_rank) when not resident, and after each adapted linear
-// kernels::lora_apply_cuda adds every row's delta from its slot (row -> slot a device array, copied per step), so
+// the model, [slot][layer] per linear, rank up to max_lora_rank) when not resident, and after each adapted group of
+// linears (q, k and v; o; gate and up; down) one kernels::lora_apply_cuda adds every row's delta from its slot
+// (row -> slot a device array, copied per step), so
 // decode steps with adapters replay their own CUDA graphs (captured beside the plain ones).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
@@ -36,6 +37,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -112,6 +114,18 @@ class LlamaCudaModel {
   // Mixtral: the last forward's routing, [layers, step tokens, k], copied to the host (waits for the stream).
   Status copy_routing(MoeRoutingTrace& out);
 
+  // LoRA. pack_lora_slot_image: `adapter`'s matrices in the slot layout of a model of `config` in `dtype` with
+  // max_lora_rank (pinned host memory when it can be had; any thread: no device memory is touched), for
+  // LoraAdapter::slot_image. kInvalidArgument for a rank above max_lora_rank.
+  static StatusOr<std::shared_ptr<const LoraSlotImage>> pack_lora_slot_image(const LoraAdapter& adapter,
+                                                                             const LlamaConfig& config, DType dtype,
+                                                                             int64_t max_lora_rank);
+  // Whether the next step may use `adapter` without waiting for its copy to the device. When it is not resident,
+  // starts the copy (on a copy stream, from its slot image) into a slot the last step did not use and answers false
+  // (or false with nothing started when every slot is in use); the engine asks again before a later step. Errors:
+  // the adapter's (a rank above the slots', a linear this model lacks).
+  StatusOr<bool> lora_ready(const LoraAdapter& adapter);
+
  private:
   struct Layer {
     const void *qkv = nullptr, *qkv_bias = nullptr, *o = nullptr, *gate_up = nullptr, *gate_up_bias = nullptr,
@@ -129,10 +143,13 @@ class LlamaCudaModel {
   bool moe_grouped_path(int64_t tokens) const;
   // LoRA: the step's adapters resident and its rows' slots on the device (`rows`: the step's, or its graph bucket's).
   Status lora_stage(const DecoderStep& step, int64_t rows);
-  Status lora_upload(const LoraAdapter& adapter, int64_t slot);
-  // The delta of linear `t` of `layer` for the active rows: x [tokens, in] -> y [tokens, out] += ...
-  Status lora_apply(int64_t layer, LoraTarget t, const void* x, int64_t x_ld, void* y, DType y_dtype, int64_t y_ld,
-                    int64_t tokens);
+  // The deltas of the linears `targets` of `layer` (1..3 reading the same x: q, k, v; gate, up) for the active rows:
+  // x [tokens, in] -> y [tokens, sum of outs] += ..., each target's columns after the one before (the fused row).
+  Status lora_apply(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x, int64_t x_ld, void* y,
+                    DType y_dtype, int64_t y_ld, int64_t tokens);
+  // A slot's rank storage: max_lora_rank rounded up to 8 (the kernels read B's rows 8 values at a time).
+  int64_t lora_slot_rank() const { return (options_.max_lora_rank + 7) / 8 * 8; }
+  int64_t lora_workspace_floats(int64_t rows) const;  // the shrink's partial sums for the widest group
   LlamaCudaModel() = default;
   Status init(const LlamaConfig& config, const LlamaCudaOptions& options);  // device, stream, GEMM
   Status plan_weights();  // sizes and places every weight in weights_
@@ -198,15 +215,24 @@ class LlamaCudaModel {
   // [slot][layer][target]; the step's row -> slot and the shrink's workspace.
   struct LoraSlot {
     uint64_t adapter = 0;  // LoraAdapter::id, 0: free
-    uint64_t used = 0;     // the step that last used it (LRU)
+    uint64_t used = 0;     // the step that last used it (LRU); lora_clock_ + 1: claimed for the coming step
+    std::shared_ptr<CudaEvent> copied;               // recorded on the copy stream after its upload
+    std::shared_ptr<const LoraSlotImage> source;     // kept alive while the copy may still read it
+    bool in_flight = false;
   };
+  // Starts the upload of `adapter` into `slot` on lora_copy_stream_ (its slot image, or one packed now).
+  Status lora_upload_async(const LoraAdapter& adapter, int64_t slot);
+  // A slot for a new adapter: a free one, else the least recently used one with used < `older_than`; -1: none.
+  int64_t lora_victim(uint64_t older_than) const;
+  CudaStream lora_copy_stream_;
   std::vector<LoraSlot> lora_slots_;
   uint64_t lora_clock_ = 0;
   std::array<void*, kLoraTargets> lora_a_{}, lora_b_{};
   int32_t* lora_ranks_ = nullptr;
   float* lora_scales_ = nullptr;
   int32_t* lora_row_slot_ = nullptr;
-  float* lora_t_ = nullptr;
+  float* lora_t_ = nullptr;  // the shrink's workspace, lora_t_floats_ floats
+  int64_t lora_t_floats_ = 0;
   PinnedBuffer lora_host_rows_;
   bool lora_active_ = false;  // this launch adds the LoRA deltas
   size_t graph_bytes_ = 0;

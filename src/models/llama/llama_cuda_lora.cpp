@@ -11,56 +11,150 @@
 namespace mmserve::models {
 namespace {
 
-size_t bytes_of(DType d, int64_t n) { return static_cast<size_t>(n) * dtype_size(d); }
+size_t bytes_of(DType d, int64_t n) {
+  return static_cast<size_t>(n) * dtype_size(d);
+}
 
 }  // namespace
 
-Status LlamaCudaModel::lora_upload(const LoraAdapter& adapter, int64_t slot) {
-  const LlamaConfig& c = config_;
-  const DType d = options_.dtype;
-  const int64_t layers = c.num_hidden_layers, r_max = options_.max_lora_rank;
-  if (adapter.max_rank > r_max) {
+StatusOr<std::shared_ptr<const LoraSlotImage>> LlamaCudaModel::pack_lora_slot_image(const LoraAdapter& adapter,
+                                                                                    const LlamaConfig& c, DType d,
+                                                                                    int64_t max_lora_rank) {
+  const int64_t layers = c.num_hidden_layers, r_max = (max_lora_rank + 7) / 8 * 8;
+  if (adapter.max_rank > max_lora_rank) {
     return invalid_argument("adapter '" + adapter.name + "' has rank " + std::to_string(adapter.max_rank) +
-                            "; this model's slots hold rank " + std::to_string(r_max) + " (max_lora_rank)");
+                            "; this model's slots hold rank " + std::to_string(max_lora_rank) + " (max_lora_rank)");
   }
-  std::vector<int32_t> ranks(static_cast<size_t>(layers * kLoraTargets), 0);
-  std::vector<float> scales(ranks.size(), 0.0f);
-  std::vector<uint8_t> staging;
-  auto to_dtype = [&](const std::vector<float>& v, int64_t rows, int64_t cols, int64_t ld) {  // [rows, cols] -> ld
-    staging.assign(bytes_of(d, rows * ld), 0);
+  if (static_cast<int64_t>(adapter.layers.size()) != layers) {
+    return invalid_argument("adapter '" + adapter.name + "' was read for another model (its layer count)");
+  }
+  auto image = std::make_shared<LoraSlotImage>();
+  image->dtype = d, image->r_max = r_max;
+  size_t at = 0;
+  auto place = [&at](size_t bytes) {  // 256-byte aligned: every copy starts on a DMA-friendly boundary
+    const size_t offset = at;
+    at += (bytes + 255) / 256 * 256;
+    return offset;
+  };
+  for (int t = 0; t < kLoraTargets; ++t) {
+    bool anywhere = false;
+    for (int64_t l = 0; l < layers && !anywhere; ++l)
+      anywhere = adapter.module(l, static_cast<LoraTarget>(t)).present();
+    if (!anywhere) continue;
+    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+    image->a_bytes[t] = bytes_of(d, layers * r_max * in), image->a_offset[t] = place(image->a_bytes[t]);
+    image->b_bytes[t] = bytes_of(d, layers * out * r_max), image->b_offset[t] = place(image->b_bytes[t]);
+  }
+  const int64_t params = layers * kLoraTargets;
+  image->ranks_offset = place(bytes_of(DType::kI32, params));
+  image->scales_offset = place(bytes_of(DType::kF32, params));
+  image->bytes = at;
+  void* memory = nullptr;  // pinned: the copies then run at the bus's speed and never block the engine thread
+  if (cudaHostAlloc(&memory, at, cudaHostAllocPortable) == cudaSuccess) {
+    image->memory = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
+  } else {
+    (void)cudaGetLastError();  // pageable fallback: correct, slower copies
+    image->memory = std::shared_ptr<uint8_t>(new uint8_t[at], std::default_delete<uint8_t[]>());
+  }
+  uint8_t* base = image->memory.get();
+  std::memset(base, 0, at);  // ranks 0 and zero padding past each module's rank
+  auto put = [&](const float* v, int64_t rows, int64_t cols, int64_t ld, uint8_t* to) {  // [rows, cols] -> ld
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t k = 0; k < cols; ++k) {
         const float x = v[r * cols + k];
-        uint8_t* at = staging.data() + bytes_of(d, r * ld + k);
+        uint8_t* at_elem = to + bytes_of(d, r * ld + k);
         if (d == DType::kF32) {
-          std::memcpy(at, &x, 4);
+          std::memcpy(at_elem, &x, 4);
         } else {
-          const uint16_t hbits = d == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
-          std::memcpy(at, &hbits, 2);
+          const uint16_t bits = d == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
+          std::memcpy(at_elem, &bits, 2);
         }
       }
     }
   };
+  auto* ranks = reinterpret_cast<int32_t*>(base + image->ranks_offset);
+  auto* scales = reinterpret_cast<float*>(base + image->scales_offset);
   for (int64_t l = 0; l < layers; ++l) {
     for (int t = 0; t < kLoraTargets; ++t) {
       const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
       if (!m.present()) continue;
-      if (lora_a_[t] == nullptr) return unimplemented("adapter '" + adapter.name + "' adapts a linear this model lacks");
       const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-      to_dtype(m.a, m.rank, in, in);  // A's first `rank` rows of the slot's [r_max, in]
-      uint8_t* a = static_cast<uint8_t*>(lora_a_[t]) + bytes_of(d, (slot * layers + l) * r_max * in);
-      CUDA_RETURN_IF_ERROR(cudaMemcpy(a, staging.data(), staging.size(), cudaMemcpyHostToDevice));
-      to_dtype(m.b, out, m.rank, r_max);  // B [out, rank] into the slot's [out, r_max]
-      uint8_t* b = static_cast<uint8_t*>(lora_b_[t]) + bytes_of(d, (slot * layers + l) * out * r_max);
-      CUDA_RETURN_IF_ERROR(cudaMemcpy(b, staging.data(), staging.size(), cudaMemcpyHostToDevice));
+      put(m.a.data(), m.rank, in, in, base + image->a_offset[t] + bytes_of(d, l * r_max * in));  // first `rank` rows
+      put(m.b.data(), out, m.rank, r_max, base + image->b_offset[t] + bytes_of(d, l * out * r_max));
       ranks[l * kLoraTargets + t] = static_cast<int32_t>(m.rank);
       scales[l * kLoraTargets + t] = m.scale;
     }
   }
-  const int64_t params = layers * kLoraTargets;
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(lora_ranks_ + slot * params, ranks.data(), ranks.size() * 4, cudaMemcpyHostToDevice));
-  CUDA_RETURN_IF_ERROR(cudaMemcpy(lora_scales_ + slot * params, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  return std::shared_ptr<const LoraSlotImage>(std::move(image));
+}
+
+Status LlamaCudaModel::lora_upload_async(const LoraAdapter& adapter, int64_t slot) {
+  const LlamaConfig& c = config_;
+  const DType d = options_.dtype;
+  const int64_t layers = c.num_hidden_layers, r_max = lora_slot_rank(), params = layers * kLoraTargets;
+  std::shared_ptr<const LoraSlotImage> image = adapter.slot_image;
+  if (image == nullptr || image->dtype != d || image->r_max != r_max) {  // not packed for this model at load
+    ASSIGN_OR_RETURN(image, pack_lora_slot_image(adapter, c, d, options_.max_lora_rank));
+  }
+  for (int t = 0; t < kLoraTargets; ++t) {
+    if (image->a_bytes[t] > 0 && lora_a_[t] == nullptr) {
+      return unimplemented("adapter '" + adapter.name + "' adapts a linear this model lacks");
+    }
+  }
+  LoraSlot& s = lora_slots_[static_cast<size_t>(slot)];
+  if (s.copied == nullptr) {
+    s.copied = std::make_shared<CudaEvent>();
+    RETURN_IF_ERROR(s.copied->init());
+  }
+  // The slot's last readers (an earlier step) are done: every step ends with the host waiting for its sampled ids.
+  const uint8_t* host = image->memory.get();
+  cudaStream_t cs = lora_copy_stream_.get();
+  for (int t = 0; t < kLoraTargets; ++t) {
+    if (image->a_bytes[t] == 0) continue;
+    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_a_[t]) + bytes_of(d, slot * layers * r_max * in),
+                                         host + image->a_offset[t], image->a_bytes[t], cudaMemcpyHostToDevice, cs));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_b_[t]) + bytes_of(d, slot * layers * out * r_max),
+                                         host + image->b_offset[t], image->b_bytes[t], cudaMemcpyHostToDevice, cs));
+  }
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_ranks_ + slot * params, host + image->ranks_offset,
+                                       bytes_of(DType::kI32, params), cudaMemcpyHostToDevice, cs));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_scales_ + slot * params, host + image->scales_offset,
+                                       bytes_of(DType::kF32, params), cudaMemcpyHostToDevice, cs));
+  CUDA_RETURN_IF_ERROR(cudaEventRecord(s.copied->get(), cs));
+  s.source = std::move(image), s.in_flight = true;
   return ok_status();
+}
+
+int64_t LlamaCudaModel::lora_victim(uint64_t older_than) const {
+  int64_t slot = -1;
+  for (size_t i = 0; i < lora_slots_.size(); ++i) {
+    const LoraSlot& s = lora_slots_[i];
+    if (s.adapter == 0) return static_cast<int64_t>(i);
+    if (s.used < older_than && (slot < 0 || s.used < lora_slots_[slot].used)) slot = static_cast<int64_t>(i);
+  }
+  return slot;
+}
+
+StatusOr<bool> LlamaCudaModel::lora_ready(const LoraAdapter& adapter) {
+  if (lora_slots_.empty()) return unimplemented("this model was loaded without LoRA slots (max_loras 0)");
+  for (LoraSlot& s : lora_slots_) {
+    if (s.adapter != adapter.id) continue;
+    s.used = std::max(s.used, lora_clock_ + 1);  // claimed for the coming step: no prefetch evicts it
+    if (!s.in_flight) return true;
+    const cudaError_t done = cudaEventQuery(s.copied->get());
+    if (done == cudaErrorNotReady) return false;
+    CUDA_RETURN_IF_ERROR(done);
+    s.in_flight = false, s.source.reset();
+    return true;
+  }
+  // Not resident: copy it into a slot neither the last step used nor the coming one claimed.
+  const int64_t slot = lora_victim(lora_clock_);
+  if (slot < 0) return false;
+  lora_slots_[slot].adapter = 0;  // half-written until the copy is queued
+  RETURN_IF_ERROR(lora_upload_async(adapter, slot));
+  lora_slots_[slot].adapter = adapter.id, lora_slots_[slot].used = lora_clock_ + 1;
+  return false;
 }
 
 Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
@@ -77,45 +171,63 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
     for (size_t i = 0; i < lora_slots_.size() && slot < 0; ++i) {
       if (lora_slots_[i].adapter == a->id) slot = static_cast<int64_t>(i);
     }
-    if (slot < 0) {  // a free slot, else the least recently used one this step does not use
-      for (size_t i = 0; i < lora_slots_.size(); ++i) {
-        if (lora_slots_[i].used == now) continue;
-        if (slot < 0 || lora_slots_[i].adapter == 0 || lora_slots_[i].used < lora_slots_[slot].used) {
-          slot = static_cast<int64_t>(i);
-          if (lora_slots_[i].adapter == 0) break;
-        }
-      }
+    if (slot < 0) {  // not prefetched (a step the engine did not ask lora_ready about): copied now, the step waits
+      slot = lora_victim(now);
       if (slot < 0) {
         return resource_exhausted("a step with more distinct LoRA adapters than the model's " +
                                   std::to_string(lora_slots_.size()) + " slots (max_loras)");
       }
-      lora_slots_[slot].adapter = 0;  // half-written until the upload succeeds
-      RETURN_IF_ERROR(lora_upload(*a, slot));
+      lora_slots_[slot].adapter = 0;
+      RETURN_IF_ERROR(lora_upload_async(*a, slot));
       lora_slots_[slot].adapter = a->id;
     }
-    lora_slots_[slot].used = now;
+    LoraSlot& resident = lora_slots_[slot];
+    resident.used = now;
+    if (resident.in_flight) {  // the step's kernels wait for the copy on the device; the host does not
+      CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), resident.copied->get(), 0));
+    }
     for (int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) host[r] = static_cast<int32_t>(slot);
   }
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_row_slot_, host, bytes_of(DType::kI32, rows), cudaMemcpyHostToDevice,
-                                       stream_.get()));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(lora_row_slot_, host, bytes_of(DType::kI32, rows), cudaMemcpyHostToDevice, stream_.get()));
   return ok_status();
 }
 
-Status LlamaCudaModel::lora_apply(int64_t layer, LoraTarget t, const void* x, int64_t x_ld, void* y, DType y_dtype,
-                                  int64_t y_ld, int64_t tokens) {
-  const int ti = static_cast<int>(t);
-  if (lora_a_[ti] == nullptr) return ok_status();  // Mixtral's MLP: no dense linears
+int64_t LlamaCudaModel::lora_workspace_floats(int64_t rows) const {
+  const LlamaConfig& c = config_;
+  const int64_t r = lora_slot_rank(), h = c.hidden_size, q = c.num_attention_heads * c.head_dim;
+  return std::max({kernels::lora_cuda_workspace_floats(rows, h, r, 3),
+                   kernels::lora_cuda_workspace_floats(rows, q, r, 1),
+                   kernels::lora_cuda_workspace_floats(rows, h, r, 2),
+                   kernels::lora_cuda_workspace_floats(rows, c.intermediate_size, r, 1)});
+}
+
+Status LlamaCudaModel::lora_apply(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x, int64_t x_ld,
+                                  void* y, DType y_dtype, int64_t y_ld, int64_t tokens) {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
-  const int64_t layers = c.num_hidden_layers, r_max = options_.max_lora_rank;
-  const auto [in, out] = lora_target_features(c, t);
+  const int64_t layers = c.num_hidden_layers, r_max = lora_slot_rank();
   kernels::LoraCudaArgs p;
-  p.x = x, p.x_ld = x_ld, p.rows = tokens, p.in = in, p.dtype = d, p.row_slot = lora_row_slot_;
-  p.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in), p.a_slot_stride = layers * r_max * in;
-  p.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max), p.b_slot_stride = layers * out * r_max;
-  p.ranks = lora_ranks_ + layer * kLoraTargets + ti, p.scales = lora_scales_ + layer * kLoraTargets + ti;
-  p.param_stride = layers * kLoraTargets, p.r_max = r_max, p.out = out, p.t = lora_t_;
-  p.y = y, p.y_dtype = y_dtype, p.y_ld = y_ld;
+  p.x = x, p.x_ld = x_ld, p.rows = tokens, p.dtype = d, p.row_slot = lora_row_slot_;
+  p.param_stride = layers * kLoraTargets, p.r_max = r_max, p.num_targets = 0;
+  p.y_dtype = y_dtype, p.y_ld = y_ld, p.workspace = lora_t_, p.workspace_floats = lora_t_floats_;
+  int64_t column = 0;  // the target's first column in y's fused row
+  for (LoraTarget t : targets) {
+    const int ti = static_cast<int>(t);
+    const auto [in, out] = lora_target_features(c, t);
+    p.in = in;
+    if (lora_a_[ti] != nullptr) {  // Mixtral's MLP: no dense linears
+      kernels::LoraCudaTarget& g = p.target[p.num_targets++];
+      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in),
+      g.a_slot_stride = layers * r_max * in;
+      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max),
+      g.b_slot_stride = layers * out * r_max;
+      g.ranks = lora_ranks_ + layer * kLoraTargets + ti, g.scales = lora_scales_ + layer * kLoraTargets + ti;
+      g.out = out, g.y = static_cast<uint8_t*>(y) + bytes_of(y_dtype, column);
+    }
+    column += out;
+  }
+  if (p.num_targets == 0) return ok_status();
   return kernels::lora_apply_cuda(p, stream_.get());
 }
 

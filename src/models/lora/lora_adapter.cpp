@@ -86,9 +86,9 @@ std::vector<std::string> LoraAdapter::target_names() const {
   return out;
 }
 
-StatusOr<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
-                                                               const LlamaConfig& config,
-                                                               const std::vector<std::string>& prefixes) {
+StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
+                                                         const LlamaConfig& config,
+                                                         const std::vector<std::string>& prefixes) {
   namespace fs = std::filesystem;
   const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
   ASSIGN_OR_RETURN(const std::string text, read_text(config_path));
@@ -175,7 +175,7 @@ StatusOr<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string
     }
   }
   if (adapted == 0) return invalid_argument(weights_path + ": holds no LoRA matrices");
-  return std::shared_ptr<const LoraAdapter>(std::move(adapter));
+  return adapter;
 }
 
 }  // namespace mmserve::models

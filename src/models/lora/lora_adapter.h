@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 #include "models/llama/llama.h"
 #include "models/lora/peft_config.h"
@@ -36,12 +37,27 @@ struct LoraModule {
   bool present() const { return rank > 0; }
 };
 
+// An adapter's matrices laid out as one GPU slot holds them (LlamaCudaModel's: per target A [layers][r_max][in] and
+// B [layers][out][r_max] in the model's dtype, then ranks and scales [layers][kLoraTargets]), built once at load on
+// the loader's thread (LlamaCudaModel::pack_lora_slot_image) so that making the adapter resident is a few
+// host-to-device copies, none of them a conversion on the engine thread. `memory` is one host allocation (pinned
+// when the GPU could pin it) holding every array at its offset; a target with 0 bytes is adapted in no layer.
+struct LoraSlotImage {
+  DType dtype = DType::kF32;
+  int64_t r_max = 0;
+  std::shared_ptr<uint8_t> memory;
+  size_t bytes = 0;
+  std::array<size_t, kLoraTargets> a_offset{}, a_bytes{}, b_offset{}, b_bytes{};
+  size_t ranks_offset = 0, scales_offset = 0;
+};
+
 struct LoraAdapter {
   std::string name, dir;
   uint64_t id = 0;  // unique per load in this process (the prefix cache's salt: a reload never shares blocks)
   PeftLoraConfig config;
   int64_t max_rank = 0;
   std::vector<std::array<LoraModule, kLoraTargets>> layers;  // [num_hidden_layers]
+  std::shared_ptr<const LoraSlotImage> slot_image;           // set at load for a GPU model (else built per upload)
   const LoraModule& module(int64_t layer, LoraTarget t) const { return layers[layer][static_cast<int>(t)]; }
   int64_t bytes() const;
   // The adapted linears' short names, in LoraTarget order ("q_proj", "v_proj").
@@ -51,7 +67,8 @@ struct LoraAdapter {
 // Reads `dir` for the decoder `config`. `prefixes`: the decoder's module prefixes PEFT may have recorded ("model."
 // for a Llama; under LLaVA "model.language_model." as transformers 5 names the module tree and
 // "language_model.model." as 4.x did); one adapter uses one of them.
-StatusOr<std::shared_ptr<const LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
+// Mutable until the caller shares it (a GPU executor attaches its slot image first).
+StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
                                                                const LlamaConfig& config,
                                                                const std::vector<std::string>& prefixes = {"model."});
 
