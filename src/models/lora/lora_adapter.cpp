@@ -1,11 +1,14 @@
 // PEFT LoRA adapters over the Llama family (see lora_adapter.h).
 #include "models/lora/lora_adapter.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "core/dtype.h"
 #include "core/safetensors.h"
@@ -19,10 +22,10 @@ struct Linear {
   LoraTarget target;
   const char* path;  // under the layer
 };
-constexpr Linear kLinears[kLoraTargets] = {
-    {LoraTarget::kQ, "self_attn.q_proj"}, {LoraTarget::kK, "self_attn.k_proj"}, {LoraTarget::kV, "self_attn.v_proj"},
-    {LoraTarget::kO, "self_attn.o_proj"}, {LoraTarget::kGate, "mlp.gate_proj"},  {LoraTarget::kUp, "mlp.up_proj"},
-    {LoraTarget::kDown, "mlp.down_proj"}};
+constexpr Linear kLinears[kLoraTargets] = {{LoraTarget::kQ, "self_attn.q_proj"}, {LoraTarget::kK, "self_attn.k_proj"},
+                                           {LoraTarget::kV, "self_attn.v_proj"}, {LoraTarget::kO, "self_attn.o_proj"},
+                                           {LoraTarget::kGate, "mlp.gate_proj"}, {LoraTarget::kUp, "mlp.up_proj"},
+                                           {LoraTarget::kDown, "mlp.down_proj"}};
 
 }  // namespace
 
@@ -50,18 +53,53 @@ StatusOr<std::string> read_text(const std::string& path) {
   return s.str();
 }
 
-StatusOr<std::vector<float>> to_f32(const TensorInfo& t, const std::string& where) {
-  std::vector<float> out(static_cast<size_t>(t.numel()));
-  if (!convert_to_f32(t.dtype, t.data, out.data(), t.numel())) {
-    return unimplemented(where + ": " + t.name + " is " + dtype_name(t.dtype) + " (f32, f16 or bf16)");
-  }
-  return out;
+// A stored matrix and the module vector it becomes.
+struct Conversion {
+  const TensorInfo* tensor;
+  std::vector<float>* out;
+};
+
+// Fills each `out` with its tensor in f32 (the dtypes were checked). The f32 copy is twice the file and is touched
+// here for the first time, so writing it once matters: each vector is built by appending chunks converted in an
+// L1-sized buffer, never zero-filled first (std::vector's sized constructor would write every byte twice, each
+// write faulting its page in). Large adapters spread the tensors over a few threads, as the page faults and the
+// conversion both scale with cores: a rank-16 adapter on every linear of Llama-3-8B is 168 MB of f32
+// (docs/perf/lora_cpu.md, bench/lora_cpu_bench.cpp).
+constexpr int64_t kConvertChunk = 4096;  // floats: 16 KB, in L1
+
+void convert_all(const std::vector<Conversion>& work) {
+  auto convert = [](const Conversion& c) {
+    const int64_t n = c.tensor->numel();
+    const size_t element = dtype_size(c.tensor->dtype);
+    float buffer[kConvertChunk];
+    c.out->clear();
+    c.out->reserve(static_cast<size_t>(n));
+    for (int64_t at = 0; at < n; at += kConvertChunk) {
+      const int64_t count = std::min(kConvertChunk, n - at);
+      convert_to_f32(c.tensor->dtype, c.tensor->data + static_cast<size_t>(at) * element, buffer, count);
+      c.out->insert(c.out->end(), buffer, buffer + count);
+    }
+  };
+  size_t bytes = 0;
+  for (const Conversion& c : work) bytes += static_cast<size_t>(c.tensor->numel()) * sizeof(float);
+  constexpr size_t kBytesPerThread = 16 << 20;  // below this a thread's start costs more than it saves
+  const size_t threads = std::min<size_t>(
+      {std::max(1u, std::thread::hardware_concurrency()), 8, bytes / kBytesPerThread + 1, work.size()});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < work.size();) convert(work[i]);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
 }
 
 }  // namespace
 
 const char* lora_target_name(LoraTarget t) {
-  static const char* names[kLoraTargets] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  static const char* names[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
+                                            "gate_proj", "up_proj", "down_proj"};
   return names[static_cast<int>(t)];
 }
 
@@ -98,7 +136,8 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
   ASSIGN_OR_RETURN(adapter->config, parse_peft_lora_config(text, config_path));
   const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
   if (!fs::exists(weights_path)) {
-    return not_found(weights_path + ": missing (PEFT's adapter_model.bin pickles are not read; re-save with "
+    return not_found(weights_path +
+                     ": missing (PEFT's adapter_model.bin pickles are not read; re-save with "
                      "safe_serialization=True)");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
@@ -116,6 +155,8 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
   std::string used_prefix;  // the first module's; every other must share it
   adapter->layers.resize(static_cast<size_t>(config.num_hidden_layers));
   const PeftLoraConfig& pc = adapter->config;
+  std::vector<Conversion> work;  // every check first, then the conversion (the bulk of the time) at once
+  std::set<const std::vector<float>*> converted;
   for (const auto& [tensor_name, info] : file->tensors()) {
     const std::string where = weights_path + ": " + tensor_name;
     std::string module = tensor_name;
@@ -153,14 +194,21 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
     if (info.shape != want) {
       return invalid_argument(where + ": shape " + std::to_string(info.shape.size() == 2 ? info.shape[0] : -1) + "x" +
                               std::to_string(info.shape.size() == 2 ? info.shape[1] : -1) + ", expected " +
-                              std::to_string(want[0]) + "x" + std::to_string(want[1]) +
-                              " (rank " + std::to_string(rank) + " by r / rank_pattern)");
+                              std::to_string(want[0]) + "x" + std::to_string(want[1]) + " (rank " +
+                              std::to_string(rank) + " by r / rank_pattern)");
     }
-    ASSIGN_OR_RETURN(std::vector<float> values, to_f32(info, weights_path));
-    (is_a ? m.a : m.b) = std::move(values);
+    if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16) {
+      return unimplemented(weights_path + ": " + info.name + " is " + dtype_name(info.dtype) + " (f32, f16 or bf16)");
+    }
+    std::vector<float>& matrix = is_a ? m.a : m.b;
+    if (!converted.insert(&matrix).second) {  // saved with and without base_model.model.
+      return invalid_argument(where + ": a second " + (is_a ? "lora_A" : "lora_B") + " for '" + module + "'");
+    }
+    work.push_back({&info, &matrix});
     m.rank = rank, m.in = in, m.out = out;
     m.scale = static_cast<float>(pc.scale_for(module));
   }
+  convert_all(work);
   int64_t adapted = 0;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     for (const Linear& lin : kLinears) {

@@ -81,5 +81,57 @@ TEST(GateHead, BrokenGatesAreRefused) {
   fs::remove_all(root);
 }
 
+// The broken gate files BrokenGatesAreRefused leaves out (and gate_head_fuzz's seeds): a cut safetensors file, a
+// gate.json that is not JSON or is missing, the second layer's width disagreeing with the first's, a 1-D weight, an
+// empty name and integer weights. Each is a Status naming the file, the key or the tensor; none is a crash.
+TEST(GateHead, BrokenGateFilesAreRefusedNamingWhatIsWrong) {
+  const fs::path root = fs::temp_directory_path() / ("mmserve_gate_files_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  const std::string gate_path = (root / "gate.safetensors").string();
+  std::vector<float> w1(4 * 3), b1(4), w2(2 * 4), b2(2), wide(2 * 5);
+  std::vector<int32_t> ints(4 * 3);
+  const std::vector<TensorToWrite> good = {{"gate.0.weight", DType::kF32, {4, 3}, w1.data()},
+                                           {"gate.0.bias", DType::kF32, {4}, b1.data()},
+                                           {"gate.2.weight", DType::kF32, {2, 4}, w2.data()},
+                                           {"gate.2.bias", DType::kF32, {2}, b2.data()}};
+  const std::string names = R"({"adapters": ["a", "b"]})";
+  // Writes the two files ("" names: no gate.json) and loads; the refusal's message must hold `needle`.
+  auto refused = [&](const std::vector<TensorToWrite>& tensors, const std::string& json, const std::string& needle) {
+    fs::remove(root / "gate.json");
+    EXPECT_TRUE(write_safetensors(gate_path, tensors).ok());
+    if (!json.empty()) std::ofstream(root / "gate.json") << json;
+    auto gate = GateHead::load(gate_path);
+    ASSERT_FALSE(gate.ok()) << needle;
+    EXPECT_NE(gate.status().message().find(needle), std::string::npos) << gate.status().message();
+  };
+  {
+    SCOPED_TRACE("the good files load");
+    EXPECT_TRUE(write_safetensors(gate_path, good).ok());
+    std::ofstream(root / "gate.json") << names;
+    ASSERT_TRUE(GateHead::load(gate_path).ok());
+  }
+  {
+    SCOPED_TRACE("a truncated gate.safetensors");
+    const auto size = fs::file_size(gate_path);
+    fs::resize_file(gate_path, size - 5);
+    auto gate = GateHead::load(gate_path);
+    ASSERT_FALSE(gate.ok());
+    EXPECT_NE(gate.status().message().find("gate.safetensors"), std::string::npos) << gate.status().message();
+  }
+  refused(good, R"({"adapters": ["a", "b"])", "gate.json");  // not JSON
+  refused(good, "", "gate.json");                            // missing
+  refused(good, R"({"adapters": ["a", ""]})", "gate.json");  // an empty name
+  std::vector<TensorToWrite> wide_w2 = good;                 // [N, 5] after a hidden layer of 4
+  wide_w2[2] = {"gate.2.weight", DType::kF32, {2, 5}, wide.data()};
+  refused(wide_w2, names, "gate.2.weight");
+  std::vector<TensorToWrite> flat = good;  // gate.0.weight is a vector
+  flat[0] = {"gate.0.weight", DType::kF32, {12}, w1.data()};
+  refused(flat, names, "gate.0.weight");
+  std::vector<TensorToWrite> integers = good;
+  integers[0] = {"gate.0.weight", DType::kI32, {4, 3}, ints.data()};
+  refused(integers, names, "gate.0.weight");
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace mmserve::models
