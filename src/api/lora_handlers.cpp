@@ -1,11 +1,13 @@
 // LoRA adapters over HTTP (issue 16; see handlers.h): vLLM's runtime loading endpoints and mmserve's registry.
 //
 //   POST /v1/load_lora_adapter   {"lora_name": "sql", "lora_path": "/adapters/sql", "base_model": "llama"?}
-//   POST /v1/unload_lora_adapter {"lora_name": "sql"}
+//   POST /v1/unload_lora_adapter {"lora_name": "sql", "fail_running": false?}
 // answer 200 with vLLM's plain-text success line, or an OpenAI error: 400 for a malformed body or adapter
 // (the adapter reader's message), 403 when the server was not started with --allow-runtime-lora-updating (they
 // read any directory the server can, as vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING guards), 404 for an unknown base
-// model or adapter, 409 for a name in use.
+// model or adapter, 409 for a name in use. An unload returns at once: requests already under the adapter finish
+// with it, or with "fail_running": true (an mmserve extension) end at their next step with a 404
+// error, an error event when streamed, saying the adapter was unloaded.
 //   GET /v2/adapters -> {"adapters": [{"id", "parent", "modality", "rank", "target_modules", "hot_swappable",
 //                       "loaded_on", "path", "bytes",
 //                       "requests"}]}
@@ -44,7 +46,14 @@ Reply handle_load_lora_adapter(const HandlerEnv& env, const httplib::Request& re
   StatusOr<std::string> name = string_field(*body, "lora_name", true);
   if (!name.ok()) return error_reply(kFamily, name.status());
   if (!load) {
-    const Status unloaded = env.server.unload_adapter(*name);
+    bool fail_running = false;  // an mmserve extension field
+    if (body->contains("fail_running") && !(*body)["fail_running"].is_null()) {
+      if (!(*body)["fail_running"].is_boolean()) {
+        return error_reply(kFamily, invalid_argument("'fail_running' must be true or false"));
+      }
+      fail_running = (*body)["fail_running"].get<bool>();
+    }
+    const Status unloaded = env.server.unload_adapter(*name, fail_running);
     if (!unloaded.ok()) return error_reply(kFamily, unloaded);
     return Reply{200, "Success: LoRA adapter '" + *name + "' removed successfully.", "text/plain; charset=utf-8"};
   }
@@ -55,9 +64,10 @@ Reply handle_load_lora_adapter(const HandlerEnv& env, const httplib::Request& re
   const Status loaded = env.server.load_adapter(*base, *name, *path);
   if (!loaded.ok()) {
     // A directory that is missing or unreadable is the client's mistake here, not a missing route.
-    const Status status = loaded.code() == StatusCode::kNotFound && loaded.message().find("adapter_") != std::string::npos
-                              ? invalid_argument(loaded.message())
-                              : loaded;
+    const Status status =
+        loaded.code() == StatusCode::kNotFound && loaded.message().find("adapter_") != std::string::npos
+            ? invalid_argument(loaded.message())
+            : loaded;
     return error_reply(kFamily, status);
   }
   return Reply{200, "Success: LoRA adapter '" + *name + "' added successfully.", "text/plain; charset=utf-8"};

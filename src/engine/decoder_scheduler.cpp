@@ -58,12 +58,16 @@ StepPlan DecoderScheduler::schedule() {
   // LoRA: the step's distinct adapters, at most max_adapters_per_step; `fits` takes the sequence's in when it can.
   std::vector<uint64_t> adapters;
   auto fits = [&](const DecoderSequence* s) {
-    if (s->adapter == 0 || config_.max_adapters_per_step <= 0 ||
-        std::find(adapters.begin(), adapters.end(), s->adapter) != adapters.end()) {
-      return true;
+    if (config_.max_adapters_per_step <= 0) return true;
+    std::vector<uint64_t> more;  // of its (up to two) adapters, those the step does not hold yet
+    for (uint64_t a : {s->adapter, s->adapter2}) {
+      if (a != 0 && std::find(adapters.begin(), adapters.end(), a) == adapters.end() &&
+          std::find(more.begin(), more.end(), a) == more.end()) {
+        more.push_back(a);
+      }
     }
-    if (static_cast<int64_t>(adapters.size()) >= config_.max_adapters_per_step) return false;
-    adapters.push_back(s->adapter);
+    if (static_cast<int64_t>(adapters.size() + more.size()) > config_.max_adapters_per_step) return false;
+    adapters.insert(adapters.end(), more.begin(), more.end());
     return true;
   };
   // Running sequences: decodes first, then prompts being prefilled in chunks.

@@ -47,6 +47,7 @@ struct DecoderSequence {
   uint64_t extra_hash = 0;      // prefix-cache salt for what the tokens do not show (images)
   int64_t extra_from = 0;       // ... applied to the blocks that end after this token (the first image's)
   uint64_t adapter = 0;         // its LoRA adapter's id (models/lora), 0: none
+  uint64_t adapter2 = 0;        // gate routing's second adapter, applied with the first (0: none)
   KvBlockTable table;
   int64_t preemptions = 0;
   int64_t cached_tokens = 0;  // prompt tokens the prefix cache supplied at the last admission

@@ -84,6 +84,9 @@ struct ModelOutput {
   virtual int64_t generated_tokens() const { return 0; }
   virtual double first_token_ms() const { return -1.0; }
   virtual double last_token_ms() const { return -1.0; }
+  // LoRA (issue 16): the adapters this output ran under (the one the request named, or the gate's choice, each
+  // counted with all of generated_tokens()): mmserve_adapter_requests_total / _generation_tokens_total.
+  virtual std::vector<std::string> adapters() const { return {}; }
 };
 
 template <typename T>
@@ -172,6 +175,14 @@ struct SequenceStats {
   double kv_cache_usage = 0;  // blocks held by sequences / the pool's blocks
 };
 
+// The online distillation of a gate head (issue 16 item 5, models/lora/gate_distill.h): mmserve_gate_distill_*.
+// Losses are KL(target || router) in nats, averaged over the samples; < 0 before the first training round.
+struct RouterStats {
+  double loss = -1, heldout_loss = -1;  // the last round's training loss; the held-apart loss of the head in use
+  int64_t updates = 0, rollbacks = 0;   // rounds kept, and rounds undone because the held-apart loss rose
+  int64_t samples = 0;                  // requests observed
+};
+
 // A LoRA adapter an executor holds (issue 16): GET /v2/adapters and /v1/models list these.
 struct AdapterInfo {
   std::string name, dir;
@@ -231,12 +242,16 @@ class Executor {
   virtual std::vector<CacheStats> caches() const { return {}; }
   virtual std::optional<SequenceStats> sequences() const { return std::nullopt; }
   virtual std::optional<ExpertLoadStats> expert_load() const { return std::nullopt; }
+  // A decoder distilling its gate head online (thread-safe: read by the metrics publication).
+  virtual std::optional<RouterStats> router() const { return std::nullopt; }
   // LoRA adapters (issue 16), callable from any thread while batches run; requests name an adapter in their
   // family's params. Families without adapters answer kUnimplemented.
   virtual Status load_adapter(const std::string& name, const std::string& dir) {
     return Status(StatusCode::kUnimplemented, "this model family takes no LoRA adapters (adapter '" + name + "')");
   }
-  virtual Status unload_adapter(const std::string& name) {
+  // unload: the name is gone at once (later requests naming it get kNotFound). Sequences under the adapter, running
+  // or waiting, finish with it, or with `fail_running` end at their next step with kNotFound saying it was unloaded.
+  virtual Status unload_adapter(const std::string& name, bool /*fail_running*/ = false) {
     return Status(StatusCode::kNotFound, "no adapter '" + name + "' is loaded");
   }
   virtual std::vector<AdapterInfo> adapter_list() const { return {}; }

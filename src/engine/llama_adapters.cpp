@@ -42,11 +42,38 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
   return ok_status();
 }
 
-Status LlamaExecutor::unload_adapter(const std::string& name) {
+namespace {
+
+// The loads unloaded with fail_running, by LoraAdapter::id. Process-wide because the registry is on a model's first
+// executor while its sequences run on every replica's; ids are never reused, so an id stays revoked (8 bytes per
+// such unload) and a reload of the same name is a new id, untouched.
+std::mutex revoked_mutex;
+std::set<uint64_t> revoked_ids;
+std::atomic<uint64_t> revocations{0};
+
+}  // namespace
+
+Status LlamaExecutor::unload_adapter(const std::string& name, bool fail_running) {
   std::lock_guard<std::mutex> lock(adapters_mutex_);
-  if (adapters_.erase(name) == 0) return not_found("no adapter '" + name + "' is loaded");
+  const auto it = adapters_.find(name);
+  if (it == adapters_.end()) return not_found("no adapter '" + name + "' is loaded");
+  if (fail_running) {
+    std::lock_guard<std::mutex> revoked_lock(revoked_mutex);
+    revoked_ids.insert(it->second->id);
+    ++revocations;  // after the insert: a step that sees the count finds the id
+  }
+  adapters_.erase(it);
   adapter_requests_.erase(name);
   return ok_status();
+}
+
+bool LlamaExecutor::adapter_revoked(uint64_t id) {
+  std::lock_guard<std::mutex> lock(revoked_mutex);
+  return revoked_ids.count(id) > 0;
+}
+
+uint64_t LlamaExecutor::adapter_revocations() {
+  return revocations.load();
 }
 
 StatusOr<std::shared_ptr<const models::LoraAdapter>> LlamaExecutor::adapter(const std::string& name) const {

@@ -67,6 +67,11 @@ class LlamaCudaBackend final : public DecoderBackend {
     return ok_status();
   }
   StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) override { return model_->lora_ready(adapter); }
+  StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                    const std::vector<int32_t>& embed_rows,
+                                                    const float* embeds) override {
+    return model_->mean_input_embedding(tokens, embed_rows, embeds);
+  }
 
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
     const int64_t n = static_cast<int64_t>(rows.size());

@@ -47,6 +47,11 @@ class LlamaCpuBackend final : public DecoderBackend {
   const models::MoeRoutingTrace* routing() const override {
     return model_->config().num_experts > 0 ? &routing_ : nullptr;
   }
+  StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                    const std::vector<int32_t>& embed_rows,
+                                                    const float* embeds) override {
+    return model_->mean_input_embedding(tokens, embed_rows, embeds);
+  }
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
     const int64_t vocab = model_->config().vocab_size, n = static_cast<int64_t>(rows.size());
     if (n != rows_) return internal_error("sample() rows differ from the step's");
@@ -216,7 +221,6 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
                               " (raise kv_cache_bytes or lower max_model_len in mmserve.yaml options)");
     }
     ASSIGN_OR_RETURN(models::LlamaKvPool pool, model->new_pool(blocks, llama.block_size));
-    e->cpu_model_ = model;
     e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));
   } else {
 #if MMSERVE_HAS_CUDA
@@ -254,10 +258,14 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   // A waiting sequence's adapter still copying to the GPU: admitted at a later step (its copy runs beside the
   // running batch). An error answers ready: the step's own staging then reports it.
   sc.ready = [backend = e->backend_.get()](const DecoderSequence& seq) {
-    const models::LoraAdapter* lora = static_cast<const Live&>(seq).lora.get();
-    if (lora == nullptr) return true;
-    const StatusOr<bool> ready = backend->adapter_ready(*lora);
-    return !ready.ok() || *ready;
+    const Live& live = static_cast<const Live&>(seq);
+    bool all = true;  // both of a gate-routed pair: each one's copy starts now if it is not resident
+    for (const models::LoraAdapter* lora : {live.lora.get(), live.lora2.get()}) {
+      if (lora == nullptr) continue;
+      const StatusOr<bool> ready = backend->adapter_ready(*lora);
+      all = all && (!ready.ok() || *ready);
+    }
+    return all;
   };
   e->scheduler_ = std::make_unique<DecoderScheduler>(sc, *e->blocks_);
   e->info_.platform = "mmserve_llama";
@@ -268,7 +276,6 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->info_.generates = true;
   for (const auto& [name, dir] : llama.adapters) RETURN_IF_ERROR(e->load_adapter(name, dir));
   if (!llama.gate.empty()) {
-    if (!options.device.is_cpu()) return unimplemented("gate routing (options.gate) runs on the CPU path only for now");
     ASSIGN_OR_RETURN(models::GateHead gate, models::GateHead::load(llama.gate));
     if (gate.input_dim() != e->config_.hidden_size) {
       return invalid_argument(llama.gate + ": the gate takes " + std::to_string(gate.input_dim()) +
@@ -282,6 +289,15 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     }
     e->gate_ = std::move(gate);
   }
+  if (llama.gate_distill) {
+    if (!e->gate_) return invalid_argument("gate_distill needs a gate head to distil (options.gate)");
+    models::GateDistillOptions d;
+    d.state_dir = llama.gate_distill_dir;
+    d.lr = llama.gate_distill_lr;
+    d.interval_ms = llama.gate_distill_interval_ms;
+    d.min_samples = llama.gate_distill_min_samples;
+    ASSIGN_OR_RETURN(e->distiller_, models::GateDistiller::create(*e->gate_, d));
+  }
   return e;
 }
 
@@ -292,7 +308,9 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
                                    {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
                                     "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
-                                    "adapters", "max_loras", "max_lora_rank", "gate", "adapter_routing"},
+                                    "adapters", "max_loras", "max_lora_rank", "gate", "adapter_routing",
+                                    "gate_distill", "gate_distill_lr", "gate_distill_dir", "gate_distill_interval_ms",
+                                    "gate_distill_min_samples"},
                                    "Llama-family"));
   LlamaOptions llama;
   if (family_config.is_object()) {
@@ -321,6 +339,25 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     }
     if (!llama.gate.empty() && std::filesystem::path(llama.gate).is_relative()) {
       llama.gate = (std::filesystem::path(model_dir) / llama.gate).string();
+    }
+    ASSIGN_OR_RETURN(llama.gate_distill, o.get_bool_or("gate_distill", llama.gate_distill));
+    ASSIGN_OR_RETURN(llama.gate_distill_lr, o.get_double_or("gate_distill_lr", llama.gate_distill_lr));
+    ASSIGN_OR_RETURN(llama.gate_distill_dir, o.get_string_or("gate_distill_dir", ""));
+    ASSIGN_OR_RETURN(llama.gate_distill_interval_ms,
+                     o.get_int_or("gate_distill_interval_ms", llama.gate_distill_interval_ms));
+    ASSIGN_OR_RETURN(llama.gate_distill_min_samples,
+                     o.get_int_or("gate_distill_min_samples", llama.gate_distill_min_samples));
+    if (!llama.gate_distill && (o.has("gate_distill_lr") || o.has("gate_distill_dir") ||
+                                o.has("gate_distill_interval_ms") || o.has("gate_distill_min_samples"))) {
+      return invalid_argument("mmserve.yaml options: gate_distill_* keys without gate_distill: true");
+    }
+    if (llama.gate_distill && llama.gate_distill_dir.empty()) {
+      return invalid_argument(
+          "mmserve.yaml gate_distill: true needs gate_distill_dir (where the distilled head and the prototypes are "
+          "kept across restarts)");
+    }
+    if (!llama.gate_distill_dir.empty() && std::filesystem::path(llama.gate_distill_dir).is_relative()) {
+      llama.gate_distill_dir = (std::filesystem::path(model_dir) / llama.gate_distill_dir).string();
     }
     // adapters: {name: directory}, a relative directory under the model's (vLLM's --lora-modules, per model).
     if (o.has("adapters")) {
@@ -355,6 +392,15 @@ std::optional<ExpertLoadStats> LlamaExecutor::expert_load() const {
   s.layers = config_.num_hidden_layers, s.experts = config_.num_experts;
   s.tokens.reserve(expert_tokens_.size());
   for (const auto& t : expert_tokens_) s.tokens.push_back(t.load());
+  return s;
+}
+
+std::optional<RouterStats> LlamaExecutor::router() const {
+  if (!distiller_) return std::nullopt;
+  const models::GateDistillStats d = distiller_->stats();
+  RouterStats s;
+  s.loss = d.train_loss, s.heldout_loss = d.heldout_loss;
+  s.updates = d.updates, s.rollbacks = d.rollbacks, s.samples = d.samples;
   return s;
 }
 
@@ -435,6 +481,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     out->tokenizer = tokenizer_;
     out->finish_reason = reason;
     out->routed_adapters = s.routed;
+    if (s.input->adapter) out->adapter = s.input->adapter->name;
     if (!s.routed.empty()) out->routed_weights.assign(s.lora_weights, s.lora_weights + s.routed.size());
     out->batch_size = stats.slot_items[0];
     out->first_ms = s.first_ms;
@@ -507,20 +554,30 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       // ... from the block of the first placeholder on: the text before it is shared whatever the images.
       s->extra_from = std::find(input->prompt.begin(), input->prompt.end(), placeholder) - input->prompt.begin();
     }
+    // The gate's input: the mean of the prompt's decoder input rows (the backend's table, on its device).
+    auto embedding = [&]() -> StatusOr<std::vector<float>> {
+      std::vector<int32_t> rows;
+      for (size_t p = 0; p < s->feature_row.size(); ++p) {
+        if (s->feature_row[p] >= 0) rows.push_back(static_cast<int32_t>(p));
+      }
+      return backend_->mean_input_embedding(input->prompt, rows, s->features.data());
+    };
+    if (distiller_ && input->adapter) {  // an explicit choice: a sample, and its adapter's prototype moves
+      StatusOr<std::vector<float>> e = embedding();
+      if (e.ok()) (void)distiller_->observe(std::move(*e), input->adapter->name).ok();  // sizes agree by creation
+    }
     if (input->adapter_auto) {  // the gate head's top-2 over the prompt's mean input embedding
-      StatusOr<std::vector<float>> e = [&]() -> StatusOr<std::vector<float>> {
-        std::vector<int32_t> rows;
-        for (size_t p = 0; p < s->feature_row.size(); ++p) {
-          if (s->feature_row[p] >= 0) rows.push_back(static_cast<int32_t>(p));
-        }
-        return cpu_model_->mean_input_embedding(input->prompt, rows, s->features.data());
-      }();
-      StatusOr<models::GateChoice> choice = e.ok() ? gate_->route(*e, 2) : StatusOr<models::GateChoice>(e.status());
+      StatusOr<std::vector<float>> e = embedding();
+      // With distillation, the head trained so far (a snapshot: the trainer swaps it whole, never edits it).
+      const std::shared_ptr<const models::GateHead> distilled = distiller_ ? distiller_->head() : nullptr;
+      const models::GateHead& gate = distilled ? *distilled : *gate_;
+      StatusOr<models::GateChoice> choice = e.ok() ? gate.route(*e, 2) : StatusOr<models::GateChoice>(e.status());
+      if (distiller_ && e.ok()) (void)distiller_->observe(*e, "").ok();
       std::shared_ptr<const models::LoraAdapter> picked[2];
       Status found = choice.status();
       for (size_t k = 0; found.ok() && k < choice->index.size(); ++k) {
         StatusOr<std::shared_ptr<const models::LoraAdapter>> a =
-            adapter(gate_->adapters()[static_cast<size_t>(choice->index[k])]);
+            adapter(gate.adapters()[static_cast<size_t>(choice->index[k])]);
         found = a.status();
         if (found.ok()) picked[k] = *a;
       }
@@ -534,6 +591,7 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
         if (a) s->routed.push_back(a->name);
       }
       s->adapter = s->lora->id;
+      s->adapter2 = s->lora2 ? s->lora2->id : 0;  // the scheduler counts both toward the GPU's slots
       uint64_t salt = s->lora->id * 0x9e3779b97f4a7c15ull;
       if (s->lora2) salt ^= (s->lora2->id + 1) * 0xc2b2ae3d27d4eb4full;
       uint32_t bits[2];
@@ -653,6 +711,18 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
           start_sequence(items.size() - 1);
         }
       }
+    }
+    // Adapters unloaded with fail_running: their sequences (running, waiting, or admitted just now with the adapter
+    // they were prepared with) end here and give their blocks back as a cancelled one does.
+    if (adapter_revocations() > 0) {
+      for (auto& s : live) {
+        for (const models::LoraAdapter* a : {s->lora.get(), s->lora2.get()}) {
+          if (s->done || a == nullptr || !adapter_revoked(a->id)) continue;
+          finish(*s, not_found("adapter '" + a->name +
+                               "' was unloaded while this request ran (unload_lora_adapter with fail_running)"));
+        }
+      }
+      live.erase(std::remove_if(live.begin(), live.end(), [](const auto& s) { return s->done; }), live.end());
     }
     if (live.empty()) break;
     const auto t0 = std::chrono::steady_clock::now();

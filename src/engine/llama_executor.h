@@ -40,6 +40,7 @@
 #include "frontends/image/preprocess.h"
 #include "models/llama/llama.h"
 #include "models/llava/llava.h"
+#include "models/lora/gate_distill.h"
 #include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
 
@@ -104,6 +105,7 @@ struct LlamaOutput : ModelOutput {
   // Gate routing (adapter "auto"): the adapters the gate head chose and their weights (the usage extension).
   std::vector<std::string> routed_adapters;
   std::vector<float> routed_weights;
+  std::string adapter;                 // the adapter the request named (empty: none, or routed)
   double first_ms = -1, last_ms = -1;  // from the request's admission to the engine to its first / last token
   // trace_routing on a mixture-of-experts model: per generated token and layer, the chosen experts (descending
   // weight) and their renormalised weights, [ids.size(), routing_layers, routing_k] (the routing of the position
@@ -114,6 +116,9 @@ struct LlamaOutput : ModelOutput {
   int64_t generated_tokens() const override { return static_cast<int64_t>(ids.size()); }
   double first_token_ms() const override { return first_ms; }
   double last_token_ms() const override { return last_ms; }
+  std::vector<std::string> adapters() const override {
+    return adapter.empty() ? routed_adapters : std::vector<std::string>{adapter};
+  }
 };
 
 // The engine's settings (mmserve.yaml `options:` of a Llama-family model, vLLM's names).
@@ -137,9 +142,17 @@ struct LlamaOptions {
   int64_t max_loras = 0;
   int64_t max_lora_rank = 16;
   // A gate head (models/lora/gate_head.h: gate.safetensors with gate.json beside it): requests whose adapter is
-  // "auto" are routed by it to its top-2 adapters (which must be loaded), applied together. CPU path only for now.
+  // "auto" are routed by it to its top-2 adapters (which must be loaded), applied together (CPU and GPU).
   std::string gate;
   bool route_by_gate = false;  // adapter_routing: gate: requests naming no adapter are routed as "auto"
+  // Online distillation of the gate (models/lora/gate_distill.h; needs `gate`; CPU or GPU): requests naming an
+  // adapter move its prototype, every request is a sample, "auto" requests are routed by the distilled head; its
+  // state (head and prototypes) lives in gate_distill_dir (required) and is restored from there at start.
+  bool gate_distill = false;
+  double gate_distill_lr = 1e-3;  // at most models::kGateDistillLrMax
+  std::string gate_distill_dir;
+  int64_t gate_distill_interval_ms = 60000;  // the trainer wakes this often, or after min_samples new samples
+  int64_t gate_distill_min_samples = 64;
 };
 
 class DecoderBackend;
@@ -166,6 +179,7 @@ class LlamaExecutor final : public Executor {
   std::vector<CacheStats> caches() const override;
   std::optional<SequenceStats> sequences() const override;
   std::optional<ExpertLoadStats> expert_load() const override;
+  std::optional<RouterStats> router() const override;
 
   const models::LlamaConfig& config() const { return config_; }
   int64_t max_model_len() const { return max_model_len_; }
@@ -177,13 +191,18 @@ class LlamaExecutor final : public Executor {
 
   // LoRA adapters (issue 16), safe from any thread. load: kAlreadyExists for a name in use, the adapter's own
   // errors (peft_config.h, lora_adapter.h), kUnimplemented on a GPU (not written yet). unload: kNotFound for an
-  // unknown name; sequences already running under it finish with it (they hold it). adapter: kNotFound naming the
-  // loaded ones.
+  // unknown name; sequences already running under it finish with it (they hold it), or with `fail_running` end
+  // with kNotFound at their next step on every replica (adapter_revoked). adapter: kNotFound naming the loaded ones.
   Status load_adapter(const std::string& name, const std::string& dir) override;
-  Status unload_adapter(const std::string& name) override;
+  Status unload_adapter(const std::string& name, bool fail_running = false) override;
+  // Whether an unload with fail_running revoked this load of an adapter (by LoraAdapter::id, unique per load in the
+  // process, so every executor of every replica sees it). revocations(): how many ever were (0: nothing to check).
+  static bool adapter_revoked(uint64_t id);
+  static uint64_t adapter_revocations();
   std::vector<AdapterInfo> adapter_list() const override;
   StatusOr<std::shared_ptr<const models::LoraAdapter>> adapter(const std::string& name) const;
   bool has_gate() const { return gate_.has_value(); }
+  const models::GateDistiller* distiller() const { return distiller_.get(); }
   bool routes_by_gate() const { return gate_.has_value() && llama_.route_by_gate; }
 
  private:
@@ -218,7 +237,7 @@ class LlamaExecutor final : public Executor {
   mutable std::map<std::string, int64_t> adapter_requests_;  // by name, counted where requests resolve them
   int64_t lora_slots_ = 0;  // the GPU backend's (0 on the CPU: no limit)
   std::optional<models::GateHead> gate_;
-  std::shared_ptr<const models::LlamaModel> cpu_model_;  // the gate's embedding table (CPU path)
+  std::unique_ptr<models::GateDistiller> distiller_;     // gate_distill: its head replaces gate_ for routing
 };
 
 class LlamaInputs final : public InputPreparer {

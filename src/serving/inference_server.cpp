@@ -134,12 +134,12 @@ class InferenceServerImpl final : public InferenceServer {
     return ok_status();
   }
 
-  Status unload_adapter(const std::string& name) override {
+  Status unload_adapter(const std::string& name, bool fail_running) override {
     std::lock_guard<std::mutex> lock(adapters_mutex_);
     const auto it = adapters_.find(name);
     if (it == adapters_.end()) return Status(StatusCode::kNotFound, "no adapter '" + name.substr(0, 128) + "' is loaded");
     auto runtime = repository_->ready_runtime(it->second);
-    if (runtime.ok()) RETURN_IF_ERROR((*runtime)->unload_adapter(name));
+    if (runtime.ok()) RETURN_IF_ERROR((*runtime)->unload_adapter(name, fail_running));
     adapters_.erase(it);
     return ok_status();
   }

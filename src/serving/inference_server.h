@@ -44,9 +44,10 @@ class InferenceServer {
   // LoRA adapters (issue 16): names share the models' namespace; a request names an adapter where it names a model
   // (resolve_adapter gives its base). load: onto `model` ("" = the one loaded model that takes adapters);
   // kAlreadyExists for a name in use, kNotFound for an unknown model, the adapter's own errors. unload: kNotFound
-  // for an unknown adapter; sequences running under it finish with it.
+  // for an unknown adapter; it returns at once and sequences under the adapter (running or queued) finish with it,
+  // or with `fail_running` end with kNotFound ("adapter 'X' was unloaded while this request ran").
   virtual Status load_adapter(const std::string& model, const std::string& name, const std::string& dir) = 0;
-  virtual Status unload_adapter(const std::string& name) = 0;
+  virtual Status unload_adapter(const std::string& name, bool fail_running) = 0;
   virtual std::vector<AdapterStatus> adapters() const = 0;
   virtual std::optional<std::string> resolve_adapter(const std::string& name) const = 0;
   virtual bool allow_runtime_lora_updating() const = 0;

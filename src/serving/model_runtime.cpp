@@ -133,9 +133,9 @@ Status ModelRuntime::load_adapter(const std::string& name, const std::string& di
   return executors_.front()->load_adapter(name, dir);
 }
 
-Status ModelRuntime::unload_adapter(const std::string& name) {
+Status ModelRuntime::unload_adapter(const std::string& name, bool fail_running) {
   if (executors_.empty()) return failed_precondition("model '" + name_ + "' has no instances");
-  return executors_.front()->unload_adapter(name);
+  return executors_.front()->unload_adapter(name, fail_running);
 }
 
 std::vector<engine::AdapterInfo> ModelRuntime::adapter_list() const {
@@ -422,6 +422,7 @@ void ModelRuntime::publish_caches(const engine::Executor& executor, Replica& rep
   std::optional<engine::SequenceStats> sequences = executor.sequences();
   metrics_.add_sequence_delta(replica.sequences, sequences, static_cast<int>(replicas_.size()));
   replica.sequences = sequences;
+  if (std::optional<engine::RouterStats> router = executor.router()) metrics_.add_router(*router);
   std::optional<engine::ExpertLoadStats> load = executor.expert_load();
   if (load) {
     metrics_.add_expert_load_delta(replica.expert_load, *load);

@@ -110,7 +110,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   // replica. A family without adapters answers kUnimplemented.
   bool takes_adapters() const { return info_.generates; }
   Status load_adapter(const std::string& name, const std::string& dir);
-  Status unload_adapter(const std::string& name);
+  Status unload_adapter(const std::string& name, bool fail_running = false);  // Executor::unload_adapter
   std::vector<engine::AdapterInfo> adapter_list() const;
   std::string first_device() const;
 

@@ -117,7 +117,26 @@ ServingMetrics::ServingMetrics(MetricsRegistry& r)
       replica_busy_seconds(r.counter("mmserve_replica_busy_seconds_total", "Seconds a replica spent running batches.",
                                      {"model", "replica", "device"})),
       replica_healthy(r.gauge("mmserve_replica_healthy", "1 while the replica is in rotation, 0 after a device fault.",
-                              {"model", "replica", "device"})) {}
+                              {"model", "replica", "device"})),
+      adapter_requests(r.counter("mmserve_adapter_requests_total",
+                                 "Successful generations under a LoRA adapter (named, or chosen by the gate head).",
+                                 {"model", "adapter"})),
+      adapter_generation_tokens(r.counter("mmserve_adapter_generation_tokens_total",
+                                          "Tokens generated under a LoRA adapter by successful generations.",
+                                          {"model", "adapter"})),
+      gate_distill_loss(r.gauge("mmserve_gate_distill_loss",
+                                "The gate head's online distillation: the last round's training loss, "
+                                "KL(target || router) in nats.",
+                                {"model"})),
+      gate_distill_heldout_loss(r.gauge("mmserve_gate_distill_heldout_loss",
+                                        "The held-apart loss of the gate head in use, as the last round measured it.",
+                                        {"model"})),
+      gate_distill_updates(r.counter("mmserve_gate_distill_updates_total",
+                                     "Distillation rounds whose new gate head was kept.", {"model"})),
+      gate_distill_rollbacks(r.counter("mmserve_gate_distill_rollbacks_total",
+                                       "Distillation rounds undone because the held-apart loss rose.", {"model"})),
+      gate_distill_samples(r.counter("mmserve_gate_distill_samples_total",
+                                     "Requests the gate head's distillation observed.", {"model"})) {}
 
 ModelMetrics::ModelMetrics(ServingMetrics& f, const std::string& model, int priority_levels)
     : families_(&f), model_(model) {
@@ -154,6 +173,10 @@ void ModelMetrics::record_generation(const engine::ModelOutput& output, int64_t 
   const int64_t generated = output.generated_tokens();
   prompt_tokens_->inc(static_cast<double>(prompt_tokens));
   generation_tokens_->inc(static_cast<double>(generated));
+  for (const std::string& adapter : output.adapters()) {  // a family lookup per request (a mutex): not per token
+    families_->adapter_requests.with({model_, adapter}).inc();
+    families_->adapter_generation_tokens.with({model_, adapter}).inc(static_cast<double>(generated));
+  }
   if (output.first_token_ms() >= 0) ttft_->observe((before_batch_ms + output.first_token_ms()) / 1000.0);
   if (generated > 1 && output.last_token_ms() >= output.first_token_ms()) {
     tpot_->observe((output.last_token_ms() - output.first_token_ms()) / 1000.0 / static_cast<double>(generated - 1));
@@ -170,6 +193,22 @@ void ModelMetrics::add_sequence_delta(const std::optional<engine::SequenceStats>
   Counter& preemptions = families_->preemptions.with(labels);  // exposed (as 0) from the first publication
   if (now->preemptions > old.preemptions) preemptions.inc(static_cast<double>(now->preemptions - old.preemptions));
   families_->kv_cache_usage.with(labels).add((now->kv_cache_usage - old.kv_cache_usage) / std::max(replicas, 1));
+}
+
+void ModelMetrics::add_router(const engine::RouterStats& now) {
+  std::lock_guard<std::mutex> lock(router_mutex_);
+  const engine::RouterStats old = router_before_.value_or(engine::RouterStats());
+  const std::vector<std::string> labels = {model_};
+  // Exposed (as 0) from the first publication, before any round.
+  Counter& updates = families_->gate_distill_updates.with(labels);
+  Counter& rollbacks = families_->gate_distill_rollbacks.with(labels);
+  Counter& samples = families_->gate_distill_samples.with(labels);
+  if (now.updates > old.updates) updates.inc(static_cast<double>(now.updates - old.updates));
+  if (now.rollbacks > old.rollbacks) rollbacks.inc(static_cast<double>(now.rollbacks - old.rollbacks));
+  if (now.samples > old.samples) samples.inc(static_cast<double>(now.samples - old.samples));
+  if (now.loss >= 0) families_->gate_distill_loss.with(labels).set(now.loss);
+  if (now.heldout_loss >= 0) families_->gate_distill_heldout_loss.with(labels).set(now.heldout_loss);
+  router_before_ = now;
 }
 
 void ModelMetrics::add_expert_load_delta(const std::optional<engine::ExpertLoadStats>& before,

@@ -23,10 +23,17 @@
 //   mmserve_replica_{batches,items}_total{model,replica,device}      counters: batches a replica ran, their requests
 //   mmserve_replica_busy_seconds_total{model,replica,device}         counter: time a replica spent running batches
 //   mmserve_replica_healthy{model,replica,device}                    gauge: 1 in rotation, 0 taken out after a fault
+//   LoRA (issue 16): mmserve_adapter_requests_total{model,adapter}, mmserve_adapter_generation_tokens_total{model,
+//   adapter}   counters: successful generations under the adapter and their generated tokens (a request the gate
+//   routed to two adapters counts, with all its tokens, for each)
+//   mmserve_gate_distill_{loss,heldout_loss}{model}   gauges: the online distillation's last round (KL, nats)
+//   mmserve_gate_distill_{updates,rollbacks,samples}_total{model}   counters: rounds kept, rounds undone, samples
 // Tests: tests/unit/serving/inference_server_test.cpp reads them back from a live server.
 #pragma once
 
 #include <array>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,6 +87,13 @@ struct ServingMetrics {
   Family<Counter>& replica_items;
   Family<Counter>& replica_busy_seconds;
   Family<Gauge>& replica_healthy;
+  Family<Counter>& adapter_requests;  // LoRA adapters (engine::ModelOutput::adapters)
+  Family<Counter>& adapter_generation_tokens;
+  Family<Gauge>& gate_distill_loss;  // a gate head distilled online (engine::RouterStats)
+  Family<Gauge>& gate_distill_heldout_loss;
+  Family<Counter>& gate_distill_updates;
+  Family<Counter>& gate_distill_rollbacks;
+  Family<Counter>& gate_distill_samples;
 };
 
 // One model's children, created up front (so they are exposed as zeros) and then used lock-free.
@@ -110,6 +124,9 @@ class ModelMetrics {
   // The same for a generating family's sequence gauges (the usage ratio is averaged over `replicas`).
   void add_sequence_delta(const std::optional<engine::SequenceStats>& before,
                           const std::optional<engine::SequenceStats>& now, int replicas);
+  // A distilling executor's router counters since the last call (any engine thread: a model has at most one
+  // distiller, since one state directory takes one, so the previous value is kept here) and its losses.
+  void add_router(const engine::RouterStats& now);
   Gauge& queue_depth() { return *queue_depth_; }
   Gauge& inflight() { return *inflight_; }
 
@@ -125,6 +142,8 @@ class ModelMetrics {
   Histogram *ttft_ = nullptr, *tpot_ = nullptr;
   Gauge* queue_depth_;
   Gauge* inflight_;
+  std::mutex router_mutex_;
+  std::optional<engine::RouterStats> router_before_;
 };
 
 // The GPU topology gauges (docs/metrics.md "Topology"), updated from each TopologyMonitor sample. Label values

@@ -21,11 +21,37 @@
 #include "kernels/testing/cuda_test_util.h"
 #include "models/llama/llama2c.h"
 #include "models/llama/llama_cuda.h"
+#include "models/lora/gate_head.h"
 
 namespace mmserve::models {
 namespace {
 
 namespace fs = std::filesystem;
+
+// `seq`'s prefill of `prompt` (every row's logits) then one decode step per golden id, each fed HF's id (the same
+// inputs as HF's run): the largest row error against the goldens, and how many of the argmaxes are HF's ids.
+struct AgainstGolden {
+  float worst = 0;
+  int agree = 0;
+};
+StatusOr<AgainstGolden> decode_against(OneSequence& seq, const std::vector<int32_t>& prompt,
+                                       const std::vector<float>& prompt_logits, const std::vector<float>& step_logits,
+                                       const std::vector<int64_t>& ids) {
+  const int64_t vocab = seq.m.config().vocab_size;
+  ASSIGN_OR_RETURN(std::vector<float> first, seq.step(prompt, /*all_rows=*/true));
+  AgainstGolden out;
+  for (size_t r = 0; r < prompt.size(); ++r) {
+    out.worst = std::max(out.worst, row_error(first.data() + r * vocab, prompt_logits.data() + r * vocab, vocab));
+  }
+  std::vector<float> last(first.end() - vocab, first.end());
+  for (size_t s = 0; s < ids.size(); ++s) {
+    out.worst = std::max(out.worst, row_error(last.data(), step_logits.data() + s * vocab, vocab));
+    out.agree += (std::max_element(last.begin(), last.end()) - last.begin()) == ids[s];
+    if (s + 1 == ids.size()) break;
+    ASSIGN_OR_RETURN(last, seq.step({static_cast<int32_t>(ids[s])}, false));
+  }
+  return out;
+}
 
 // `tolerance`: the bound on the largest row error; with HF's bf16 logits in the fixture, bf16 takes 2x theirs.
 void check_variant(const fs::path& dir, DType dtype, bool graphs, float tolerance) {
@@ -45,22 +71,10 @@ void check_variant(const fs::path& dir, DType dtype, bool graphs, float toleranc
   const std::vector<int64_t> ids = golden.i64("greedy_ids");
   const std::vector<float> prompt_logits = golden.f32("prompt_logits"), step_logits = golden.f32("step_logits");
   OneSequence seq{**model};
-  auto first = seq.step(prompt, /*all_rows=*/true);
-  ASSERT_TRUE(first.ok()) << first.status().to_string();
-  float worst = 0;
-  for (size_t r = 0; r < prompt.size(); ++r) {
-    worst = std::max(worst, row_error(first->data() + r * vocab, prompt_logits.data() + r * vocab, vocab));
-  }
-  int agree = 0;
-  std::vector<float> last(first->end() - vocab, first->end());
-  for (size_t s = 0; s < ids.size(); ++s) {
-    worst = std::max(worst, row_error(last.data(), step_logits.data() + s * vocab, vocab));
-    agree += (std::max_element(last.begin(), last.end()) - last.begin()) == ids[s];
-    if (s + 1 == ids.size()) break;
-    auto next = seq.step({static_cast<int32_t>(ids[s])}, false);  // HF's id: the same inputs as HF's run
-    ASSERT_TRUE(next.ok()) << next.status().to_string();
-    last = *next;
-  }
+  auto run = decode_against(seq, prompt, prompt_logits, step_logits, ids);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  const float worst = run->worst;
+  const int agree = run->agree;
   // The 2x rule, once the fixtures carry HF's own bf16 run (tools/reference/make_llama_fixtures.py): our bf16 error
   // at most twice HF bf16's, on the same inputs.
   if (dtype == DType::kBF16 && golden.file().find("bf16_step_logits") != nullptr) {
@@ -143,28 +157,18 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
             auto answer = (*model)->lora_ready(**adapter);
             ASSERT_TRUE(answer.ok()) << answer.status().to_string();
             ready = *answer;
-            if (poll == 0) EXPECT_FALSE(ready) << "evicted in round 0: its copy has to start";
+            if (poll == 0) {
+              EXPECT_FALSE(ready) << "evicted in round 0: its copy has to start";
+            }
             ASSERT_LT(poll, 100000) << "the copy never completed";
           }
         }
         OneSequence seq{**model};
         seq.lora = adapter->get();
-        auto first = seq.step(prompt, /*all_rows=*/true);
-        ASSERT_TRUE(first.ok()) << first.status().to_string();
-        float worst = 0;
-        for (size_t r = 0; r < prompt.size(); ++r) {
-          worst = std::max(worst, row_error(first->data() + r * vocab, prompt_logits.data() + r * vocab, vocab));
-        }
-        int agree = 0;
-        std::vector<float> last(first->end() - vocab, first->end());
-        for (size_t st = 0; st < ids.size(); ++st) {
-          worst = std::max(worst, row_error(last.data(), step_logits.data() + st * vocab, vocab));
-          agree += (std::max_element(last.begin(), last.end()) - last.begin()) == ids[st];
-          if (st + 1 == ids.size()) break;
-          auto next = seq.step({static_cast<int32_t>(ids[st])}, false);  // a one-sequence decode: the LoRA graph
-          ASSERT_TRUE(next.ok()) << next.status().to_string();
-          last = *next;
-        }
+        auto run = decode_against(seq, prompt, prompt_logits, step_logits, ids);  // decode: the LoRA graph
+        ASSERT_TRUE(run.ok()) << run.status().to_string();
+        const float worst = run->worst;
+        const int agree = run->agree;
         std::printf("[ llama_cuda ] lora %-22s %-4s round %d max rel error %.2e, greedy %d/%zu\n", name,
                     dtype_name(dtype), round, worst, agree, ids.size());
         EXPECT_LE(worst, dtype == DType::kF32 ? 2e-4f : 4e-2f);
@@ -208,6 +212,67 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
         const float err = row_error(out.data() + q * vocab, want, vocab);
         EXPECT_LE(err, dtype == DType::kF32 ? 2e-4f : 4e-2f) << "mixed step " << phase << " sequence " << q;
       }
+    }
+  }
+}
+
+// Gate routing on the GPU (tests/fixtures/lora_gate, tools/reference/make_gate_fixtures.py): the router's input
+// embedding from the device's table equals torch's (f32: the same rows, summed in double); the gate's choice on it is
+// torch's; and the pair applied together with the router's weights (a second, weighted delta pass) gives PEFT's
+// multi-adapter logits and greedy ids, in f32 and (under the 2x rule's bound of the other bf16 tests) bf16.
+TEST(LlamaCuda, GateRoutingAndTheWeightedPairMatchTorchAndPeft) {
+  MMSERVE_REQUIRE_GPU();
+  const fs::path dir = testing::fixture("lora_gate");
+  const nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "golden.json"));
+  testing::Golden golden((dir / "golden.safetensors").string());
+  auto gate = GateHead::load((dir / "gate.safetensors").string());
+  ASSERT_TRUE(gate.ok()) << gate.status().to_string();
+  const nlohmann::json& mix = meta["mix"];
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    LlamaCudaOptions o;
+    o.dtype = dtype;
+    o.max_model_len = 256, o.max_num_seqs = 64, o.max_num_tokens = 256, o.kv_cache_bytes = 64 << 20;
+    o.max_loras = 2, o.max_lora_rank = 8;
+    auto model = LlamaCudaModel::load(testing::fixture("llama/llama-gqa-f32"), o);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const std::vector<float> embeddings = golden.f32("embeddings");
+    const std::vector<int64_t> top2 = golden.i64("top2");
+    const int64_t d = (*model)->config().hidden_size;
+    for (size_t p = 0; p < meta["prompts"].size(); ++p) {
+      auto e = (*model)->mean_input_embedding(meta["prompts"][p].get<std::vector<int32_t>>());
+      ASSERT_TRUE(e.ok()) << e.status().to_string();
+      float worst = 0;
+      for (int64_t k = 0; k < d; ++k) worst = std::max(worst, std::fabs((*e)[k] - embeddings[p * d + k]));
+      EXPECT_LE(worst, dtype == DType::kF32 ? 1e-6f : 4e-3f) << "prompt " << p;  // bf16: the table's rounding
+      if (dtype == DType::kF32) {
+        auto choice = gate->route(*e, 2);
+        ASSERT_TRUE(choice.ok());
+        EXPECT_EQ(choice->index, (std::vector<int64_t>{top2[2 * p], top2[2 * p + 1]})) << "prompt " << p;
+      }
+    }
+    EXPECT_EQ((*model)->mean_input_embedding({}).status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ((*model)->mean_input_embedding({1, 1 << 30}).status().code(), StatusCode::kInvalidArgument);
+    std::vector<std::shared_ptr<const LoraAdapter>> pair;
+    for (const auto& name : mix["adapters"]) {
+      auto a = load_lora_adapter(testing::fixture("lora/" + name.get<std::string>()), name, (*model)->config());
+      ASSERT_TRUE(a.ok()) << a.status().to_string();
+      pair.push_back(*a);
+    }
+    const std::vector<int32_t> prompt = meta["prompts"][mix["prompt"].get<size_t>()].get<std::vector<int32_t>>();
+    const std::vector<int64_t> ids = golden.i64("mix_greedy_ids");
+    const std::vector<float> prompt_logits = golden.f32("mix_prompt_logits"), step_logits = golden.f32("mix_step_logits");
+    OneSequence seq{**model};
+    seq.lora = pair[0].get(), seq.lora2 = pair[1].get(), seq.weights = mix["weights"].get<std::vector<float>>();
+    auto run = decode_against(seq, prompt, prompt_logits, step_logits, ids);  // eager: a mix takes no graph
+    ASSERT_TRUE(run.ok()) << run.status().to_string();
+    const float worst = run->worst;
+    const int agree = run->agree;
+    std::printf("[ llama_cuda ] gate mix %-4s max rel error %.2e, greedy %d/%zu\n", dtype_name(dtype), worst, agree,
+                ids.size());
+    EXPECT_LE(worst, dtype == DType::kF32 ? 2e-4f : 4e-2f);
+    if (dtype == DType::kF32) {
+      EXPECT_EQ(agree, static_cast<int>(ids.size()));
     }
   }
 }

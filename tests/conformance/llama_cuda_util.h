@@ -24,6 +24,8 @@ struct OneSequence {
   LlamaCudaModel& m;
   int64_t length = 0;
   const LoraAdapter* lora = nullptr;  // the sequence's LoRA adapter (issue 16), or none
+  const LoraAdapter* lora2 = nullptr;  // gate routing's second adapter, with `weights` (w for lora, w for lora2)
+  std::vector<float> weights = {};
   // `embed_rows` / `embeds`: rows of this call taking their input embedding from host `embeds` (LLaVA's features).
   StatusOr<std::vector<float>> step(const std::vector<int32_t>& tokens, bool all_rows,
                                     const std::vector<int32_t>& embed_rows = {}, const float* embeds = nullptr) {
@@ -32,6 +34,7 @@ struct OneSequence {
     s.embed_rows = embed_rows;
     s.embeds = embeds;
     if (lora != nullptr) s.loras = {lora};
+    if (lora2 != nullptr) s.loras_second = {lora2}, s.lora_weights = weights;
     for (size_t t = 0; t < tokens.size(); ++t) {
       s.positions.push_back(static_cast<int32_t>(length + t));
       s.slots.push_back(static_cast<int32_t>(length + t));  // blocks 0, 1, ... in order

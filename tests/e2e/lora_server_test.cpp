@@ -344,5 +344,225 @@ TEST_F(LoraServer, RuntimeUpdatingIsOffUnlessAllowed) {
   EXPECT_EQ(ready->status, 503);
 }
 
+// Online distillation of the gate (issue 16 item 5) on a server of its own: a copy of the gated model with
+// options.gate_distill; requests naming two of its adapters (their prototypes) and "auto" ones. /metrics counts the
+// named adapters' requests and tokens, and the distiller's samples and rounds; its state directory holds the head.
+TEST_F(LoraServer, GateDistillationCountsAdaptersAndRounds) {
+  const fs::path repo = *root_ / "distill";
+  const fs::path model = repo / "distilled";
+  fs::create_directories(model);
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.json"})
+    fs::copy_file(*root_ / "llama" / f, model / f);
+  {
+    std::ofstream yaml(model / "mmserve.yaml");
+    yaml << "gate: " << (kFixtures / "lora_gate/gate.safetensors").string() << "\nadapters:\n";
+    for (const char* a : kAdapters) yaml << "  " << a << ": " << (kFixtures / "lora" / a).string() << "\n";
+    yaml << "options:\n  gate_distill: true\n  gate_distill_dir: state\n  gate_distill_lr: 0.01\n"
+            "  gate_distill_interval_ms: 50\n  gate_distill_min_samples: 5\n";
+  }
+  ServerProcess server(repo);
+  ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
+  EXPECT_TRUE(fs::exists(model / "state/gate.safetensors"));  // written at load: the directory is writable
+  auto send = [&](const json& extra) {
+    json body = {{"prompt", *prompt_}, {"max_tokens", 4}, {"temperature", 0}, {"ignore_eos", true}};
+    body.update(extra);
+    auto r = server.client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  };
+  // Two adapters named (two prototypes: targets exist), then "auto" requests; >= 5 samples so one is held apart.
+  for (int i = 0; i < 4; ++i) send({{"model", kAdapters[0]}});
+  for (int i = 0; i < 3; ++i) send({{"model", kAdapters[1]}});
+  auto metric = [&](const std::string& series) -> double {  // -1 when absent
+    auto r = server.client().Get("/metrics");
+    if (!r || r->status != 200) return -1;
+    const size_t at = r->body.find("\n" + series + " ");
+    return at == std::string::npos ? -1 : std::stod(r->body.substr(at + series.size() + 2));
+  };
+  // Rounds run on the distiller's thread; the metrics follow at the next batch's end: poll with "auto" requests.
+  double rounds = 0;
+  for (int i = 0; i < 100 && rounds < 1; ++i) {
+    send({{"model", "distilled"}, {"adapter", "auto"}});
+    rounds = metric("mmserve_gate_distill_updates_total{model=\"distilled\"}") +
+             metric("mmserve_gate_distill_rollbacks_total{model=\"distilled\"}");
+  }
+  EXPECT_GE(rounds, 1) << "no distillation round reached /metrics";
+  EXPECT_GE(metric("mmserve_gate_distill_samples_total{model=\"distilled\"}"), 8);
+  EXPECT_GE(metric("mmserve_gate_distill_heldout_loss{model=\"distilled\"}"), 0);
+  for (int a = 0; a < 2; ++a) {  // at least the named ones (the gate may route "auto" requests to them too)
+    const std::string labels = std::string("{model=\"distilled\",adapter=\"") + kAdapters[a] + "\"}";
+    const double requests = metric("mmserve_adapter_requests_total" + labels);
+    EXPECT_GE(requests, a == 0 ? 4 : 3) << labels;
+    EXPECT_EQ(metric("mmserve_adapter_generation_tokens_total" + labels), 4 * requests) << labels;  // 4 tokens each
+  }
+  EXPECT_TRUE(fs::exists(model / "state/prototypes.safetensors"));
+}
+
+// Unloading an adapter in use (issue 16 item 2), on a server of its own: a copy of the model whose config allows 8192
+// positions, so a request's kLong tokens are still being generated when the unload comes. With "fail_running": true
+// a streamed request and a whole one under the adapter (running, or queued behind it) end with the 404 that names the
+// unload (an error event and [DONE] in the stream, well before kLong tokens), and the server keeps serving. By default
+// the unload returns while the stream still runs, new requests naming the adapter get 404, and the stream ends as it
+// would have (all kLong tokens, finish_reason "length").
+TEST_F(LoraServer, UnloadingAnAdapterInUseFailsItsRequestsOnlyWhenAsked) {
+  const fs::path repo = *root_ / "long";
+  fs::create_directories(repo / "llama");
+  for (const auto& e : fs::directory_iterator(*root_ / "llama")) {
+    fs::copy_file(e.path(), repo / "llama" / e.path().filename());
+  }
+  json config = json::parse(std::ifstream(repo / "llama/config.json"));
+  config["max_position_embeddings"] = 8192;
+  std::ofstream(repo / "llama/config.json") << config.dump(2);
+  const std::string qv = (kFixtures / "lora/llama-qv-r4").string();
+  ServerProcess server(repo, {"--lora-modules", "qv=" + qv, "--allow-runtime-lora-updating"});
+  ASSERT_TRUE(server.wait_ready()) << server.stderr_text();
+  constexpr int64_t kLong = 3000;  // a second or more of generation: the unload always comes while it runs
+  const json whole = {
+      {"model", "qv"}, {"prompt", *prompt_}, {"max_tokens", kLong}, {"temperature", 0}, {"ignore_eos", true}};
+  // One streamed request on its own thread: the event stream as it arrives, `started` once its first event came
+  // (its sequence is running), `ended` once the response is complete.
+  struct Stream {
+    std::mutex mutex;
+    std::string text;
+    std::atomic<bool> started{false}, ended{false};
+    int status = 0;
+    std::thread thread;
+    ~Stream() {
+      if (thread.joinable()) thread.join();
+    }
+    std::vector<json> events() {  // the data payloads, [DONE] as a string
+      std::lock_guard<std::mutex> lock(mutex);
+      std::vector<json> out;
+      for (size_t at = text.find("data: "); at != std::string::npos; at = text.find("data: ", at + 1)) {
+        const size_t end = text.find("\n\n", at);
+        const std::string data = text.substr(at + 6, end == std::string::npos ? std::string::npos : end - at - 6);
+        out.push_back(data == "[DONE]" ? json("[DONE]") : json::parse(data, nullptr, false));
+      }
+      return out;
+    }
+  };
+  auto start_stream = [&](Stream& s) {
+    s.thread = std::thread([&] {
+      json body = whole;
+      body["stream"] = true;
+      body["stream_options"] = {{"include_usage", true}};
+      httplib::Request request;
+      request.method = "POST";
+      request.path = "/v1/completions";
+      request.body = body.dump();
+      request.set_header("Content-Type", "application/json");
+      request.content_receiver = [&s](const char* data, size_t n, uint64_t, uint64_t) {
+        std::lock_guard<std::mutex> lock(s.mutex);
+        s.text.append(data, n);
+        if (s.text.find("data: ") != std::string::npos) s.started = true;
+        return true;
+      };
+      auto r = server.client().send(request);
+      s.status = r ? r->status : 0;
+      s.ended = true;
+      s.started = true;  // whatever happened, nobody waits for it any longer
+    });
+    for (int i = 0; i < 3000 && !s.started; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
+  auto requests_for = [&](const std::string& name) {  // the registry's count: requests resolved to the adapter
+    auto r = server.client().Get("/v2/adapters");
+    const json listed = r ? json::parse(r->body, nullptr, false) : json();
+    if (listed.is_object() && listed.contains("adapters")) {
+      for (const json& e : listed["adapters"]) {
+        if (e["id"] == name) return e["requests"].get<int64_t>();
+      }
+    }
+    return int64_t{-1};
+  };
+  auto unload = [&](const json& body) {
+    auto r = server.client().Post("/v1/unload_lora_adapter", body.dump(), "application/json");
+    return r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  };
+  EXPECT_EQ(unload({{"lora_name", "qv"}, {"fail_running", "yes"}}).first, 400);  // a flag, or nothing
+
+  // fail_running: a whole request and a stream under the adapter, both prepared (counted) before the unload.
+  std::pair<int, std::string> whole_answer;
+  struct Joined {  // joins however the test leaves (an ASSERT returns early)
+    std::thread thread;
+    ~Joined() {
+      if (thread.joinable()) thread.join();
+    }
+  } whole_request{std::thread([&] {
+    auto r = server.client().Post("/v1/completions", whole.dump(), "application/json");
+    whole_answer = r ? std::make_pair(r->status, r->body) : std::make_pair(0, std::string());
+  })};
+  for (int i = 0; i < 3000 && requests_for("qv") < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  Stream failed;
+  start_stream(failed);
+  for (int i = 0; i < 3000 && requests_for("qv") < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(requests_for("qv"), 2);
+  ASSERT_FALSE(failed.ended) << "the stream ended before the unload: make kLong larger";
+  EXPECT_EQ(unload({{"lora_name", "qv"}, {"fail_running", true}}).first, 200);
+  whole_request.thread.join();
+  failed.thread.join();
+  EXPECT_EQ(whole_answer.first, 404) << whole_answer.second;
+  EXPECT_NE(whole_answer.second.find("adapter 'qv' was unloaded while this request ran"), std::string::npos)
+      << whole_answer.second;
+  EXPECT_EQ(failed.status, 200);  // the stream had begun: its error comes as an event
+  const std::vector<json> events = failed.events();
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  const json& error = events[events.size() - 2];
+  ASSERT_TRUE(error.contains("error")) << error.dump();
+  EXPECT_NE(error["error"]["message"].get<std::string>().find("adapter 'qv' was unloaded"), std::string::npos);
+  EXPECT_LT(static_cast<int64_t>(events.size()), kLong);  // it stopped, not ran to its end
+  // Their KV blocks went back: the pool's usage (published when the engine loop ends) returns to 0.
+  double kv_usage = -1;
+  for (int i = 0; i < 250 && kv_usage != 0; ++i) {
+    auto metrics = server.client().Get("/metrics");
+    const std::string gauge = "mmserve_kv_cache_usage_ratio{model=\"llama\"} ";
+    const size_t at = metrics ? metrics->body.find(gauge) : std::string::npos;
+    if (at != std::string::npos) kv_usage = std::stod(metrics->body.substr(at + gauge.size()));
+    if (kv_usage != 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(kv_usage, 0.0);
+  // The server keeps serving: the base model answers, the name is gone, and it can be loaded again.
+  const json base = {{"model", "llama"}, {"prompt", *prompt_}, {"max_tokens", 4}, {"ignore_eos", true}};
+  auto served = server.client().Post("/v1/completions", base.dump(), "application/json");
+  ASSERT_TRUE(served);
+  EXPECT_EQ(served->status, 200) << served->body;
+  json gone = whole;
+  gone["max_tokens"] = 4;
+  auto missing = server.client().Post("/v1/completions", gone.dump(), "application/json");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  auto reloaded = server.client().Post("/v1/load_lora_adapter", json{{"lora_name", "qv"}, {"lora_path", qv}}.dump(),
+                                       "application/json");
+  ASSERT_TRUE(reloaded);
+  ASSERT_EQ(reloaded->status, 200) << reloaded->body;
+
+  // The default: the unload returns while the stream runs; the stream finishes under the adapter it holds.
+  Stream kept;
+  start_stream(kept);
+  ASSERT_FALSE(kept.ended) << "the stream ended before the unload: make kLong larger";
+  EXPECT_EQ(unload({{"lora_name", "qv"}}).first, 200);
+  EXPECT_FALSE(kept.ended) << "the unload waited for the running stream";
+  missing = server.client().Post("/v1/completions", gone.dump(), "application/json");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404) << missing->body;
+  kept.thread.join();
+  EXPECT_EQ(kept.status, 200);
+  const std::vector<json> finished = kept.events();
+  ASSERT_GE(finished.size(), 3u);
+  EXPECT_EQ(finished.back(), "[DONE]");
+  const json& usage = finished[finished.size() - 2];
+  ASSERT_TRUE(usage.contains("usage")) << usage.dump();
+  EXPECT_EQ(usage["usage"]["completion_tokens"], kLong);
+  bool length = false;
+  for (const json& e : finished) {
+    EXPECT_FALSE(e.is_object() && e.contains("error")) << e.dump();
+    if (e.is_object() && e.contains("choices") && !e["choices"].empty() &&
+        e["choices"][0].value("finish_reason", json()) == "length") {
+      length = true;
+    }
+  }
+  EXPECT_TRUE(length);
+}
+
 }  // namespace
 }  // namespace mmserve

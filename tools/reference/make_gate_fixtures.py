@@ -5,6 +5,9 @@ three LoRA fixtures and PEFT's output when two adapters are applied together wit
 Run where torch, transformers (>= 5), peft and safetensors are installed (the GPU host, on its CPU in float32):
 
     python3 tools/reference/make_gate_fixtures.py --fixtures tests/fixtures --out /tmp/fx   # then: cp -r /tmp/fx/lora_gate tests/fixtures/
+    # only the distillation step over the existing gate fixture (torch + safetensors suffice):
+    python3 tools/reference/make_gate_fixtures.py --fixtures tests/fixtures --out /tmp/fx --distill-only
+                                                     # then: cp /tmp/fx/lora_gate/distill_step.safetensors tests/fixtures/lora_gate/
 
 It writes lora_gate/:
   gate.safetensors   nn.Sequential(Linear(64, 256), ReLU(), Linear(256, 3)) under the attribute `gate`
@@ -17,6 +20,11 @@ It writes lora_gate/:
                      both chosen adapters active at once (PEFT sums active adapters' outputs), each lora_B scaled by
                      its weight: w1 * delta1 + w2 * delta2, unmerged, float32
   golden.json        prompts, the choices, versions
+  distill_step.safetensors  one SGD step of the online distillation (issue 16 item 5) on gate.safetensors over
+                     golden's embeddings [P, 64]: targets [P, 3] = softmax(cos(e, p_j) / 0.07) with the prototypes p_j
+                     = the first 3 prompts' embeddings; loss [1] = F.kl_div(log_softmax(gate(e)), targets,
+                     reduction="batchmean"), before the step; lr [1]; step.gate.{0,2}.{weight,bias}: the four tensors
+                     after torch.optim.SGD(lr).step() (float32)
 
 The gate is random (torch.manual_seed), its second layer scaled so that the prompts do not all pick the same pair.
 """
@@ -32,6 +40,8 @@ from make_llama_fixtures import margin, run  # noqa: E402
 
 ADAPTERS = ["llama-qv-r4", "llama-all-r8-rslora", "llama-patterns-regex"]
 HIDDEN = 256
+DISTILL_LR = 0.05
+DISTILL_TEMPERATURE = 0.07
 
 
 class Router(torch.nn.Module):
@@ -43,11 +53,44 @@ class Router(torch.nn.Module):
         return torch.softmax(self.gate(e).float(), dim=-1)
 
 
+def write_distill_step(gate_dir, out):
+    """One SGD step of KL(target || router) on the gate in gate_dir over its golden embeddings (the C++ twin:
+    GateHead::kl_divergence + sgd_step, GateDistiller::target; tests/unit/models/gate_distill_test.cpp)."""
+    from safetensors.torch import load_file, save_file
+    state = load_file(os.path.join(gate_dir, "gate.safetensors"))
+    emb = load_file(os.path.join(gate_dir, "golden.safetensors"))["embeddings"].float()
+    n = state["gate.2.weight"].shape[0]
+    router = Router(emb.shape[1], n)
+    router.load_state_dict(state)
+    with torch.enable_grad():
+        protos = emb[:n]  # a running mean of one request each
+        cos = torch.nn.functional.cosine_similarity(emb[:, None, :], protos[None, :, :], dim=-1)
+        target = torch.softmax(cos / DISTILL_TEMPERATURE, dim=-1)
+        log_probs = torch.log_softmax(router.gate(emb), dim=-1)
+        loss = torch.nn.functional.kl_div(log_probs, target, reduction="batchmean")
+        opt = torch.optim.SGD(router.parameters(), lr=DISTILL_LR)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    tensors = {"targets": target.detach().contiguous(), "loss": loss.detach().reshape(1).float(),
+               "lr": torch.tensor([DISTILL_LR], dtype=torch.float32)}
+    for k, v in router.state_dict().items():
+        tensors["step." + k] = v.detach().contiguous()
+    os.makedirs(out, exist_ok=True)
+    save_file(tensors, os.path.join(out, "distill_step.safetensors"))
+    print(f"distill step: loss {loss.item():.6f}, lr {DISTILL_LR}, targets {target.tolist()}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--fixtures", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--distill-only", action="store_true",
+                    help="write only lora_gate/distill_step.safetensors, from the existing fixtures' gate")
     args = ap.parse_args()
+    if args.distill_only:
+        write_distill_step(os.path.join(args.fixtures, "lora_gate"), os.path.join(args.out, "lora_gate"))
+        return
     import peft
     import safetensors
     import transformers
@@ -123,6 +166,7 @@ def main():
                "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
                "safetensors": safetensors.__version__},
               open(os.path.join(out, "golden.json"), "w"), indent=1)
+    write_distill_step(out, out)
     print(f"gate: pairs {sorted(pairs)}; prompt {mix} mixes {ADAPTERS[i]} x {wi:.3f} + {ADAPTERS[j]} x {wj:.3f}, "
           f"greedy {greedy}, margin {margin(steps):.4f}, {checked} modules checked")
 

@@ -4,7 +4,7 @@
 //   lora_apply_cuda: for every target i < num_targets and row r with slot s = row_slot[r] >= 0 and rank
 //                    k = target[i].ranks[s * param_stride] > 0: t = A_s x[r] (k values, f32: the shrink), then
 //                    target[i].y[r * y_ld + o] += (B_s t)[o] * target[i].scales[s * param_stride] (the expand) for
-//                    o < target[i].out. A_s [r_max, in] at a + s * a_slot_stride and B_s [out, r_max] at
+//                    o < target[i].out (times row_weight[r] when given). A_s [r_max, in] at a + s * a_slot_stride and B_s [out, r_max] at
 //                    b + s * b_slot_stride (row-major, `dtype`), only their first k rows / columns read: ranks mix
 //                    without padding the work to r_max. Rows with slot -1 (and slots of rank 0) are untouched.
 //                    The CPU twin is lora.h's lora_bgmv, once per target.
@@ -55,6 +55,7 @@ struct LoraCudaArgs {
   int64_t x_ld = 0, rows = 0, in = 0;
   DType dtype = DType::kBF16;         // x, A and B
   const int32_t* row_slot = nullptr;  // [rows]
+  const float* row_weight = nullptr;  // [rows]: each row's delta times its weight (gate routing's mix); null: 1
   int64_t param_stride = 1, r_max = 0;
   int num_targets = 1;
   LoraCudaTarget target[kLoraCudaMaxTargets];

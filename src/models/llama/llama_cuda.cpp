@@ -254,7 +254,7 @@ Status LlamaCudaModel::plan_buffers() {
       all.push_back(bytes_of(d, loras * layers * out * r_max));
     }
     for (size_t b : {bytes_of(DType::kI32, loras * layers * kLoraTargets), bytes_of(DType::kF32, loras * layers * kLoraTargets),
-                     bytes_of(DType::kI32, rows), bytes_of(DType::kF32, lora_workspace_floats(rows))}) {
+                     bytes_of(DType::kI32, 4 * rows), bytes_of(DType::kF32, lora_workspace_floats(rows))}) {
       all.push_back(b);
     }
   }
@@ -330,12 +330,14 @@ Status LlamaCudaModel::plan_buffers() {
     }
     ASSIGN_OR_RETURN(lora_ranks_, buffers_.allocate_array<int32_t>(loras * layers * kLoraTargets));
     ASSIGN_OR_RETURN(lora_scales_, buffers_.allocate_array<float>(loras * layers * kLoraTargets));
-    ASSIGN_OR_RETURN(lora_row_slot_, buffers_.allocate_array<int32_t>(rows));
+    // Rows' slots and weights, first and second adapter (gate routing's mix): [4, rows] words, one H2D copy each.
+    ASSIGN_OR_RETURN(lora_row_slot_, buffers_.allocate_array<int32_t>(4 * rows));
+    lora_rows_ = rows;
     lora_t_floats_ = lora_workspace_floats(rows);
     ASSIGN_OR_RETURN(lora_t_, buffers_.allocate_array<float>(lora_t_floats_));
     CUDA_RETURN_IF_ERROR(cudaMemset(lora_ranks_, 0, bytes_of(DType::kI32, loras * layers * kLoraTargets)));
-    CUDA_RETURN_IF_ERROR(cudaMemset(lora_row_slot_, 0xff, bytes_of(DType::kI32, rows)));  // -1: no adapter
-    RETURN_IF_ERROR(lora_host_rows_.init(bytes_of(DType::kI32, rows)));
+    CUDA_RETURN_IF_ERROR(cudaMemset(lora_row_slot_, 0xff, bytes_of(DType::kI32, 2 * rows)));  // -1: no adapter
+    RETURN_IF_ERROR(lora_host_rows_.init(bytes_of(DType::kI32, 4 * rows)));
     lora_slots_.assign(static_cast<size_t>(loras), LoraSlot{});
     RETURN_IF_ERROR(lora_copy_stream_.init());  // adapter uploads, beside the steps
   }
@@ -509,7 +511,8 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
     RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
     if (lora_active_) {  // q, k and v's deltas into their slices of the fused row, in one launch pair
-      RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_, h, qkv_, d, qkv_width_, tokens));
+      RETURN_IF_ERROR(
+          lora_apply(lora_args(l, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_, h, qkv_, d, qkv_width_, tokens)));
     }
     if (c.qk_norm) {  // Qwen3: per-head RMSNorm of q and of k, in place in the fused row
       RETURN_IF_ERROR(norm(qkv_, d, qkv_width_, w.q_norm, qkv_, qkv_width_, tokens, c.head_dim, c.num_attention_heads));
@@ -539,7 +542,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
     RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
-    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kO}, attn_, q, x_, DType::kF32, h, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kO}, attn_, q, x_, DType::kF32, h, tokens)));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
     if (c.num_experts > 0) {
       RETURN_IF_ERROR(moe_mlp(w, l, tokens));
@@ -553,7 +556,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     } else {
       RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
       if (lora_active_) {
-        RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kGate, LoraTarget::kUp}, normed_, h, gate_up_, d, 2 * inter, tokens));
+        RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kGate, LoraTarget::kUp}, normed_, h, gate_up_, d, 2 * inter, tokens)));
       }
       kernels::SwigluArgs sw;
       sw.gate = gate_up_, sw.up = static_cast<uint8_t*>(gate_up_) + bytes_of(d, inter), sw.in_dtype = d;
@@ -561,7 +564,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
       RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
     }
     RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
-    if (lora_active_) RETURN_IF_ERROR(lora_apply(l, {LoraTarget::kDown}, act_, inter, x_, DType::kF32, h, tokens));
+    if (lora_active_) RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kDown}, act_, inter, x_, DType::kF32, h, tokens)));
   }
   // The logit rows: gathered, normed, projected.
   RETURN_IF_ERROR(gather_rows_f32(x_, DType::kF32, tokens, h, arrays_.logit_rows, logit_rows, h, gathered_, s));
@@ -779,11 +782,15 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
   if (!step.loras.empty() && static_cast<int64_t>(step.loras.size()) != n) {
     return invalid_argument("a decoder step's adapters disagree with its sequences");
   }
-  if (std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; })) {
-    return unimplemented("two adapters per sequence (gate routing) are not written for the GPU yet");
+  // Gate routing's mix (a second adapter per sequence, weighted): a second delta pass per group, eagerly (the
+  // LoRA graphs hold one pass).
+  const bool mix = std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; });
+  if ((!step.loras_second.empty() && static_cast<int64_t>(step.loras_second.size()) != n) ||
+      (!step.lora_weights.empty() && static_cast<int64_t>(step.lora_weights.size()) != 2 * n)) {
+    return invalid_argument("a decoder step's second adapters or weights disagree with its sequences");
   }
   const std::map<int64_t, cudaGraphExec_t>& graphs = lora ? lora_graphs_ : graphs_;
-  auto graph = bucket > 0 ? graphs.find(bucket) : graphs.end();
+  auto graph = bucket > 0 && !mix ? graphs.find(bucket) : graphs.end();
   if (graph != graphs.end()) {
     last_tokens_ = bucket, routing_tokens_ = t;  // the graph routes `bucket` rows, the step's first t are real
     RETURN_IF_ERROR(stage(step, bucket));
@@ -793,12 +800,12 @@ Status LlamaCudaModel::forward(const DecoderStep& step) {
   }
   RETURN_IF_ERROR(stage(step, 0));
   if (lora) RETURN_IF_ERROR(lora_stage(step, t));
-  lora_active_ = lora;
+  lora_active_ = lora, lora_mix_active_ = mix;
   routing_tokens_ = t;
   eager_step_ = &step;
   Status s = launch(t, n, static_cast<int64_t>(step.logit_rows.size()), step.max_query_len);
   eager_step_ = nullptr;
-  lora_active_ = false;
+  lora_active_ = lora_mix_active_ = false;
   return s;
 }
 

@@ -25,10 +25,11 @@
 // row counts to the host and run one cuBLASLt GEMM per expert with rows. All end in the weighted combine added
 // to the residual (docs/perf/mixtral_gpu.md).
 // LoRA: with max_loras slots, each step's adapters (DecoderStep.loras) are copied into device slots (bf16/f16/f32 as
-// the model, [slot][layer] per linear, rank up to max_lora_rank) when not resident, and after each adapted group of
-// linears (q, k and v; o; gate and up; down) one kernels::lora_apply_cuda adds every row's delta from its slot
-// (row -> slot a device array, copied per step), so
-// decode steps with adapters replay their own CUDA graphs (captured beside the plain ones).
+// the model, [slot][layer] per linear, rank up to max_lora_rank) when not resident (from the slot image packed at
+// load, on a copy stream), and each adapted group of linears (q, k and v; o; gate and up; down) gets every row's
+// delta from its slot (row -> slot a device array, copied per step): kernels/lora's shrink and expand after the
+// group's base GEMM. Decode steps with adapters replay their own CUDA graphs (captured
+// beside the plain ones); a mix (gate routing: two weighted adapters a row) adds a second pass, eagerly.
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
@@ -47,6 +48,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/gemm/gemm_cuda.h"
+#include "kernels/lora/lora_cuda.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
 #include "models/lora/lora_adapter.h"
@@ -125,6 +127,13 @@ class LlamaCudaModel {
   // (or false with nothing started when every slot is in use); the engine asks again before a later step. Errors:
   // the adapter's (a rank above the slots', a linear this model lacks).
   StatusOr<bool> lora_ready(const LoraAdapter& adapter);
+  // The router's embedding (LlamaModel::mean_input_embedding's definition: the mean over the prompt of the
+  // decoder's input rows, each token's embed_tokens row here in the model's dtype, widened to f32, or at embed_rows
+  // the given host rows of `embeds`), summed in double on the host. Between steps only (it borrows the step's
+  // residual buffer and id array; the engine thread). kInvalidArgument for ids outside the vocabulary.
+  StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                    const std::vector<int32_t>& embed_rows = {},
+                                                    const float* embeds = nullptr);
 
  private:
   struct Layer {
@@ -145,8 +154,11 @@ class LlamaCudaModel {
   Status lora_stage(const DecoderStep& step, int64_t rows);
   // The deltas of the linears `targets` of `layer` (1..3 reading the same x: q, k, v; gate, up) for the active rows:
   // x [tokens, in] -> y [tokens, sum of outs] += ..., each target's columns after the one before (the fused row).
-  Status lora_apply(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x, int64_t x_ld, void* y,
-                    DType y_dtype, int64_t y_ld, int64_t tokens);
+  // lora_apply (after the base linear): the deltas, and for a mix the second adapters' pass. No targets (Mixtral's
+  // MLP): nothing. (The shrink on a side stream beside the base GEMM was measured slower: docs/perf/lora_gpu.md.)
+  kernels::LoraCudaArgs lora_args(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x, int64_t x_ld,
+                                  void* y, DType y_dtype, int64_t y_ld, int64_t tokens) const;
+  Status lora_apply(kernels::LoraCudaArgs args);
   // A slot's rank storage: max_lora_rank rounded up to 8 (the kernels read B's rows 8 values at a time).
   int64_t lora_slot_rank() const { return (options_.max_lora_rank + 7) / 8 * 8; }
   int64_t lora_workspace_floats(int64_t rows) const;  // the shrink's partial sums for the widest group
@@ -230,11 +242,13 @@ class LlamaCudaModel {
   std::array<void*, kLoraTargets> lora_a_{}, lora_b_{};
   int32_t* lora_ranks_ = nullptr;
   float* lora_scales_ = nullptr;
-  int32_t* lora_row_slot_ = nullptr;
+  int32_t* lora_row_slot_ = nullptr;  // [4, lora_rows_]: slots, second slots, weights, second weights (f32)
+  int64_t lora_rows_ = 0;
   float* lora_t_ = nullptr;  // the shrink's workspace, lora_t_floats_ floats
   int64_t lora_t_floats_ = 0;
   PinnedBuffer lora_host_rows_;
-  bool lora_active_ = false;  // this launch adds the LoRA deltas
+  bool lora_active_ = false;      // this launch adds the LoRA deltas
+  bool lora_mix_active_ = false;  // ... and a second, weighted pass (the rows' second adapters)
   size_t graph_bytes_ = 0;
 };
 

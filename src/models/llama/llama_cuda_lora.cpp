@@ -1,12 +1,15 @@
 // LlamaCudaModel's LoRA slots (see llama_cuda.h, issue 16): an adapter's matrices uploaded into a device slot, a
 // step's adapters made resident (LRU over the slots the step does not use) with its rows' slots on the device, and
-// the per-linear delta launch. The forward calls lora_apply after each adapted linear (llama_cuda.cpp).
+// the per-group delta launches (the forward calls lora_apply after each adapted group's base GEMM: llama_cuda.cpp);
+// the router's input embedding on the device.
 #include <algorithm>
 #include <cstring>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/common/parallel.h"
 #include "kernels/lora/lora_cuda.h"
 #include "models/llama/llama_cuda.h"
+#include "models/llama/llama_cuda_kernels.h"
 
 namespace mmserve::models {
 namespace {
@@ -58,32 +61,38 @@ StatusOr<std::shared_ptr<const LoraSlotImage>> LlamaCudaModel::pack_lora_slot_im
   }
   uint8_t* base = image->memory.get();
   std::memset(base, 0, at);  // ranks 0 and zero padding past each module's rank
-  auto put = [&](const float* v, int64_t rows, int64_t cols, int64_t ld, uint8_t* to) {  // [rows, cols] -> ld
+  // [rows, cols] f32 -> `ld`-strided rows in the model's dtype, the way the upload used to per copy (now once, here).
+  auto put = [d](const float* v, int64_t rows, int64_t cols, int64_t ld, uint8_t* to) {
     for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t k = 0; k < cols; ++k) {
-        const float x = v[r * cols + k];
-        uint8_t* at_elem = to + bytes_of(d, r * ld + k);
-        if (d == DType::kF32) {
-          std::memcpy(at_elem, &x, 4);
-        } else {
-          const uint16_t bits = d == DType::kBF16 ? f32_to_bf16(x) : f32_to_f16(x);
-          std::memcpy(at_elem, &bits, 2);
-        }
+      const float* from = v + r * cols;
+      if (d == DType::kF32) {
+        std::memcpy(reinterpret_cast<float*>(to) + r * ld, from, bytes_of(d, cols));
+        continue;
+      }
+      uint16_t* row = reinterpret_cast<uint16_t*>(to) + r * ld;
+      if (d == DType::kBF16) {
+        for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_bf16(from[k]);
+      } else {
+        for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_f16(from[k]);
       }
     }
   };
   auto* ranks = reinterpret_cast<int32_t*>(base + image->ranks_offset);
   auto* scales = reinterpret_cast<float*>(base + image->scales_offset);
-  for (int64_t l = 0; l < layers; ++l) {
-    for (int t = 0; t < kLoraTargets; ++t) {
-      const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
-      if (!m.present()) continue;
-      const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-      put(m.a.data(), m.rank, in, in, base + image->a_offset[t] + bytes_of(d, l * r_max * in));  // first `rank` rows
-      put(m.b.data(), out, m.rank, r_max, base + image->b_offset[t] + bytes_of(d, l * out * r_max));
-      ranks[l * kLoraTargets + t] = static_cast<int32_t>(m.rank);
-      scales[l * kLoraTargets + t] = m.scale;
-    }
+  // 84 MB for a rank-16 adapter on every linear of an 8B model: the modules convert in parallel (the loader's
+  // thread waits for them; the engine's never does).
+  const int64_t modules = layers * kLoraTargets;
+#pragma omp parallel for schedule(dynamic) num_threads(kernels::parallel_threads(adapter.bytes() / 4))
+  for (int64_t index = 0; index < modules; ++index) {
+    const int64_t l = index / kLoraTargets;
+    const int t = static_cast<int>(index % kLoraTargets);
+    const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
+    if (!m.present()) continue;
+    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+    put(m.a.data(), m.rank, in, in, base + image->a_offset[t] + bytes_of(d, l * r_max * in));  // first `rank` rows
+    put(m.b.data(), out, m.rank, r_max, base + image->b_offset[t] + bytes_of(d, l * out * r_max));
+    ranks[index] = static_cast<int32_t>(m.rank);
+    scales[index] = m.scale;
   }
   return std::shared_ptr<const LoraSlotImage>(std::move(image));
 }
@@ -162,16 +171,23 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
     return unimplemented("this model was loaded without LoRA slots (max_loras 0); a step names an adapter");
   }
   const uint64_t now = ++lora_clock_;
-  auto* host = lora_host_rows_.data_as<int32_t>();
+  const int64_t cap = lora_rows_;
+  int32_t* host = lora_host_rows_.data_as<int32_t>();  // [4, cap] as on the device
+  float* weights = reinterpret_cast<float*>(host + 2 * cap);
+  const bool mix = std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; });
   std::fill(host, host + rows, -1);
-  for (int64_t s = 0; s < step.num_seqs(); ++s) {
-    const LoraAdapter* a = step.loras[s];
-    if (a == nullptr) continue;
+  std::fill(weights, weights + rows, 1.0f);
+  if (mix) {
+    std::fill(host + cap, host + cap + rows, -1);
+    std::fill(weights + cap, weights + cap + rows, 0.0f);
+  }
+  // The slot holding `a` for this step (resident, or its copy started now: the step then waits for it on the device).
+  auto slot_for = [&](const LoraAdapter* a) -> StatusOr<int64_t> {
     int64_t slot = -1;
     for (size_t i = 0; i < lora_slots_.size() && slot < 0; ++i) {
       if (lora_slots_[i].adapter == a->id) slot = static_cast<int64_t>(i);
     }
-    if (slot < 0) {  // not prefetched (a step the engine did not ask lora_ready about): copied now, the step waits
+    if (slot < 0) {  // not prefetched (a step the engine did not ask lora_ready about): copied now
       slot = lora_victim(now);
       if (slot < 0) {
         return resource_exhausted("a step with more distinct LoRA adapters than the model's " +
@@ -186,11 +202,66 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
     if (resident.in_flight) {  // the step's kernels wait for the copy on the device; the host does not
       CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_.get(), resident.copied->get(), 0));
     }
-    for (int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) host[r] = static_cast<int32_t>(slot);
+    return slot;
+  };
+  for (int64_t s = 0; s < step.num_seqs(); ++s) {
+    for (int which = 0; which < 2; ++which) {
+      const LoraAdapter* a = which == 0 ? step.loras[s] : (mix ? step.loras_second[s] : nullptr);
+      if (a == nullptr) continue;
+      ASSIGN_OR_RETURN(const int64_t slot, slot_for(a));
+      const float w = step.lora_weights.empty() ? (which == 0 ? 1.0f : 0.0f) : step.lora_weights[2 * s + which];
+      for (int32_t r = step.query_start[s]; r < step.query_start[s + 1]; ++r) {
+        host[which * cap + r] = static_cast<int32_t>(slot);
+        weights[which * cap + r] = w;
+      }
+    }
   }
-  CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(lora_row_slot_, host, bytes_of(DType::kI32, rows), cudaMemcpyHostToDevice, stream_.get()));
+  cudaStream_t st = stream_.get();
+  for (int part = 0; part < 4; ++part) {  // slots, second slots, weights, second weights: the seconds for a mix
+    if (!mix && part % 2 == 1) continue;
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_row_slot_ + part * cap, host + part * cap, bytes_of(DType::kI32, rows),
+                                         cudaMemcpyHostToDevice, st));
+  }
   return ok_status();
+}
+
+StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vector<int32_t>& tokens,
+                                                                 const std::vector<int32_t>& embed_rows,
+                                                                 const float* embeds) {
+  const LlamaConfig& c = config_;
+  const int64_t h = c.hidden_size, n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
+  std::vector<double> sum(static_cast<size_t>(h), 0.0);
+  std::vector<int32_t> ids;  // the text rows' ids, in prompt order
+  size_t next = 0;           // into embed_rows (ascending)
+  for (int64_t p = 0; p < n; ++p) {
+    if (next < embed_rows.size() && embed_rows[next] == p) {
+      const float* row = embeds + next++ * h;
+      for (int64_t k = 0; k < h; ++k) sum[k] += row[k];
+    } else if (tokens[p] < 0 || tokens[p] >= c.vocab_size) {
+      return invalid_argument("token id " + std::to_string(tokens[p]) + " is outside the vocabulary");
+    } else {
+      ids.push_back(tokens[p]);
+    }
+  }
+  // The text rows gathered on the device a step's worth at a time (the table stays there), widened rows back.
+  const int64_t chunk = std::max(options_.max_num_tokens, options_.max_num_seqs);
+  std::vector<float> rows(static_cast<size_t>(std::min<int64_t>(chunk, static_cast<int64_t>(ids.size())) * h));
+  cudaStream_t s = stream_.get();
+  for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(chunk)) {
+    const int64_t m = std::min<int64_t>(chunk, static_cast<int64_t>(ids.size() - first));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m),
+                                         cudaMemcpyHostToDevice, s));
+    RETURN_IF_ERROR(gather_rows_f32(embed_, options_.dtype, c.vocab_size, h, arrays_.tokens, m, h, x_, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.data(), x_, bytes_of(DType::kF32, m * h), cudaMemcpyDeviceToHost, s));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t k = 0; k < h; ++k) sum[k] += rows[r * h + k];
+    }
+  }
+  std::vector<float> out(static_cast<size_t>(h));
+  for (int64_t k = 0; k < h; ++k) out[k] = static_cast<float>(sum[k] / static_cast<double>(n));
+  return out;
 }
 
 int64_t LlamaCudaModel::lora_workspace_floats(int64_t rows) const {
@@ -202,13 +273,14 @@ int64_t LlamaCudaModel::lora_workspace_floats(int64_t rows) const {
                    kernels::lora_cuda_workspace_floats(rows, c.intermediate_size, r, 1)});
 }
 
-Status LlamaCudaModel::lora_apply(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x, int64_t x_ld,
-                                  void* y, DType y_dtype, int64_t y_ld, int64_t tokens) {
+kernels::LoraCudaArgs LlamaCudaModel::lora_args(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x,
+                                                int64_t x_ld, void* y, DType y_dtype, int64_t y_ld, int64_t tokens) const {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
   const int64_t layers = c.num_hidden_layers, r_max = lora_slot_rank();
   kernels::LoraCudaArgs p;
   p.x = x, p.x_ld = x_ld, p.rows = tokens, p.dtype = d, p.row_slot = lora_row_slot_;
+  p.row_weight = reinterpret_cast<const float*>(lora_row_slot_ + 2 * lora_rows_);
   p.param_stride = layers * kLoraTargets, p.r_max = r_max, p.num_targets = 0;
   p.y_dtype = y_dtype, p.y_ld = y_ld, p.workspace = lora_t_, p.workspace_floats = lora_t_floats_;
   int64_t column = 0;  // the target's first column in y's fused row
@@ -218,16 +290,21 @@ Status LlamaCudaModel::lora_apply(int64_t layer, std::initializer_list<LoraTarge
     p.in = in;
     if (lora_a_[ti] != nullptr) {  // Mixtral's MLP: no dense linears
       kernels::LoraCudaTarget& g = p.target[p.num_targets++];
-      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in),
-      g.a_slot_stride = layers * r_max * in;
-      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max),
-      g.b_slot_stride = layers * out * r_max;
+      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in), g.a_slot_stride = layers * r_max * in;
+      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max), g.b_slot_stride = layers * out * r_max;
       g.ranks = lora_ranks_ + layer * kLoraTargets + ti, g.scales = lora_scales_ + layer * kLoraTargets + ti;
       g.out = out, g.y = static_cast<uint8_t*>(y) + bytes_of(y_dtype, column);
     }
     column += out;
   }
+  return p;
+}
+
+Status LlamaCudaModel::lora_apply(kernels::LoraCudaArgs p) {
   if (p.num_targets == 0) return ok_status();
+  RETURN_IF_ERROR(kernels::lora_apply_cuda(p, stream_.get()));
+  if (!lora_mix_active_) return ok_status();
+  p.row_slot += lora_rows_, p.row_weight += lora_rows_;  // the rows' second adapters: a whole pass after the first
   return kernels::lora_apply_cuda(p, stream_.get());
 }
 

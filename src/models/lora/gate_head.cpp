@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <numeric>
 
 #include "core/dtype.h"
@@ -62,25 +63,80 @@ StatusOr<GateHead> GateHead::load(const std::string& path) {
   return g;
 }
 
-StatusOr<GateChoice> GateHead::route(const std::vector<float>& e, int64_t k) const {
+StatusOr<GateHead> GateHead::from_weights(int64_t d, int64_t h, std::vector<float> w1, std::vector<float> b1,
+                                          std::vector<float> w2, std::vector<float> b2,
+                                          std::vector<std::string> names) {
+  const int64_t n = static_cast<int64_t>(names.size());
+  if (d <= 0 || h <= 0 || n <= 0 || static_cast<int64_t>(w1.size()) != h * d || static_cast<int64_t>(b1.size()) != h ||
+      static_cast<int64_t>(w2.size()) != n * h || static_cast<int64_t>(b2.size()) != n) {
+    return invalid_argument("a gate head of D " + std::to_string(d) + ", H " + std::to_string(h) + ", N " +
+                            std::to_string(n) + " takes w1 [H, D], b1 [H], w2 [N, H], b2 [N]");
+  }
+  GateHead g;
+  g.d_ = d, g.h_ = h, g.n_ = n;
+  g.w1_ = std::move(w1), g.b1_ = std::move(b1), g.w2_ = std::move(w2), g.b2_ = std::move(b2);
+  g.names_ = std::move(names);
+  return g;
+}
+
+Status GateHead::save(const std::string& path) const {
+  const std::string names_path = (std::filesystem::path(path).parent_path() / "gate.json").string();
+  const std::string tmp = names_path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << nlohmann::json({{"adapters", names_}}).dump(1) << "\n";
+    if (!out.good()) return failed_precondition(tmp + ": cannot write");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, names_path, ec);
+  if (ec) return failed_precondition(names_path + ": rename from " + tmp + ": " + ec.message());
+  return write_safetensors(path, {{"gate.0.weight", DType::kF32, {h_, d_}, w1_.data()},
+                                  {"gate.0.bias", DType::kF32, {h_}, b1_.data()},
+                                  {"gate.2.weight", DType::kF32, {n_, h_}, w2_.data()},
+                                  {"gate.2.bias", DType::kF32, {n_}, b2_.data()}});
+}
+
+namespace {
+
+// a . b with 8 independent partial sums: one running sum ran at the add's latency (docs/perf/lora_cpu.md), eight
+// let the compiler keep vector lanes busy. The order differs from one sum's by rounding only (~1e-7 relative).
+float dot8(const float* a, const float* b, int64_t n) {
+  float part[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    for (int k = 0; k < 8; ++k) part[k] += a[c + k] * b[c + k];
+  }
+  for (; c < n; ++c) part[0] += a[c] * b[c];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
+}  // namespace
+
+void GateHead::forward(const float* e, float* hidden, float* z) const {
+  for (int64_t i = 0; i < h_; ++i) {
+    hidden[i] = b1_[i] + dot8(w1_.data() + i * d_, e, d_);  // before the ReLU: the backward needs its sign
+  }
+  for (int64_t j = 0; j < n_; ++j) {
+    float acc = b2_[j];
+    for (int64_t i = 0; i < h_; ++i) acc += w2_[j * h_ + i] * std::max(hidden[i], 0.0f);
+    z[j] = acc;
+  }
+}
+
+StatusOr<std::vector<float>> GateHead::logits(const std::vector<float>& e) const {
   if (static_cast<int64_t>(e.size()) != d_) {
     return invalid_argument("the gate head takes an embedding of " + std::to_string(d_) + " values, not " +
                             std::to_string(e.size()));
   }
+  std::vector<float> hidden(static_cast<size_t>(h_)), z(static_cast<size_t>(n_));
+  forward(e.data(), hidden.data(), z.data());
+  return z;
+}
+
+StatusOr<GateChoice> GateHead::route(const std::vector<float>& e, int64_t k) const {
   if (k < 1 || k > n_) return invalid_argument("top-" + std::to_string(k) + " of " + std::to_string(n_) + " adapters");
-  std::vector<float> hidden(static_cast<size_t>(h_));
-  for (int64_t i = 0; i < h_; ++i) {
-    float acc = b1_[i];
-    for (int64_t c = 0; c < d_; ++c) acc += w1_[i * d_ + c] * e[c];
-    hidden[i] = std::max(acc, 0.0f);
-  }
   GateChoice out;
-  out.probs.resize(static_cast<size_t>(n_));
-  for (int64_t j = 0; j < n_; ++j) {
-    float acc = b2_[j];
-    for (int64_t i = 0; i < h_; ++i) acc += w2_[j * h_ + i] * hidden[i];
-    out.probs[j] = acc;
-  }
+  ASSIGN_OR_RETURN(out.probs, logits(e));
   const float top = *std::max_element(out.probs.begin(), out.probs.end());
   float sum = 0;
   for (float& p : out.probs) sum += (p = std::exp(p - top));
@@ -95,6 +151,76 @@ StatusOr<GateChoice> GateHead::route(const std::vector<float>& e, int64_t k) con
     out.weight.push_back(out.probs[order[i]] / kept);
   }
   return out;
+}
+
+StatusOr<double> GateHead::kl_divergence(const float* e, const float* t, int64_t batch, GateGradient* grad) const {
+  if (batch < 1) return invalid_argument("the KL divergence of an empty batch");
+  if (grad != nullptr) {
+    grad->w1.assign(w1_.size(), 0.0f), grad->b1.assign(b1_.size(), 0.0f);
+    grad->w2.assign(w2_.size(), 0.0f), grad->b2.assign(b2_.size(), 0.0f);
+  }
+  std::vector<float> hidden(static_cast<size_t>(h_)), z(static_cast<size_t>(n_)), dz(static_cast<size_t>(n_));
+  std::vector<float> dh(static_cast<size_t>(h_));
+  const float inv_batch = 1.0f / static_cast<float>(batch);
+  double loss = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float* eb = e + b * d_;
+    const float* tb = t + b * n_;
+    forward(eb, hidden.data(), z.data());
+    const float top = *std::max_element(z.begin(), z.end());
+    double sum_exp = 0;
+    for (float v : z) sum_exp += std::exp(static_cast<double>(v - top));
+    const double log_norm = static_cast<double>(top) + std::log(sum_exp);
+    float t_sum = 0;
+    for (int64_t j = 0; j < n_; ++j) {
+      t_sum += tb[j];
+      if (tb[j] > 0) loss += tb[j] * (std::log(static_cast<double>(tb[j])) - (z[j] - log_norm));
+    }
+    if (grad == nullptr) continue;
+    for (int64_t j = 0; j < n_; ++j) {
+      const float p = static_cast<float>(std::exp(z[j] - log_norm));
+      dz[j] = (p * t_sum - tb[j]) * inv_batch;
+      grad->b2[j] += dz[j];
+    }
+    std::fill(dh.begin(), dh.end(), 0.0f);
+    for (int64_t j = 0; j < n_; ++j) {
+      for (int64_t i = 0; i < h_; ++i) {
+        grad->w2[j * h_ + i] += dz[j] * std::max(hidden[i], 0.0f);
+        dh[i] += w2_[j * h_ + i] * dz[j];
+      }
+    }
+    for (int64_t i = 0; i < h_; ++i) {
+      if (hidden[i] <= 0) continue;  // ReLU: no gradient where it cut (torch's threshold_backward, 0 at 0)
+      grad->b1[i] += dh[i];
+      float* row = grad->w1.data() + i * d_;
+      for (int64_t c = 0; c < d_; ++c) row[c] += dh[i] * eb[c];
+    }
+  }
+  return loss / static_cast<double>(batch);
+}
+
+void GateHead::sgd_step(const GateGradient& grad, float lr) {
+  MMSERVE_CHECK(grad.w1.size() == w1_.size() && grad.b1.size() == b1_.size() && grad.w2.size() == w2_.size() &&
+                    grad.b2.size() == b2_.size(),
+                "a gradient of another head's shape");
+  auto step = [lr](std::vector<float>& w, const std::vector<float>& g) {
+    for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
+  };
+  step(w1_, grad.w1), step(b1_, grad.b1), step(w2_, grad.w2), step(b2_, grad.b2);
+}
+
+double GateGradient::norm() const {
+  double sq = 0;
+  for (const std::vector<float>* v : {&w1, &b1, &w2, &b2}) {
+    for (float x : *v) sq += static_cast<double>(x) * x;
+  }
+  return std::sqrt(sq);
+}
+
+void GateGradient::scale(float factor) {
+  for (std::vector<float>* v : {&w1, &b1, &w2, &b2}) {
+    for (float& x : *v) x *= factor;
+  }
 }
 
 }  // namespace mmserve::models

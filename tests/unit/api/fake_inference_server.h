@@ -82,7 +82,7 @@ class FakeInferenceServer : public serving::InferenceServer {
   Status load_adapter(const std::string&, const std::string& name, const std::string&) override {
     return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
   }
-  Status unload_adapter(const std::string& name) override {
+  Status unload_adapter(const std::string& name, bool) override {
     return Status(StatusCode::kNotFound, "no adapter '" + name + "' is loaded");
   }
   std::vector<serving::AdapterStatus> adapters() const override { return {}; }

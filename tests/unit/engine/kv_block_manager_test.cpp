@@ -225,6 +225,61 @@ TEST(DecoderScheduler, AStepHoldsAtMostMaxAdaptersPerStepDistinctAdapters) {
   EXPECT_EQ(blocks.stats().used_blocks, 0);
 }
 
+// Gate routing's mix: a sequence's two adapters both count toward max_adapters_per_step (the GPU holds both).
+TEST(DecoderScheduler, BothAdaptersOfAMixCountTowardTheStepsAdapters) {
+  KvBlockManager blocks(64, 4, false);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 64;
+  c.max_adapters_per_step = 3;
+  c.table_ld = 16;
+  DecoderScheduler s(c, blocks);
+  Seq mix(iota(3)), same(iota(3)), other(iota(3)), twice(iota(3));
+  mix.d.adapter = 1, mix.d.adapter2 = 2;
+  same.d.adapter = 2, same.d.adapter2 = 1;  // the same pair the other way round: nothing new
+  twice.d.adapter = 3, twice.d.adapter2 = 3;  // one adapter named twice counts once
+  other.d.adapter = 4, other.d.adapter2 = 5;  // two new ones: 1, 2, 3 + 2 > 3
+  for (Seq* q : {&mix, &same, &twice, &other}) s.add(&q->d);
+  StepPlan p = s.schedule();
+  ASSERT_EQ(p.entries.size(), 3u);
+  EXPECT_EQ(p.entries[2].seq, &twice.d);
+  EXPECT_EQ(s.waiting(), 1) << "the pair (4, 5) would make five adapters";
+  for (Seq* q : {&mix, &same, &twice, &other}) s.remove(&q->d);
+}
+
+// SchedulerConfig::ready (an adapter still copying to the GPU): the queue's head waits, and the queue behind it,
+// until it answers true; running sequences are not asked.
+TEST(DecoderScheduler, AWaitingSequenceStartsOnceReady) {
+  KvBlockManager blocks(64, 4, false);
+  SchedulerConfig c;
+  c.max_num_batched_tokens = 64;
+  c.table_ld = 16;
+  bool copied = false;
+  int asked = 0;
+  c.ready = [&](const DecoderSequence& q) {
+    ++asked;
+    return q.adapter == 0 || copied;
+  };
+  DecoderScheduler s(c, blocks);
+  Seq base(iota(3)), lora(iota(3)), behind(iota(3));
+  lora.d.adapter = 7;
+  s.add(&base.d);
+  s.add(&lora.d);
+  s.add(&behind.d);
+  StepPlan p = s.schedule();
+  ASSERT_EQ(p.entries.size(), 1u);
+  EXPECT_EQ(p.entries[0].seq, &base.d);
+  EXPECT_EQ(s.waiting(), 2) << "the adapter's sequence heads the queue and holds it";
+  s.complete(p);
+  base.d.tokens.push_back(1);
+  const int before = asked;
+  copied = true;
+  p = s.schedule();
+  EXPECT_EQ(p.entries.size(), 3u);
+  EXPECT_EQ(asked - before, 2) << "asked for the two waiting sequences only, not the running one";
+  for (Seq* q : {&base, &lora, &behind}) s.remove(&q->d);
+  EXPECT_EQ(blocks.stats().used_blocks, 0);
+}
+
 TEST(DecoderScheduler, UnchunkedPrefillWaitsForRoomAndMaxNumSeqsHolds) {
   KvBlockManager blocks(64, 4, false);
   SchedulerConfig c;
