@@ -68,6 +68,8 @@ class DecoderBackend {
   // copy starts and the engine admits its sequences at a later step, so a load never stalls running batches.
   virtual Status prepare_adapter(models::LoraAdapter& adapter) { return ok_status(); }
   virtual StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) { return true; }
+  // Blocks until the adapter copies adapter_ready started are done (nothing else can run meanwhile).
+  virtual Status wait_for_adapters() { return ok_status(); }
   // The gate router's input (models/lora/gate_head.h): the mean of the prompt's decoder input rows, each token's
   // embed_tokens row or, at embed_rows (ascending), the rows of `embeds` (LLaVA's image features). Engine thread,
   // between steps.

@@ -34,6 +34,7 @@ void DecoderScheduler::preempt(DecoderSequence* seq) {
 
 StepPlan DecoderScheduler::schedule() {
   StepPlan plan;
+  held_by_ready_ = false;
   int64_t budget = config_.max_num_batched_tokens;
   auto scheduled = [&](DecoderSequence* s) {
     return std::any_of(plan.entries.begin(), plan.entries.end(), [s](const StepEntry& e) { return e.seq == s; });
@@ -87,7 +88,10 @@ StepPlan DecoderScheduler::schedule() {
   while (plan.preempted.empty() && !waiting_.empty() && budget > 0 && running() < config_.max_num_seqs) {
     DecoderSequence* s = waiting_.front();
     if (!fits(s)) break;  // its adapter would be one too many this step
-    if (config_.ready && !config_.ready(*s)) break;  // e.g. its adapter on its way to the GPU
+    if (config_.ready && !config_.ready(*s)) {  // e.g. its adapter on its way to the GPU
+      held_by_ready_ = true;
+      break;
+    }
     const int64_t total = static_cast<int64_t>(s->tokens.size());
     s->computed = blocks_.take_prefix(s->table, s->tokens, s->extra_hash, s->extra_from);
     s->cached_tokens = s->computed;

@@ -81,10 +81,14 @@ class DecoderScheduler {
   int64_t running() const { return static_cast<int64_t>(running_.size()); }
   int64_t waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  // The last schedule() stopped admitting at a sequence SchedulerConfig::ready refused (its adapter's copy): an
+  // empty plan then means "wait for it", not "no room".
+  bool held_by_ready() const { return held_by_ready_; }
   const SchedulerConfig& config() const { return config_; }
 
  private:
   void preempt(DecoderSequence* seq);
+  bool held_by_ready_ = false;
 
   SchedulerConfig config_;
   KvBlockManager& blocks_;

@@ -67,6 +67,7 @@ class LlamaCudaBackend final : public DecoderBackend {
     return ok_status();
   }
   StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) override { return model_->lora_ready(adapter); }
+  Status wait_for_adapters() override { return model_->lora_wait_copies(); }
   StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
                                                     const std::vector<int32_t>& embed_rows,
                                                     const float* embeds) override {

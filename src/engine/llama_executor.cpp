@@ -727,6 +727,12 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
     if (live.empty()) break;
     const auto t0 = std::chrono::steady_clock::now();
     StepPlan plan = scheduler_->schedule();
+    if (plan.empty() && scheduler_->held_by_ready()) {  // only sequences whose adapter is still copying: wait for it
+      const Status copied = backend_->wait_for_adapters();
+      if (copied.ok()) continue;
+      for (auto& s : live) finish(*s, copied);
+      break;
+    }
     if (plan.empty()) {  // cannot happen with the admission checks; never spin
       for (auto& s : live) finish(*s, internal_error("the scheduler found no room for this sequence"));
       break;

@@ -127,6 +127,7 @@ class LlamaCudaModel {
   // (or false with nothing started when every slot is in use); the engine asks again before a later step. Errors:
   // the adapter's (a rank above the slots', a linear this model lacks).
   StatusOr<bool> lora_ready(const LoraAdapter& adapter);
+  Status lora_wait_copies() { return lora_copy_stream_.synchronize(); }  // every copy lora_ready started
   // The router's embedding (LlamaModel::mean_input_embedding's definition: the mean over the prompt of the
   // decoder's input rows, each token's embed_tokens row here in the model's dtype, widened to f32, or at embed_rows
   // the given host rows of `embeds`), summed in double on the host. Between steps only (it borrows the step's

@@ -269,6 +269,7 @@ TEST(DecoderScheduler, AWaitingSequenceStartsOnceReady) {
   ASSERT_EQ(p.entries.size(), 1u);
   EXPECT_EQ(p.entries[0].seq, &base.d);
   EXPECT_EQ(s.waiting(), 2) << "the adapter's sequence heads the queue and holds it";
+  EXPECT_TRUE(s.held_by_ready()) << "the engine waits for the copy when nothing else runs";
   s.complete(p);
   base.d.tokens.push_back(1);
   const int before = asked;
@@ -276,6 +277,7 @@ TEST(DecoderScheduler, AWaitingSequenceStartsOnceReady) {
   p = s.schedule();
   EXPECT_EQ(p.entries.size(), 3u);
   EXPECT_EQ(asked - before, 2) << "asked for the two waiting sequences only, not the running one";
+  EXPECT_FALSE(s.held_by_ready());
   for (Seq* q : {&base, &lora, &behind}) s.remove(&q->d);
   EXPECT_EQ(blocks.stats().used_blocks, 0);
 }
