@@ -216,6 +216,33 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
   }
 }
 
+// An adapter on Mixtral's attention on the GPU (tests/fixtures/lora/mixtral-attn-r4, PEFT over the tiny Mixtral): the
+// experts route the adapted attention's output as PEFT's model does; f32 within the LoRA bound, greedy exact.
+TEST(LlamaCuda, AnAdapterOnMixtralsAttentionMatchesPeft) {
+  MMSERVE_REQUIRE_GPU();
+  const fs::path dir = testing::fixture("lora/mixtral-attn-r4");
+  const nlohmann::json meta = nlohmann::json::parse(std::ifstream(dir / "golden.json"));
+  testing::Golden golden((dir / "golden.safetensors").string());
+  LlamaCudaOptions o;
+  o.dtype = DType::kF32;
+  o.max_model_len = 64, o.max_num_seqs = 16, o.max_num_tokens = 64, o.kv_cache_bytes = 16 << 20;
+  o.max_loras = 1, o.max_lora_rank = 4;
+  auto model = LlamaCudaModel::load(testing::fixture("mixtral/mixtral-5x-top2-f32"), o);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  auto adapter = load_lora_adapter(dir.string(), "mixtral-attn-r4", (*model)->config());
+  ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
+  OneSequence seq{**model};
+  seq.lora = adapter->get();
+  const std::vector<int64_t> ids = golden.i64("greedy_ids");
+  auto run = decode_against(seq, meta["prompt_ids"].get<std::vector<int32_t>>(), golden.f32("prompt_logits"),
+                            golden.f32("step_logits"), ids);
+  ASSERT_TRUE(run.ok()) << run.status().to_string();
+  std::printf("[ llama_cuda ] lora mixtral-attn-r4 f32 max rel error %.2e, greedy %d/%zu\n", run->worst, run->agree,
+              ids.size());
+  EXPECT_LE(run->worst, 2e-4f);
+  EXPECT_EQ(run->agree, static_cast<int>(ids.size()));
+}
+
 // Gate routing on the GPU (tests/fixtures/lora_gate, tools/reference/make_gate_fixtures.py): the router's input
 // embedding from the device's table equals torch's (f32: the same rows, summed in double); the gate's choice on it is
 // torch's; and the pair applied together with the router's weights (a second, weighted delta pass) gives PEFT's

@@ -1,6 +1,7 @@
 // PEFT LoRA adapters against PEFT itself (issue 16): tests/fixtures/lora/* (tools/reference/make_lora_fixtures.py:
 // adapters on q/v, on every linear with rsLoRA, and with a regex target_modules plus rank_pattern / alpha_pattern,
-// over the tiny HF Llama fixture, saved by PEFT's save_pretrained). Each adapter as PEFT wrote it, through
+// over the tiny HF Llama fixture; on the tiny Mixtral's attention; saved by PEFT's save_pretrained). Each adapter as
+// PEFT wrote it, through
 // load_lora_adapter and LlamaModel's step: the prompt's logits and the cached decode's step logits within 1e-4 of
 // PEFT's (f32), the greedy ids exact, the per-module scales as PEFT's LoraLayer.scaling; and one step mixing the
 // three adapters and the base model gives each sequence its own answer (its last prompt row as PEFT's).
@@ -85,47 +86,60 @@ std::unique_ptr<LlamaModel> base_model() {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
+// One fixture adapter over `model` (its base): the scales as PEFT's, every module PEFT adapted present, and the
+// decode as PEFT's.
+void expect_decodes_as_peft(const LlamaModel& model, const char* name) {
+  SCOPED_TRACE(name);
+  const std::string dir = testing::fixture(std::string("lora/") + name);
+  const json meta = json::parse(std::ifstream(dir + "/golden.json"));
+  testing::Golden golden(dir + "/golden.safetensors");
+  auto adapter = load_lora_adapter(dir, name, model.config());
+  ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
+  // The scale of every module is PEFT's LoraLayer.scaling; nothing PEFT adapted is missing.
+  int64_t modules = 0;
+  for (const auto& [module, scale] : meta["lora"]["scaling"].items()) {
+    const int64_t layer = std::stoll(module.substr(std::string("model.layers.").size()));
+    const std::string leaf = module.substr(module.rfind('.') + 1);
+    const LoraModule* m = nullptr;
+    for (int t = 0; t < kLoraTargets; ++t) {
+      if (leaf == lora_target_name(static_cast<LoraTarget>(t))) m = &(*adapter)->module(layer, static_cast<LoraTarget>(t));
+    }
+    ASSERT_NE(m, nullptr) << module;
+    EXPECT_EQ(m->rank, meta["lora"]["ranks"][module].get<int64_t>()) << module;
+    EXPECT_NEAR(m->scale, scale.get<double>(), 1e-6) << module;
+    ++modules;
+  }
+  int64_t present = 0;
+  for (const auto& layer : (*adapter)->layers) {
+    for (const LoraModule& m : layer) present += m.present();
+  }
+  EXPECT_EQ(present, modules);
+  const std::vector<int32_t> prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int64_t> want = golden.i64("greedy_ids");
+  const Decoded got = decode(model, prompt, static_cast<int64_t>(want.size()), adapter->get());
+  const float prompt_diff = max_abs_diff(got.prompt_logits, golden.f32("prompt_logits"));
+  const float step_diff = max_abs_diff(got.step_logits, golden.f32("step_logits"));
+  std::printf("%s: prompt logits %.2e, step logits %.2e from PEFT's\n", name, prompt_diff, step_diff);
+  EXPECT_LE(prompt_diff, 1e-4f);
+  EXPECT_LE(step_diff, 1e-4f);
+  EXPECT_EQ(got.greedy, want);
+  // The adapter matters: the base model decodes otherwise (golden.json's base ids).
+  EXPECT_NE(meta["base_greedy_ids"].get<std::vector<int64_t>>(), want);
+}
+
 TEST(LoraHf, EachAdapterDecodesAsPeft) {
   std::unique_ptr<LlamaModel> model = base_model();
   ASSERT_NE(model, nullptr);
-  for (const char* name : kVariants) {
-    SCOPED_TRACE(name);
-    const std::string dir = testing::fixture(std::string("lora/") + name);
-    const json meta = json::parse(std::ifstream(dir + "/golden.json"));
-    testing::Golden golden(dir + "/golden.safetensors");
-    auto adapter = load_lora_adapter(dir, name, model->config());
-    ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
-    // The scale of every module is PEFT's LoraLayer.scaling; nothing PEFT adapted is missing.
-    int64_t modules = 0;
-    for (const auto& [module, scale] : meta["lora"]["scaling"].items()) {
-      const int64_t layer = std::stoll(module.substr(std::string("model.layers.").size()));
-      const std::string leaf = module.substr(module.rfind('.') + 1);
-      const LoraModule* m = nullptr;
-      for (int t = 0; t < kLoraTargets; ++t) {
-        if (leaf == lora_target_name(static_cast<LoraTarget>(t))) m = &(*adapter)->module(layer, static_cast<LoraTarget>(t));
-      }
-      ASSERT_NE(m, nullptr) << module;
-      EXPECT_EQ(m->rank, meta["lora"]["ranks"][module].get<int64_t>()) << module;
-      EXPECT_NEAR(m->scale, scale.get<double>(), 1e-6) << module;
-      ++modules;
-    }
-    int64_t present = 0;
-    for (const auto& layer : (*adapter)->layers) {
-      for (const LoraModule& m : layer) present += m.present();
-    }
-    EXPECT_EQ(present, modules);
-    const std::vector<int32_t> prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
-    const std::vector<int64_t> want = golden.i64("greedy_ids");
-    const Decoded got = decode(*model, prompt, static_cast<int64_t>(want.size()), adapter->get());
-    const float prompt_diff = max_abs_diff(got.prompt_logits, golden.f32("prompt_logits"));
-    const float step_diff = max_abs_diff(got.step_logits, golden.f32("step_logits"));
-    std::printf("%s: prompt logits %.2e, step logits %.2e from PEFT's\n", name, prompt_diff, step_diff);
-    EXPECT_LE(prompt_diff, 1e-4f);
-    EXPECT_LE(step_diff, 1e-4f);
-    EXPECT_EQ(got.greedy, want);
-    // The adapter matters: the base model decodes otherwise (golden.json's base ids).
-    EXPECT_NE(meta["base_greedy_ids"].get<std::vector<int64_t>>(), want);
-  }
+  for (const char* name : kVariants) expect_decodes_as_peft(*model, name);
+}
+
+// Mixtral's attention under an adapter (tools/reference/make_lora_fixtures.py mixtral-attn-r4, over the tiny HF
+// Mixtral of tests/fixtures/mixtral): the routed experts see the adapted attention's output, so the routing and the
+// text follow PEFT's.
+TEST(LoraHf, AnAdapterOnMixtralsAttentionDecodesAsPeft) {
+  auto model = LlamaModel::load(testing::fixture("mixtral/mixtral-5x-top2-f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  expect_decodes_as_peft(**model, "mixtral-attn-r4");
 }
 
 TEST(LoraHf, OneStepOfEveryAdapterAndNoneIsEachAlone) {

@@ -597,6 +597,37 @@ TEST(CliGpu, GenerateWithAnAdapterOnTheGpuGivesPeftsIds) {
   expect_lora_greedy({"--device", "cuda:0", "--dtype", "f32"});
 }
 
+// An adapter on LLaVA's decoder (tools/reference/make_lora_fixtures.py llava-lm-qv-r4: PEFT over the tiny LLaVA
+// fixture, its language model's q/v): `mmserve generate --image ... --adapter DIR` gives PEFT's greedy ids (the
+// adapter's names under transformers 5's module tree, model.language_model.*).
+void expect_llava_lora_greedy(const std::vector<std::string>& device_args) {
+  const std::string adapter = fixture("lora/llava-lm-qv-r4");
+  const fs::path dir = servable_llava("llava-llama-f32");
+  const nlohmann::json meta = nlohmann::json::parse(read_text(adapter + "/golden.json"));
+  const nlohmann::json base = nlohmann::json::parse(read_text(fixture("llava/llava-llama-f32/golden.json")));
+  const std::vector<int64_t> greedy = meta["greedy_ids"].get<std::vector<int64_t>>();
+  std::vector<std::string> args = {"generate", "--model", dir.string(), "--adapter", adapter, "--prompt-ids",
+                                   join_ids(meta["prompt_ids"].get<std::vector<int64_t>>()), "--temperature", "0",
+                                   "--max-new-tokens", std::to_string(greedy.size()), "--ignore-eos"};
+  args.insert(args.end(), device_args.begin(), device_args.end());
+  for (const auto& image : base["images"]) {
+    args.push_back("--image");
+    args.push_back(fixture("images/" + image.get<std::string>()));
+  }
+  const Result r = run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["ids"].get<std::vector<int64_t>>(), greedy);
+  EXPECT_NE(meta["base_greedy_ids"].get<std::vector<int64_t>>(), greedy) << "the adapter must change the text";
+  fs::remove_all(dir);
+}
+
+TEST(Cli, GenerateWithAnAdapterOnLlavasDecoderGivesPeftsIds) { expect_llava_lora_greedy({}); }
+
+TEST(CliGpu, GenerateWithAnAdapterOnLlavasDecoderOnTheGpuGivesPeftsIds) {
+  if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";
+  expect_llava_lora_greedy({"--device", "cuda:0", "--dtype", "f32"});
+}
+
 // LLaVA-NeXT's own refusals: a processor whose pinpoints are not the model's (it would count other placeholders
 // than the model packs), and a placeholder count that does not match the images.
 TEST(Cli, LlavaNextRefusesMismatchedPinpointsAndPlaceholders) {

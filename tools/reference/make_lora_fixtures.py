@@ -8,7 +8,8 @@ float32 and needs no network):
     python3 tools/reference/make_lora_fixtures.py --fixtures tests/fixtures --out /tmp/fx
     # then: cp -r /tmp/fx/lora tests/fixtures/
 
-The base model is tests/fixtures/llama/llama-gqa-f32 as committed (Llama, GQA 4/2, hidden 64, vocab 256, 2 layers,
+The base model is tests/fixtures/llama/llama-gqa-f32 as committed (a variant may name another base: mixtral-attn-r4
+adapts the attention of tests/fixtures/mixtral/mixtral-5x-top2-f32, the same way) (Llama, GQA 4/2, hidden 64, vocab 256, 2 layers,
 untied; loaded with AutoModelForCausalLM in float32, attn_implementation="eager"); the prompt is that fixture's
 prompt_ids (its golden.json), and the base's own greedy ids and step logits are checked first, so that the goldens
 here sit on the very model mmserve loads. It writes, under lora/, one folder per adapter (VARIANTS below: q/v only at
@@ -60,8 +61,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_llama_fixtures import NEW_TOKENS, margin, run  # noqa: E402
 
-BASE_NAME = "llama-gqa-f32"          # under <fixtures>/llama/
-BASE_REL = "../../llama/" + BASE_NAME  # the base, seen from <fixtures>/lora/<variant>/
+BASE = "llama/llama-gqa-f32"          # under <fixtures>/: the variants' base unless a variant names its own
 ADAPTER = "default"                  # PEFT's adapter name (save_pretrained drops it from the tensor names)
 RHO = 0.5                            # ||scaling * B @ A||_F / ||W||_F for every adapted module
 SEEDS = 80
@@ -90,13 +90,44 @@ VARIANTS = {
         "LoRA with target_modules a regex string (q_proj, o_proj, down_proj), r 4, alpha 4; rank_pattern "
         "{o_proj: 2, layers.1.mlp.down_proj: 6}, alpha_pattern {q_proj: 12}: scales q 3, o 2, down 1 (layer 0) "
         "and 2/3 (layer 1)"),
+    # Mixtral (issue 16 item 1: its attention): q/k/v/o of the tiny HF Mixtral fixture; its experts are refused at
+    # load (transformers 5 keeps them as fused parameters, which PEFT adapts through target_parameters, refused too).
+    "mixtral-attn-r4": (
+        dict(target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], r=4, lora_alpha=8),
+        [(r"\.self_attn\.(q|k|v|o)_proj$", 4, 8)],
+        "LoRA on the attention of the tiny Mixtral (q, k, v, o), r 4, alpha 8 (scale 2)",
+        "mixtral/mixtral-5x-top2-f32"),
+    # LLaVA's decoder (transformers 5 module names: model.language_model.layers.N...), on the tiny LLaVA fixture's own
+    # image and prompt; the vision tower and projector are left alone.
+    "llava-lm-qv-r4": (
+        dict(target_modules=r".*language_model.*\.(q_proj|v_proj)$", r=4, lora_alpha=8),
+        [(r"language_model\.layers\.\d+\.self_attn\.(q|v)_proj$", 4, 8)],
+        "LoRA on q_proj and v_proj of LLaVA's language model (a regex over the whole module tree), r 4, alpha 8",
+        "llava/llava-llama-f32"),
 }
+
+
+def is_llava(base_dir):
+    return json.load(open(os.path.join(base_dir, "config.json"))).get("model_type") == "llava"
 
 
 def load_base(base_dir):
     import transformers
-    return transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32,
-                                                             attn_implementation="eager").eval()
+    cls = transformers.LlavaForConditionalGeneration if is_llava(base_dir) else transformers.AutoModelForCausalLM
+    return cls.from_pretrained(base_dir, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def runner(base_dir):
+    """model -> (prompt logits, step logits, greedy ids) on the base fixture's own inputs (a LLaVA: its golden's
+    expanded input_ids and pixel_values, through make_llava_fixtures.run), and those inputs: (prompt ids, extra
+    model inputs)."""
+    if not is_llava(base_dir):
+        return (lambda model, prompt: run(model, prompt)), {}
+    from safetensors.torch import load_file
+    from make_llava_fixtures import run as llava_run
+    golden = load_file(os.path.join(base_dir, "golden.safetensors"))
+    pixels = golden["pixel_values"]
+    return (lambda model, prompt: llava_run(model, prompt, pixels)[:3]), {"pixel_values": pixels}
 
 
 def lora_layers(peft_model):
@@ -160,7 +191,8 @@ def redraw(peft_model, seed):
 
 def build_adapter(base_dir, config_args, seed):
     from peft import LoraConfig, get_peft_model
-    config = LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False, lora_dropout=0.0, bias="none",
+    task = None if is_llava(base_dir) else "CAUSAL_LM"  # PeftModel's plain forward passes pixel_values through
+    config = LoraConfig(task_type=task, init_lora_weights=False, lora_dropout=0.0, bias="none",
                         **copy.deepcopy(config_args))
     torch.manual_seed(seed)
     model = get_peft_model(load_base(base_dir), config).eval()
@@ -205,7 +237,7 @@ def saved_tensors(path, wanted):
     return dict(sorted(names.items()))
 
 
-def choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy):
+def choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy, run):
     """The first seed whose adapter decodes with clear margins, varied ids, other ids than the base's and a visible
     logit change: (seed, model, stds)."""
     tried = []
@@ -225,7 +257,7 @@ def choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--fixtures", required=True, help="tests/fixtures (holds llama/%s)" % BASE_NAME)
+    ap.add_argument("--fixtures", required=True, help="tests/fixtures (holds %s and each variant's base)" % BASE)
     ap.add_argument("--out", required=True)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
@@ -239,24 +271,39 @@ def main():
     from safetensors.torch import load_file, save_file
     torch.set_grad_enabled(False)
 
-    base_dir = os.path.abspath(os.path.join(args.fixtures, "llama", BASE_NAME))
-    base_meta = json.load(open(os.path.join(base_dir, "golden.json")))
-    prompt, base_greedy_golden = base_meta["prompt_ids"], base_meta["greedy_ids"]
-    # The base as committed decodes as its goldens say (else everything below sits on another model).
-    base_prompt, base_steps, base_greedy = run(load_base(base_dir), prompt)
-    base_golden = load_file(os.path.join(base_dir, "golden.safetensors"))
-    assert base_greedy == base_greedy_golden, ("the base fixture decodes otherwise", base_greedy, base_greedy_golden)
-    assert torch.allclose(base_steps, base_golden["step_logits"], atol=1e-4, rtol=1e-4), "base step logits differ"
-    print(f"base {BASE_NAME}: prompt {prompt}, greedy {base_greedy} (as its golden.json)")
+    bases = {}
+
+    def base_of(rel):
+        """(dir, prompt, base prompt logits, base greedy ids) of a base fixture, checked once against its goldens."""
+        if rel not in bases:
+            base_dir = os.path.abspath(os.path.join(args.fixtures, rel))
+            base_meta = json.load(open(os.path.join(base_dir, "golden.json")))
+            prompt, base_greedy_golden = base_meta["prompt_ids"], base_meta["greedy_ids"]
+            run_fn, extra = runner(base_dir)
+            # The base as committed decodes as its goldens say (else everything below sits on another model).
+            base_prompt, base_steps, base_greedy = run_fn(load_base(base_dir), prompt)
+            base_golden = load_file(os.path.join(base_dir, "golden.safetensors"))
+            assert base_greedy == base_greedy_golden, ("the base fixture decodes otherwise", rel, base_greedy,
+                                                       base_greedy_golden)
+            assert torch.allclose(base_steps, base_golden["step_logits"], atol=1e-4, rtol=1e-4), (
+                rel, "base step logits differ")
+            print(f"base {rel}: prompt {prompt}, greedy {base_greedy} (as its golden.json)")
+            bases[rel] = (base_dir, prompt, base_prompt, base_greedy, run_fn, extra)
+        return bases[rel]
 
     failures = []
-    for name, (config_args, expect, desc) in VARIANTS.items():
+    for name, variant in VARIANTS.items():
         if args.only and name not in args.only.split(","):
             continue
+        config_args, expect, desc = variant[:3]
+        base_rel = variant[3] if len(variant) > 3 else BASE
+        BASE_REL = "../../" + base_rel  # the base, seen from <fixtures>/lora/<variant>/
         try:
+            base_dir, prompt, base_prompt, base_greedy, run, extra = base_of(base_rel)
             rslora = config_args.get("use_rslora", False)
             wanted = expected_modules(base_dir, expect)
-            seed, model, stds = choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy)
+            seed, model, stds = choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy,
+                                            run)
             d = os.path.join(args.out, "lora", name)
             if os.path.isdir(d):
                 shutil.rmtree(d)
@@ -282,7 +329,7 @@ def main():
             assert torch.allclose(mem_steps, steps, atol=1e-5, rtol=1e-5), (
                 name, "reloaded differs from memory", float((mem_steps - steps).abs().max()))
             # The cached steps agree with one uncached forward over prompt + greedy ids.
-            full = reloaded(torch.tensor([prompt + greedy[:-1]])).logits[0, len(prompt) - 1:].float()
+            full = reloaded(input_ids=torch.tensor([prompt + greedy[:-1]]), **extra).logits[0, len(prompt) - 1:].float()
             uncached_diff = float((full - steps).abs().max())
             assert uncached_diff < 1e-4, (name, "cached steps differ from an uncached forward", uncached_diff)
             # A plain LoRA: merged into the weights it gives the same logits.
@@ -301,7 +348,7 @@ def main():
             saved_cfg = json.load(open(cfg_path))
             meta = {"description": desc, "base": BASE_REL,
                     "base_note": "relative to this folder (tests/fixtures/lora/<variant> -> "
-                                 "tests/fixtures/llama/" + BASE_NAME + "); adapter_config.json's "
+                                 "tests/fixtures/" + base_rel + "); adapter_config.json's "
                                  "base_model_name_or_path was rewritten to it from the local path PEFT wrote",
                     "compute": "float32, eager attention, CPU; the adapter reloaded with PeftModel.from_pretrained, "
                                "unmerged",
@@ -315,7 +362,8 @@ def main():
                              "lora_alpha": config_args["lora_alpha"], "use_rslora": rslora,
                              "rank_pattern": config_args.get("rank_pattern", {}),
                              "alpha_pattern": config_args.get("alpha_pattern", {}),
-                             "lora_dropout": 0.0, "bias": "none", "task_type": "CAUSAL_LM",
+                             "lora_dropout": 0.0, "bias": "none",
+                             "task_type": None if is_llava(base_dir) else "CAUSAL_LM",
                              "saved_target_modules": saved_cfg.get("target_modules"),
                              "ranks": {k: v[0] for k, v in sorted(found.items())},
                              "alphas": {k: v[1] for k, v in sorted(found.items())},
