@@ -1,10 +1,10 @@
 // PEFT LoRA adapters against PEFT itself (issue 16): tests/fixtures/lora/* (tools/reference/make_lora_fixtures.py:
 // adapters on q/v, on every linear with rsLoRA, and with a regex target_modules plus rank_pattern / alpha_pattern,
-// over the tiny HF Llama fixture; on the tiny Mixtral's attention; saved by PEFT's save_pretrained). Each adapter as
-// PEFT wrote it, through
-// load_lora_adapter and LlamaModel's step: the prompt's logits and the cached decode's step logits within 1e-4 of
-// PEFT's (f32), the greedy ids exact, the per-module scales as PEFT's LoraLayer.scaling; and one step mixing the
-// three adapters and the base model gives each sequence its own answer (its last prompt row as PEFT's).
+// over the tiny HF Llama fixture; one on the tiny Mixtral's attention; saved by PEFT's save_pretrained). Each adapter
+// as PEFT wrote it, through load_lora_adapter and LlamaModel's step: the prompt's logits and the cached decode's step
+// logits within 1e-4 of PEFT's (f32), the greedy ids exact, the per-module scales as PEFT's LoraLayer.scaling; and
+// one step mixing the three adapters and the base model gives each sequence its own answer (its last prompt row as
+// PEFT's). LLaVA's decoder under an adapter: tests/e2e/cli_test.cpp (the image path runs through the CLI there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
