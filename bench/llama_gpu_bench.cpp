@@ -11,13 +11,16 @@
 // under adapter (k * B + i) % N (every step mixes min(B, N) adapters, the iterations go round all N), and the ratio
 // reported. Before that, each adapter's slot image is packed (host) and the first min(N, S) are copied to their
 // slots one at a time, timed from the copy's start to its completion (LlamaCudaModel::lora_ready, the engine's
-// path): "lora_upload_ms" and "lora_pack_ms" (medians).
+// path): "lora_upload_ms" and "lora_pack_ms" (medians); and one request's gate routing over N adapters
+// ("gate_request_us": LlamaCudaModel::gate_first_layer over 128 embedding rows plus the second layer on the host,
+// median of 200).
 // Decode tokens/s = B * (N - 1) / (time of the N - 1 decode steps after the prompts' prefill); prefill = one step
 // of --prefill tokens (median of --iters). One JSON object on stdout.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -31,6 +34,7 @@
 #include "engine/kv_block_manager.h"
 #include "kernels/sampling/sampling_cuda.h"
 #include "models/llama/llama_cuda.h"
+#include "models/lora/gate_head.h"
 
 using namespace mmserve;
 using bench::now_s;
@@ -149,6 +153,39 @@ int main(int argc, char** argv) {
     return v.empty() ? 0.0 : v[v.size() / 2];
   };
   if (loras > 0) {
+    // Gate routing of one request on this GPU model (the engine's admission path for "auto"): the mean of a
+    // 128-token prompt's rows of the device's embedding table and the router's first layer (D = hidden, H 256) on the
+    // device, the rest (N = --loras) on the host. A random gate, PyTorch's Linear init range; the first request
+    // (which copies W1 to the device) is the warm-up.
+    const int64_t d = m.config().hidden_size, hidden = 256;
+    auto uniform = [&](size_t n, float bound) {
+      std::vector<float> v;
+      fill(v, n);  // +-0.01: rescaled to +-bound
+      for (float& x : v) x *= bound / 0.01f;
+      return v;
+    };
+    std::vector<std::string> names;
+    for (int64_t a = 0; a < loras; ++a) names.push_back("bench" + std::to_string(a));
+    auto made = models::GateHead::from_weights(d, hidden, uniform(static_cast<size_t>(hidden * d), 1 / std::sqrt(float(d))),
+                                               uniform(static_cast<size_t>(hidden), 1 / std::sqrt(float(d))),
+                                               uniform(static_cast<size_t>(loras * hidden), 1 / 16.0f),
+                                               uniform(static_cast<size_t>(loras), 1 / 16.0f), names);
+    BENCH_CHECK_OK(made.status());
+    const auto gate = std::make_shared<const models::GateHead>(std::move(*made));
+    std::vector<double> gate_us;
+    for (int it = 0; it < 201; ++it) {
+      std::vector<int32_t> ids(128);
+      for (int32_t& id : ids) id = static_cast<int32_t>(rng() % vocab);
+      const double t0 = now_s();
+      auto hidden = m.gate_first_layer(ids, gate);  // the engine's path for a text prompt on a GPU
+      BENCH_CHECK_OK(hidden.status());
+      auto choice = gate->route_from_hidden(std::move(*hidden), 2);
+      BENCH_CHECK_OK(choice.status());
+      if (it > 0) gate_us.push_back(1e6 * (now_s() - t0));  // the first is a warm-up
+    }
+    out["gate_request_us"] = median(gate_us);
+    std::fprintf(stderr, "gate routing (128-token prompt, %lld adapters): %.1f us a request, median\n",
+                 static_cast<long long>(loras), median(gate_us));
     const double bytes = static_cast<double>(adapters[0]->slot_image->bytes);
     out["lora_pack_ms"] = median(pack_ms), out["lora_upload_ms"] = median(upload_ms), out["lora_image_bytes"] = bytes;
     out["lora_slots"] = o.max_loras;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "kernels/sampling/sampling.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
+#include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
 
 namespace mmserve::engine {
@@ -76,6 +78,14 @@ class DecoderBackend {
   virtual StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
                                                             const std::vector<int32_t>& embed_rows,
                                                             const float* embeds) = 0;
+  // The router's first layer (W1 e + b1 before the ReLU) computed where the embedding table is, for a text-only
+  // prompt, and e itself when `e` is non-null: the GPU's path (the rows and W1 never cross the bus).
+  // kUnimplemented where the backend has none (the CPU: GateHead::route on e is the same work).
+  virtual StatusOr<std::vector<float>> gate_first_layer(const std::vector<int32_t>& tokens,
+                                                        const std::shared_ptr<const models::GateHead>& gate,
+                                                        std::vector<float>* e) {
+    return Status(StatusCode::kUnimplemented, "no device-side gate on this backend");
+  }
 };
 
 }  // namespace mmserve::engine

@@ -73,6 +73,11 @@ class LlamaCudaBackend final : public DecoderBackend {
                                                     const float* embeds) override {
     return model_->mean_input_embedding(tokens, embed_rows, embeds);
   }
+  StatusOr<std::vector<float>> gate_first_layer(const std::vector<int32_t>& tokens,
+                                                const std::shared_ptr<const models::GateHead>& gate,
+                                                std::vector<float>* e) override {
+    return model_->gate_first_layer(tokens, gate, e);
+  }
 
   Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
     const int64_t n = static_cast<int64_t>(rows.size());

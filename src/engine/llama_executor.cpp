@@ -567,12 +567,27 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
       if (e.ok()) (void)distiller_->observe(std::move(*e), input->adapter->name).ok();  // sizes agree by creation
     }
     if (input->adapter_auto) {  // the gate head's top-2 over the prompt's mean input embedding
-      StatusOr<std::vector<float>> e = embedding();
       // With distillation, the head trained so far (a snapshot: the trainer swaps it whole, never edits it).
       const std::shared_ptr<const models::GateHead> distilled = distiller_ ? distiller_->head() : nullptr;
-      const models::GateHead& gate = distilled ? *distilled : *gate_;
-      StatusOr<models::GateChoice> choice = e.ok() ? gate.route(*e, 2) : StatusOr<models::GateChoice>(e.status());
-      if (distiller_ && e.ok()) (void)distiller_->observe(*e, "").ok();
+      const std::shared_ptr<const models::GateHead> head =
+          distilled ? distilled : std::shared_ptr<const models::GateHead>(std::shared_ptr<void>(), &*gate_);
+      const models::GateHead& gate = *head;
+      StatusOr<std::vector<float>> e = std::vector<float>();
+      StatusOr<models::GateChoice> choice = Status(StatusCode::kUnimplemented, "");
+      if (s->feature_row.empty() || std::all_of(s->feature_row.begin(), s->feature_row.end(), [](int32_t r) { return r < 0; })) {
+        // A text prompt on a GPU: the first layer where the table is (W1 and the rows never cross the bus).
+        StatusOr<std::vector<float>> hidden = backend_->gate_first_layer(input->prompt, head, distiller_ ? &*e : nullptr);
+        if (hidden.ok()) {
+          choice = gate.route_from_hidden(std::move(*hidden), 2);
+        } else if (hidden.status().code() != StatusCode::kUnimplemented) {
+          choice = hidden.status();
+        }
+      }
+      if (choice.status().code() == StatusCode::kUnimplemented) {  // the CPU, or image rows: e here, then the MLP
+        e = embedding();
+        choice = e.ok() ? gate.route(*e, 2) : StatusOr<models::GateChoice>(e.status());
+      }
+      if (distiller_ && e.ok() && !e->empty()) (void)distiller_->observe(*e, "").ok();
       std::shared_ptr<const models::LoraAdapter> picked[2];
       Status found = choice.status();
       for (size_t k = 0; found.ok() && k < choice->index.size(); ++k) {

@@ -265,6 +265,8 @@ TEST(LlamaCuda, GateRoutingAndTheWeightedPairMatchTorchAndPeft) {
     ASSERT_TRUE(model.ok()) << model.status().to_string();
     const std::vector<float> embeddings = golden.f32("embeddings");
     const std::vector<int64_t> top2 = golden.i64("top2");
+    const std::vector<float> top2_weights = golden.f32("top2_weights");
+    const auto shared_gate = std::make_shared<const GateHead>(*gate);
     const int64_t d = (*model)->config().hidden_size;
     for (size_t p = 0; p < meta["prompts"].size(); ++p) {
       auto e = (*model)->mean_input_embedding(meta["prompts"][p].get<std::vector<int32_t>>());
@@ -277,6 +279,17 @@ TEST(LlamaCuda, GateRoutingAndTheWeightedPairMatchTorchAndPeft) {
         ASSERT_TRUE(choice.ok());
         EXPECT_EQ(choice->index, (std::vector<int64_t>{top2[2 * p], top2[2 * p + 1]})) << "prompt " << p;
       }
+      // The engine's path for a text prompt: the first layer on the device, e with it; the same choice and weights.
+      std::vector<float> e_device;
+      auto hidden = (*model)->gate_first_layer(meta["prompts"][p].get<std::vector<int32_t>>(), shared_gate, &e_device);
+      ASSERT_TRUE(hidden.ok()) << hidden.status().to_string();
+      auto device_choice = gate->route_from_hidden(std::move(*hidden), 2);
+      ASSERT_TRUE(device_choice.ok());
+      if (dtype == DType::kF32) {  // bf16: the table's rounding may move a close choice; e is checked above
+        EXPECT_EQ(device_choice->index, (std::vector<int64_t>{top2[2 * p], top2[2 * p + 1]})) << "prompt " << p;
+        for (int64_t k = 0; k < 2; ++k) EXPECT_NEAR(device_choice->weight[k], top2_weights[2 * p + k], 1e-5f);
+      }
+      for (int64_t k = 0; k < d; ++k) ASSERT_NEAR(e_device[k], (*e)[k], 1e-6f) << "prompt " << p;
     }
     EXPECT_EQ((*model)->mean_input_embedding({}).status().code(), StatusCode::kInvalidArgument);
     EXPECT_EQ((*model)->mean_input_embedding({1, 1 << 30}).status().code(), StatusCode::kInvalidArgument);

@@ -564,7 +564,8 @@ TEST(Cli, GenerateWithAnAdapterGivesPeftsIds) {
 
 // --adapter auto: the gate head (tests/fixtures/lora_gate) picks torch's two adapters with torch's weights, and the
 // answer is PEFT's weighted combination of them (its greedy ids); --adapter auto without a gate is a user error.
-TEST(Cli, GenerateWithTheGateRoutesAsTorchAndMixesAsPeft) {
+// `mmserve generate --adapter auto --gate ...` (plus `device_args`): torch's pair and weights, PEFT's text for them.
+void expect_gate_routing(const std::vector<std::string>& device_args) {
   const fs::path d = temp_dir("lora_gate_base");
   for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fixture(std::string("llama/llama-gqa-f32/") + f), d / f);
   fs::copy_file(fixture("llava_servable/tokenizer.json"), d / "tokenizer.json");
@@ -579,6 +580,7 @@ TEST(Cli, GenerateWithTheGateRoutesAsTorchAndMixesAsPeft) {
     args.push_back("--adapters");
     args.push_back(fixture("lora/" + name.get<std::string>()));
   }
+  args.insert(args.end(), device_args.begin(), device_args.end());
   const Result r = run(args);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json out = nlohmann::json::parse(r.out);
@@ -590,6 +592,14 @@ TEST(Cli, GenerateWithTheGateRoutesAsTorchAndMixesAsPeft) {
   }
   expect_user_error(run({"generate", "--model", d.string(), "--adapter", "auto", "--prompt-ids", ids}), "--gate");
   fs::remove_all(d);
+}
+
+TEST(Cli, GenerateWithTheGateRoutesAsTorchAndMixesAsPeft) { expect_gate_routing({}); }
+
+// On the GPU: the router's first layer on the device (LlamaCudaModel::gate_first_layer), the pair's second pass.
+TEST(CliGpu, GenerateWithTheGateOnTheGpuRoutesAsTorchAndMixesAsPeft) {
+  if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";
+  expect_gate_routing({"--device", "cuda:0", "--dtype", "f32"});
 }
 
 TEST(CliGpu, GenerateWithAnAdapterOnTheGpuGivesPeftsIds) {

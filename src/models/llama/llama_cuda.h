@@ -51,6 +51,7 @@
 #include "kernels/lora/lora_cuda.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
+#include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
 
 namespace mmserve::models {
@@ -130,11 +131,18 @@ class LlamaCudaModel {
   Status lora_wait_copies() { return lora_copy_stream_.synchronize(); }  // every copy lora_ready started
   // The router's embedding (LlamaModel::mean_input_embedding's definition: the mean over the prompt of the
   // decoder's input rows, each token's embed_tokens row here in the model's dtype, widened to f32, or at embed_rows
-  // the given host rows of `embeds`), summed in double on the host. Between steps only (it borrows the step's
-  // residual buffer and id array; the engine thread). kInvalidArgument for ids outside the vocabulary.
+  // the given host rows of `embeds`): the text rows summed on the device in f32. Between steps only (it borrows the
+  // step's residual, logit-row and id buffers; the engine thread). kInvalidArgument for ids outside the vocabulary.
   StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
                                                     const std::vector<int32_t>& embed_rows = {},
                                                     const float* embeds = nullptr);
+  // The router's first layer on the device for a text prompt (no image rows): W1 e + b1 [H] before the ReLU, with e
+  // the mean above, never leaving the GPU (a device copy of W1 and b1, made when `gate` is not the head copied last:
+  // the distiller's kept rounds are new heads); `e`, when non-null, gets e too (the distiller's sample). Between
+  // steps, as mean_input_embedding. kInvalidArgument for a gate of another width or ids outside the vocabulary.
+  StatusOr<std::vector<float>> gate_first_layer(const std::vector<int32_t>& tokens,
+                                                const std::shared_ptr<const GateHead>& gate,
+                                                std::vector<float>* e = nullptr);
 
  private:
   struct Layer {
@@ -245,6 +253,11 @@ class LlamaCudaModel {
   float* lora_scales_ = nullptr;
   int32_t* lora_row_slot_ = nullptr;  // [4, lora_rows_]: slots, second slots, weights, second weights (f32)
   int64_t lora_rows_ = 0;
+  // The text rows' embedding sum of `ids` into gathered_'s first row (mean_input_embedding, gate_first_layer).
+  Status sum_text_rows(const std::vector<int32_t>& ids);
+  std::shared_ptr<const GateHead> gate_on_device_;  // the head whose W1, b1 are in gate_w1_, gate_b1_
+  DeviceArena gate_weights_;                        // W1 [H, D], b1 [H], the output [H] (f32)
+  float *gate_w1_ = nullptr, *gate_b1_ = nullptr, *gate_out_ = nullptr;
   float* lora_t_ = nullptr;  // the shrink's workspace, lora_t_floats_ floats
   int64_t lora_t_floats_ = 0;
   PinnedBuffer lora_host_rows_;

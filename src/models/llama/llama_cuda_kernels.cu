@@ -43,7 +43,27 @@ __global__ void fill_kernel(T* p, int64_t n, uint64_t seed, float scale, float v
   }
 }
 
+// One thread per column: out[c] (+)= scale * sum_r x[r, c], rows in order (coalesced across the warp's columns).
+__global__ void column_sum_kernel(const float* x, int64_t rows, int64_t cols, float scale, bool accumulate,
+                                  float* out) {
+  const int64_t c = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float acc = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) acc += x[r * cols + c];
+  out[c] = (accumulate ? out[c] : 0.0f) + scale * acc;
+}
+
 }  // namespace
+
+Status column_sum_f32(const float* x, int64_t rows, int64_t cols, float scale, bool accumulate, float* out,
+                      cudaStream_t stream) {
+  if (cols <= 0) return ok_status();
+  const int threads = 256;
+  column_sum_kernel<<<static_cast<unsigned>((cols + threads - 1) / threads), threads, 0, stream>>>(
+      x, rows, cols, scale, accumulate, out);
+  CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return ok_status();
+}
 
 Status gather_rows_f32(const void* src, DType dtype, int64_t src_rows, int64_t src_ld, const int32_t* index,
                        int64_t rows, int64_t cols, float* out, cudaStream_t stream) {

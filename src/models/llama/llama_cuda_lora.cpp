@@ -225,13 +225,30 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
   return ok_status();
 }
 
+Status LlamaCudaModel::sum_text_rows(const std::vector<int32_t>& ids) {
+  // A step's worth of rows at a time through the residual buffer, summed into the logit-row buffer's first row: only
+  // sums ever come back (2 MB of rows for a 128-token prompt at Llama-3-8B's width did, and cost more than the rest
+  // of the routing).
+  const LlamaConfig& c = config_;
+  const int64_t h = c.hidden_size, chunk = std::max(options_.max_num_tokens, options_.max_num_seqs);
+  cudaStream_t s = stream_.get();
+  for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(chunk)) {
+    const int64_t m = std::min<int64_t>(chunk, static_cast<int64_t>(ids.size() - first));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m), cudaMemcpyHostToDevice, s));
+    RETURN_IF_ERROR(gather_rows_f32(embed_, options_.dtype, c.vocab_size, h, arrays_.tokens, m, h, x_, s));
+    RETURN_IF_ERROR(column_sum_f32(x_, m, h, 1.0f, /*accumulate=*/first > 0, gathered_, s));
+  }
+  return ok_status();
+}
+
 StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vector<int32_t>& tokens,
                                                                  const std::vector<int32_t>& embed_rows,
                                                                  const float* embeds) {
   const LlamaConfig& c = config_;
   const int64_t h = c.hidden_size, n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
-  std::vector<double> sum(static_cast<size_t>(h), 0.0);
+  std::vector<float> sum(static_cast<size_t>(h), 0.0f);
   std::vector<int32_t> ids;  // the text rows' ids, in prompt order
   size_t next = 0;           // into embed_rows (ascending)
   for (int64_t p = 0; p < n; ++p) {
@@ -244,23 +261,58 @@ StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vec
       ids.push_back(tokens[p]);
     }
   }
-  // The text rows gathered on the device a step's worth at a time (the table stays there), widened rows back.
-  const int64_t chunk = std::max(options_.max_num_tokens, options_.max_num_seqs);
-  std::vector<float> rows(static_cast<size_t>(std::min<int64_t>(chunk, static_cast<int64_t>(ids.size())) * h));
-  cudaStream_t s = stream_.get();
-  for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(chunk)) {
-    const int64_t m = std::min<int64_t>(chunk, static_cast<int64_t>(ids.size() - first));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m),
-                                         cudaMemcpyHostToDevice, s));
-    RETURN_IF_ERROR(gather_rows_f32(embed_, options_.dtype, c.vocab_size, h, arrays_.tokens, m, h, x_, s));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.data(), x_, bytes_of(DType::kF32, m * h), cudaMemcpyDeviceToHost, s));
-    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t k = 0; k < h; ++k) sum[k] += rows[r * h + k];
-    }
+  if (!ids.empty()) {
+    RETURN_IF_ERROR(sum_text_rows(ids));
+    std::vector<float> text(static_cast<size_t>(h));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(text.data(), gathered_, bytes_of(DType::kF32, h), cudaMemcpyDeviceToHost,
+                                         stream_.get()));
+    CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
+    for (int64_t k = 0; k < h; ++k) sum[k] += text[k];
   }
-  std::vector<float> out(static_cast<size_t>(h));
-  for (int64_t k = 0; k < h; ++k) out[k] = static_cast<float>(sum[k] / static_cast<double>(n));
+  const float inv = 1.0f / static_cast<float>(n);
+  for (float& v : sum) v *= inv;
+  return sum;
+}
+
+StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<int32_t>& tokens,
+                                                             const std::shared_ptr<const GateHead>& gate,
+                                                             std::vector<float>* e) {
+  const LlamaConfig& c = config_;
+  const int64_t d = c.hidden_size, n = static_cast<int64_t>(tokens.size());
+  if (gate == nullptr || gate->input_dim() != d) return invalid_argument("a gate head of another width than the model");
+  if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= c.vocab_size) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
+  }
+  const int64_t hidden = gate->hidden_dim();
+  if (gate_on_device_ != gate) {  // a new head (or the first): its first layer to the device, once
+    gate_on_device_.reset();
+    const size_t bytes = bytes_of(DType::kF32, hidden * d + 2 * hidden) + 4 * DeviceArena::kAlignment;
+    RETURN_IF_ERROR(gate_weights_.init(bytes));
+    ASSIGN_OR_RETURN(gate_w1_, gate_weights_.allocate_array<float>(hidden * d));
+    ASSIGN_OR_RETURN(gate_b1_, gate_weights_.allocate_array<float>(hidden));
+    ASSIGN_OR_RETURN(gate_out_, gate_weights_.allocate_array<float>(hidden));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(gate_w1_, gate->w1().data(), bytes_of(DType::kF32, hidden * d), cudaMemcpyHostToDevice));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(gate_b1_, gate->b1().data(), bytes_of(DType::kF32, hidden), cudaMemcpyHostToDevice));
+    gate_on_device_ = gate;  // held: its address cannot be another head's while it is cached
+  }
+  RETURN_IF_ERROR(sum_text_rows(tokens));
+  kernels::GemmCudaArgs g;  // hidden = (1/n) sum @ W1^T + b1: the mean folded into alpha
+  g.m = 1, g.n = hidden, g.k = d, g.a = gathered_, g.lda = d, g.w = gate_w1_, g.ldw = d, g.in_dtype = DType::kF32;
+  g.d = gate_out_, g.ldd = hidden, g.out_dtype = DType::kF32, g.bias = gate_b1_, g.alpha = 1.0f / static_cast<float>(n);
+  cudaStream_t s = stream_.get();
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  std::vector<float> out(static_cast<size_t>(hidden));
+  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), gate_out_, bytes_of(DType::kF32, hidden), cudaMemcpyDeviceToHost, s));
+  if (e != nullptr) {
+    e->resize(static_cast<size_t>(d));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e->data(), gathered_, bytes_of(DType::kF32, d), cudaMemcpyDeviceToHost, s));
+  }
+  CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  if (e != nullptr) {
+    const float inv = 1.0f / static_cast<float>(n);
+    for (float& v : *e) v *= inv;
+  }
   return out;
 }
 

@@ -116,6 +116,10 @@ void GateHead::forward(const float* e, float* hidden, float* z) const {
   for (int64_t i = 0; i < h_; ++i) {
     hidden[i] = b1_[i] + dot8(w1_.data() + i * d_, e, d_);  // before the ReLU: the backward needs its sign
   }
+  second_layer(hidden, z);
+}
+
+void GateHead::second_layer(const float* hidden, float* z) const {
   for (int64_t j = 0; j < n_; ++j) {
     float acc = b2_[j];
     for (int64_t i = 0; i < h_; ++i) acc += w2_[j * h_ + i] * std::max(hidden[i], 0.0f);
@@ -135,8 +139,24 @@ StatusOr<std::vector<float>> GateHead::logits(const std::vector<float>& e) const
 
 StatusOr<GateChoice> GateHead::route(const std::vector<float>& e, int64_t k) const {
   if (k < 1 || k > n_) return invalid_argument("top-" + std::to_string(k) + " of " + std::to_string(n_) + " adapters");
+  ASSIGN_OR_RETURN(std::vector<float> z, logits(e));
+  return choose(std::move(z), k);
+}
+
+StatusOr<GateChoice> GateHead::route_from_hidden(std::vector<float> hidden, int64_t k) const {
+  if (k < 1 || k > n_) return invalid_argument("top-" + std::to_string(k) + " of " + std::to_string(n_) + " adapters");
+  if (static_cast<int64_t>(hidden.size()) != h_) {
+    return invalid_argument("the gate head's first layer has " + std::to_string(h_) + " outputs, not " +
+                            std::to_string(hidden.size()));
+  }
+  std::vector<float> z(static_cast<size_t>(n_));
+  second_layer(hidden.data(), z.data());
+  return choose(std::move(z), k);
+}
+
+GateChoice GateHead::choose(std::vector<float> z, int64_t k) const {
   GateChoice out;
-  ASSIGN_OR_RETURN(out.probs, logits(e));
+  out.probs = std::move(z);
   const float top = *std::max_element(out.probs.begin(), out.probs.end());
   float sum = 0;
   for (float& p : out.probs) sum += (p = std::exp(p - top));

@@ -64,6 +64,9 @@ class GateHead {
   StatusOr<std::vector<float>> logits(const std::vector<float>& e) const;
   // kInvalidArgument when e's size is not input_dim() or k is outside 1..N.
   StatusOr<GateChoice> route(const std::vector<float>& e, int64_t k = 2) const;
+  // The same from the first layer's output computed elsewhere (W1 e + b1 before the ReLU, [H]: a GPU model's
+  // LlamaCudaModel::gate_first_layer, where the embedding table is): ReLU, W2, softmax, top-k.
+  StatusOr<GateChoice> route_from_hidden(std::vector<float> hidden, int64_t k = 2) const;
   // KL(t || softmax(z)) over a batch: e [batch, D] row-major, t [batch, N] (each row a distribution), as torch's
   // F.kl_div(log_softmax(z), t, reduction="batchmean"): (1/batch) sum_b sum_j t_bj (log t_bj - log p_bj), a zero
   // t_bj contributing 0. With `grad` (resized here): its gradient, by hand through Linear-ReLU-Linear, where
@@ -76,6 +79,8 @@ class GateHead {
  private:
   // hidden [H]: W1 e + b1 before the ReLU; z [N]: the logits.
   void forward(const float* e, float* hidden, float* z) const;
+  void second_layer(const float* hidden, float* z) const;  // z = W2 relu(hidden) + b2
+  GateChoice choose(std::vector<float> z, int64_t k) const;  // softmax, top-k renormalised
   int64_t d_ = 0, h_ = 0, n_ = 0;
   std::vector<float> w1_, b1_, w2_, b2_;
   std::vector<std::string> names_;
