@@ -178,7 +178,9 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       return unimplemented(where + ": LoRA on '" + module.substr(0, 120) +
                            "' is not supported (mmserve adapts the decoder's q/k/v/o and gate/up/down projections)");
     }
-    if (!pc.targets(module)) {
+    StatusOr<bool> targeted = pc.targets(module);
+    if (!targeted.ok()) return invalid_argument(where + ": " + std::string(targeted.status().message()));
+    if (!*targeted) {
       return invalid_argument(where + ": '" + module + "' is not among the config's target_modules");
     }
     const auto [layer, target] = it->second;
@@ -189,7 +191,9 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
     }
     LoraModule& m = adapter->layers[layer][static_cast<int>(target)];
     const auto [in, out] = lora_target_features(config, target);
-    const int64_t rank = pc.rank_for(module);
+    StatusOr<int64_t> ranked = pc.rank_for(module);
+    if (!ranked.ok()) return invalid_argument(where + ": " + std::string(ranked.status().message()));
+    const int64_t rank = *ranked;
     const std::vector<int64_t> want = is_a ? std::vector<int64_t>{rank, in} : std::vector<int64_t>{out, rank};
     if (info.shape != want) {
       return invalid_argument(where + ": shape " + std::to_string(info.shape.size() == 2 ? info.shape[0] : -1) + "x" +
@@ -206,7 +210,9 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
     }
     work.push_back({&info, &matrix});
     m.rank = rank, m.in = in, m.out = out;
-    m.scale = static_cast<float>(pc.scale_for(module));
+    StatusOr<double> scale = pc.scale_for(module);
+    if (!scale.ok()) return invalid_argument(where + ": " + std::string(scale.status().message()));
+    m.scale = static_cast<float>(*scale);
   }
   convert_all(work);
   int64_t adapted = 0;

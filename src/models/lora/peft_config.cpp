@@ -1,6 +1,9 @@
 // adapter_config.json (see peft_config.h).
 #include "models/lora/peft_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -9,19 +12,45 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-bool full_match(const std::string& pattern, const std::string& text) {
-  // Patterns were compiled once at parse (a bad one is refused there); ECMAScript syntax covers what adapter configs
-  // use (alternation, classes, quantifiers, escapes) the same way Python's re does.
-  return std::regex_match(text, std::regex(pattern));
+// Python's re (what PEFT matches with) for what adapter configs use (alternation, classes, quantifiers, escapes),
+// through PCRE2, whose syntax is Perl's like Python's, with its work bounded: std::regex backtracked for minutes on a
+// pattern of nested quantifiers the fuzzer wrote (`q_pr*****...`), and an adapter's config is a tenant's bytes.
+// Anchored at both ends: re.fullmatch, or re.match of a pattern ending in `$` (module names hold no newline).
+constexpr uint32_t kMatchLimit = 1000000, kDepthLimit = 10000;
+
+StatusOr<bool> full_match(const std::string& pattern, const std::string& text) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_ANCHORED | PCRE2_ENDANCHORED, &error, &offset, nullptr);
+  if (code == nullptr) {
+    return invalid_argument("'" + pattern.substr(0, 120) + "' is not a regular expression mmserve can read");
+  }
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_set_match_limit(context, kMatchLimit);
+  pcre2_set_depth_limit(context, kDepthLimit);
+  pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, context);
+  pcre2_match_data_free(data);
+  pcre2_match_context_free(context);
+  pcre2_code_free(code);
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT) {
+    return invalid_argument("the pattern '" + pattern.substr(0, 120) + "' takes too long to match '" +
+                            text.substr(0, 120) + "' (nested quantifiers?)");
+  }
+  return internal_error("PCRE2 error " + std::to_string(rc) + " matching '" + pattern.substr(0, 120) + "'");
 }
 
 // PEFT's get_pattern_key: the first key whose `(.*\.)?(KEY)$` matches the whole name.
 template <typename T>
-const T* pattern_value(const std::vector<std::pair<std::string, T>>& patterns, const std::string& module) {
+StatusOr<const T*> pattern_value(const std::vector<std::pair<std::string, T>>& patterns, const std::string& module) {
   for (const auto& [key, value] : patterns) {
-    if (full_match("(.*\\.)?(" + key + ")", module)) return &value;
+    ASSIGN_OR_RETURN(const bool match, full_match("(.*\\.)?(" + key + ")", module));
+    if (match) return &value;
   }
-  return nullptr;
+  return static_cast<const T*>(nullptr);
 }
 
 bool list_matches(const std::vector<std::string>& list, const std::string& module) {
@@ -35,14 +64,9 @@ bool list_matches(const std::vector<std::string>& list, const std::string& modul
 }
 
 Status check_regex(const std::string& pattern, const std::string& where) {
-  // std::regex compiles and matches recursively: a bound on the pattern keeps its stack bounded.
   if (pattern.size() > 512) return invalid_argument(where + ": a pattern of more than 512 characters");
-  try {
-    std::regex compiled(pattern);
-  } catch (const std::regex_error&) {
-    return invalid_argument(where + " is not a regular expression mmserve can read: '" + pattern.substr(0, 120) +
-                            "'");
-  }
+  const StatusOr<bool> compiles = full_match(pattern, "");
+  if (!compiles.ok()) return invalid_argument(where + ": " + std::string(compiles.status().message()));
   return ok_status();
 }
 
@@ -74,25 +98,35 @@ bool set(const ojson& j, const std::string& key) {
 
 }  // namespace
 
-int64_t PeftLoraConfig::rank_for(const std::string& module) const {
-  const int64_t* v = pattern_value(rank_pattern, module);
+StatusOr<int64_t> PeftLoraConfig::rank_for(const std::string& module) const {
+  ASSIGN_OR_RETURN(const int64_t* v, pattern_value(rank_pattern, module));
   return v != nullptr ? *v : r;
 }
 
-double PeftLoraConfig::alpha_for(const std::string& module) const {
-  const double* v = pattern_value(alpha_pattern, module);
+StatusOr<double> PeftLoraConfig::alpha_for(const std::string& module) const {
+  ASSIGN_OR_RETURN(const double* v, pattern_value(alpha_pattern, module));
   return v != nullptr ? *v : lora_alpha;
 }
 
-double PeftLoraConfig::scale_for(const std::string& module) const {
-  const double rank = static_cast<double>(rank_for(module)), alpha = alpha_for(module);
-  return use_rslora ? alpha / std::sqrt(rank) : alpha / rank;
+StatusOr<double> PeftLoraConfig::scale_for(const std::string& module) const {
+  ASSIGN_OR_RETURN(const int64_t rank, rank_for(module));
+  ASSIGN_OR_RETURN(const double alpha, alpha_for(module));
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(rank)) : alpha / static_cast<double>(rank);
 }
 
-bool PeftLoraConfig::targets(const std::string& module) const {
-  const bool in = target_regex ? full_match(*target_regex, module) : list_matches(target_list, module);
+StatusOr<bool> PeftLoraConfig::targets(const std::string& module) const {
+  bool in = false, out = false;
+  if (target_regex) {
+    ASSIGN_OR_RETURN(in, full_match(*target_regex, module));
+  } else {
+    in = list_matches(target_list, module);
+  }
   if (!in) return false;
-  const bool out = exclude_regex ? full_match(*exclude_regex, module) : list_matches(exclude_list, module);
+  if (exclude_regex) {
+    ASSIGN_OR_RETURN(out, full_match(*exclude_regex, module));
+  } else {
+    out = list_matches(exclude_list, module);
+  }
   return !out;
 }
 

@@ -19,7 +19,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <regex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,12 +40,13 @@ struct PeftLoraConfig {
   std::vector<std::string> exclude_list;
   std::optional<std::string> exclude_regex;
 
-  // The module's rank and alpha by the patterns, and its scale.
-  int64_t rank_for(const std::string& module) const;
-  double alpha_for(const std::string& module) const;
-  double scale_for(const std::string& module) const;
-  // Whether PEFT would have put LoRA on this module (target_modules minus exclude_modules).
-  bool targets(const std::string& module) const;
+  // The module's rank and alpha by the patterns, and its scale. Patterns are matched as Python's re (PCRE2, with
+  // its work bounded): kInvalidArgument, naming the pattern, for one too costly to match (nested quantifiers).
+  StatusOr<int64_t> rank_for(const std::string& module) const;
+  StatusOr<double> alpha_for(const std::string& module) const;
+  StatusOr<double> scale_for(const std::string& module) const;
+  // Whether PEFT would have put LoRA on this module (target_modules minus exclude_modules); errors as above.
+  StatusOr<bool> targets(const std::string& module) const;
 };
 
 // `where` names the file in errors. kInvalidArgument for malformed JSON, wrong types and bad values;

@@ -6,6 +6,8 @@
 // none equals each sequence alone. PEFT's own outputs are tests/conformance/lora_hf_test.cpp.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -28,30 +30,53 @@ const fs::path kBase = fs::path(MMSERVE_FIXTURES_DIR) / "llama/llama-gqa-f32";
 
 StatusOr<PeftLoraConfig> parse(const std::string& text) { return parse_peft_lora_config(text, "adapter_config.json"); }
 
+// target_modules patterns as Python's re reads them (PCRE2): the fuzzer's `q_pr****...` (on which std::regex
+// backtracked for minutes) is refused at parse as Python refuses it ("multiple repeat"); a pattern that compiles but
+// backtracks exponentially on a module name is refused at its match in bounded time, naming it; a named group
+// (Python's syntax, not ECMAScript's) reads as PEFT's.
+TEST(PeftConfig, CostlyPatternsAreRefusedInBoundedTime) {
+  auto repeat = parse(R"J({"peft_type": "LORA", "r": 4, "target_modules": ".*\\.(q_pr*****olude_j|o_proj)$"})J");
+  ASSERT_FALSE(repeat.ok());
+  EXPECT_EQ(repeat.status().code(), StatusCode::kInvalidArgument);
+  auto c = parse(R"J({"peft_type": "LORA", "r": 4, "target_modules": "(.*\\.)?((q|q)+)+_proj"})J");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();  // it compiles: what costs is matching it
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t = c->targets("model.layers.0.self_attn_proj." + std::string(30, 'q') + "_prok");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("too long to match"), std::string::npos) << t.status().to_string();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 2.0);
+  EXPECT_TRUE(*c->targets("model.layers.0.self_attn.q_proj"));  // the same pattern matches an ordinary name
+  auto named = parse(R"J({"peft_type": "LORA", "r": 4, "target_modules": ".*\\.(?P<name>q_proj|v_proj)$"})J");
+  ASSERT_TRUE(named.ok()) << named.status().to_string();
+  EXPECT_TRUE(*named->targets("model.layers.0.self_attn.v_proj"));
+  EXPECT_FALSE(*named->targets("model.layers.0.self_attn.k_proj"));
+}
+
 TEST(PeftConfig, ScalesAndPatternsAreLikePefts) {
   auto c = parse(R"({"peft_type": "LORA", "r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"],
       "rank_pattern": {"layers.1.self_attn.q_proj": 4, "q_proj": 2}, "alpha_pattern": {"v_proj": 3},
       "bias": "none", "modules_to_save": null, "use_dora": false, "lora_dropout": 0.05, "task_type": "CAUSAL_LM"})");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   // The first key in the file's order whose (.*\.)?(KEY)$ matches wins.
-  EXPECT_EQ(c->rank_for("model.layers.1.self_attn.q_proj"), 4);
-  EXPECT_EQ(c->rank_for("model.layers.0.self_attn.q_proj"), 2);
-  EXPECT_EQ(c->rank_for("model.layers.11.self_attn.q_proj"), 2);  // "layers.1." must not match layers.11
-  EXPECT_EQ(c->rank_for("model.layers.0.self_attn.v_proj"), 8);
-  EXPECT_DOUBLE_EQ(c->scale_for("model.layers.0.self_attn.q_proj"), 16.0 / 2);
-  EXPECT_DOUBLE_EQ(c->scale_for("model.layers.0.self_attn.v_proj"), 3.0 / 8);
-  EXPECT_TRUE(c->targets("model.layers.0.self_attn.q_proj"));
-  EXPECT_TRUE(c->targets("q_proj"));
-  EXPECT_FALSE(c->targets("model.layers.0.self_attn.xq_proj"));  // a suffix after a dot only
-  EXPECT_FALSE(c->targets("model.layers.0.self_attn.k_proj"));
+  EXPECT_EQ(*c->rank_for("model.layers.1.self_attn.q_proj"), 4);
+  EXPECT_EQ(*c->rank_for("model.layers.0.self_attn.q_proj"), 2);
+  EXPECT_EQ(*c->rank_for("model.layers.11.self_attn.q_proj"), 2);  // "layers.1." must not match layers.11
+  EXPECT_EQ(*c->rank_for("model.layers.0.self_attn.v_proj"), 8);
+  EXPECT_DOUBLE_EQ(*c->scale_for("model.layers.0.self_attn.q_proj"), 16.0 / 2);
+  EXPECT_DOUBLE_EQ(*c->scale_for("model.layers.0.self_attn.v_proj"), 3.0 / 8);
+  EXPECT_TRUE(*c->targets("model.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(*c->targets("q_proj"));
+  EXPECT_FALSE(*c->targets("model.layers.0.self_attn.xq_proj"));  // a suffix after a dot only
+  EXPECT_FALSE(*c->targets("model.layers.0.self_attn.k_proj"));
 
   auto rs = parse(R"J({"peft_type": "LORA", "r": 16, "lora_alpha": 8, "use_rslora": true,
       "target_modules": ".*\\.(q_proj|down_proj)$", "exclude_modules": ["layers.0.mlp.down_proj"]})J");
   ASSERT_TRUE(rs.ok()) << rs.status().to_string();
-  EXPECT_DOUBLE_EQ(rs->scale_for("model.layers.0.self_attn.q_proj"), 8.0 / 4.0);  // alpha / sqrt(r)
-  EXPECT_TRUE(rs->targets("model.layers.1.mlp.down_proj"));
-  EXPECT_FALSE(rs->targets("model.layers.0.mlp.down_proj"));  // excluded
-  EXPECT_FALSE(rs->targets("model.layers.0.mlp.up_proj"));
+  EXPECT_DOUBLE_EQ(*rs->scale_for("model.layers.0.self_attn.q_proj"), 8.0 / 4.0);  // alpha / sqrt(r)
+  EXPECT_TRUE(*rs->targets("model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(*rs->targets("model.layers.0.mlp.down_proj"));  // excluded
+  EXPECT_FALSE(*rs->targets("model.layers.0.mlp.up_proj"));
 }
 
 TEST(PeftConfig, WhatMmserveDoesNotApplyIsRefusedNamingTheField) {
