@@ -216,6 +216,80 @@ TEST(LlamaCuda, LoraAdaptersMatchPeft) {
   }
 }
 
+// The slot image (LlamaCudaModel::pack_lora_slot_image, host code: runs without a GPU, in pageable memory then): each
+// module's A rows and B columns where a slot's [layer][r][in] / [layer][out][r] arrays put them in the model's dtype
+// (max_lora_rank 5 stores rank 8: the kernels read B 8 values at a time), zeros past each module's rank and for the
+// modules the adapter leaves alone, ranks and scales per (layer, linear); a rank above max_lora_rank and an adapter
+// read for another layer count refused.
+TEST(LlamaCuda, TheSlotImageHoldsEachModuleWhereTheSlotReadsIt) {
+  LlamaConfig c;
+  c.hidden_size = 16, c.intermediate_size = 24, c.num_hidden_layers = 2, c.num_attention_heads = 2;
+  c.num_key_value_heads = 1, c.head_dim = 8;
+  LoraAdapter adapter;
+  adapter.name = "packed", adapter.id = 77, adapter.max_rank = 5;
+  adapter.layers.resize(2);
+  uint32_t seed = 1;
+  auto fill = [&](std::vector<float>& v, size_t n) {
+    v.resize(n);
+    for (float& x : v) x = static_cast<float>((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f;
+  };
+  const struct { int64_t layer; LoraTarget t; int64_t rank; float scale; } modules[] = {
+      {0, LoraTarget::kQ, 5, 2.0f}, {1, LoraTarget::kQ, 3, 0.5f}, {1, LoraTarget::kDown, 4, -1.0f}};
+  for (const auto& m : modules) {
+    LoraModule& mod = adapter.layers[m.layer][static_cast<int>(m.t)];
+    const auto [in, out] = lora_target_features(c, m.t);
+    mod.rank = m.rank, mod.in = in, mod.out = out, mod.scale = m.scale;
+    fill(mod.a, static_cast<size_t>(m.rank * in));
+    fill(mod.b, static_cast<size_t>(out * m.rank));
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto image = LlamaCudaModel::pack_lora_slot_image(adapter, c, dtype, /*max_lora_rank=*/5);
+    ASSERT_TRUE(image.ok()) << image.status().to_string();
+    const LoraSlotImage& im = **image;
+    ASSERT_EQ(im.r_max, 8);
+    const uint8_t* base = im.memory.get();
+    auto value = [&](size_t offset, int64_t index) {  // element `index` of the array at `offset`, as f32
+      if (dtype == DType::kF32) return reinterpret_cast<const float*>(base + offset)[index];
+      return bf16_to_f32(reinterpret_cast<const uint16_t*>(base + offset)[index]);
+    };
+    auto rounded = [&](float x) { return dtype == DType::kF32 ? x : bf16_to_f32(f32_to_bf16(x)); };
+    for (int t = 0; t < kLoraTargets; ++t) {
+      const bool used = t == static_cast<int>(LoraTarget::kQ) || t == static_cast<int>(LoraTarget::kDown);
+      EXPECT_EQ(im.a_bytes[t] > 0, used) << lora_target_name(static_cast<LoraTarget>(t));
+    }
+    const auto* ranks = reinterpret_cast<const int32_t*>(base + im.ranks_offset);
+    const auto* scales = reinterpret_cast<const float*>(base + im.scales_offset);
+    for (int64_t l = 0; l < 2; ++l) {
+      for (int t = 0; t < kLoraTargets; ++t) {
+        const LoraModule& m = adapter.layers[l][t];
+        EXPECT_EQ(ranks[l * kLoraTargets + t], m.rank) << l << " " << t;
+        EXPECT_EQ(scales[l * kLoraTargets + t], m.present() ? m.scale : 0.0f) << l << " " << t;
+        if (im.a_bytes[t] == 0) continue;
+        const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+        for (int64_t j = 0; j < 8; ++j) {  // A: [layer][r][in]
+          for (int64_t k = 0; k < in; ++k) {
+            const float want = j < m.rank ? rounded(m.a[j * in + k]) : 0.0f;
+            ASSERT_EQ(value(im.a_offset[t], (l * 8 + j) * in + k), want) << "A " << l << " " << t << " " << j;
+          }
+        }
+        for (int64_t o = 0; o < out; ++o) {  // B: [layer][out][r]
+          for (int64_t j = 0; j < 8; ++j) {
+            const float want = j < m.rank ? rounded(m.b[o * m.rank + j]) : 0.0f;
+            ASSERT_EQ(value(im.b_offset[t], (l * out + o) * 8 + j), want) << "B " << l << " " << t << " " << o;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(LlamaCudaModel::pack_lora_slot_image(adapter, c, DType::kF32, 4).status().code(),
+            StatusCode::kInvalidArgument);  // rank 5 > max_lora_rank 4
+  LlamaConfig deeper = c;
+  deeper.num_hidden_layers = 3;
+  EXPECT_EQ(LlamaCudaModel::pack_lora_slot_image(adapter, deeper, DType::kF32, 8).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 // An adapter on Mixtral's attention on the GPU (tests/fixtures/lora/mixtral-attn-r4, PEFT over the tiny Mixtral): the
 // experts route the adapted attention's output as PEFT's model does; f32 within the LoRA bound, greedy exact.
 TEST(LlamaCuda, AnAdapterOnMixtralsAttentionMatchesPeft) {

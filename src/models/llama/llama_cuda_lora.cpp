@@ -60,21 +60,24 @@ StatusOr<std::shared_ptr<const LoraSlotImage>> LlamaCudaModel::pack_lora_slot_im
     image->memory = std::shared_ptr<uint8_t>(new uint8_t[at], std::default_delete<uint8_t[]>());
   }
   uint8_t* base = image->memory.get();
-  std::memset(base, 0, at);  // ranks 0 and zero padding past each module's rank
-  // [rows, cols] f32 -> `ld`-strided rows in the model's dtype, the way the upload used to per copy (now once, here).
+  // [rows, cols] f32 -> `ld`-strided rows in the model's dtype, zeros after `cols` up to `ld` (the slot's padding past
+  // the rank: never read, but the image is deterministic): every byte of the image written once, by the module's
+  // thread (no serial memset of the whole image first).
   auto put = [d](const float* v, int64_t rows, int64_t cols, int64_t ld, uint8_t* to) {
     for (int64_t r = 0; r < rows; ++r) {
       const float* from = v + r * cols;
+      uint8_t* row_bytes = to + bytes_of(d, r * ld);
       if (d == DType::kF32) {
-        std::memcpy(reinterpret_cast<float*>(to) + r * ld, from, bytes_of(d, cols));
-        continue;
-      }
-      uint16_t* row = reinterpret_cast<uint16_t*>(to) + r * ld;
-      if (d == DType::kBF16) {
-        for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_bf16(from[k]);
+        std::memcpy(row_bytes, from, bytes_of(d, cols));
       } else {
-        for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_f16(from[k]);
+        uint16_t* row = reinterpret_cast<uint16_t*>(row_bytes);
+        if (d == DType::kBF16) {
+          for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_bf16(from[k]);
+        } else {
+          for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_f16(from[k]);
+        }
       }
+      std::memset(row_bytes + bytes_of(d, cols), 0, bytes_of(d, ld - cols));
     }
   };
   auto* ranks = reinterpret_cast<int32_t*>(base + image->ranks_offset);
@@ -87,12 +90,20 @@ StatusOr<std::shared_ptr<const LoraSlotImage>> LlamaCudaModel::pack_lora_slot_im
     const int64_t l = index / kLoraTargets;
     const int t = static_cast<int>(index % kLoraTargets);
     const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
-    if (!m.present()) continue;
-    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    put(m.a.data(), m.rank, in, in, base + image->a_offset[t] + bytes_of(d, l * r_max * in));  // first `rank` rows
-    put(m.b.data(), out, m.rank, r_max, base + image->b_offset[t] + bytes_of(d, l * out * r_max));
     ranks[index] = static_cast<int32_t>(m.rank);
-    scales[index] = m.scale;
+    scales[index] = m.present() ? m.scale : 0.0f;
+    if (image->a_bytes[t] == 0) continue;  // adapted in no layer: the slot keeps no arrays for it
+    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
+    uint8_t* a = base + image->a_offset[t] + bytes_of(d, l * r_max * in);
+    uint8_t* b = base + image->b_offset[t] + bytes_of(d, l * out * r_max);
+    if (!m.present()) {  // this layer's share of a target other layers adapt
+      std::memset(a, 0, bytes_of(d, r_max * in));
+      std::memset(b, 0, bytes_of(d, out * r_max));
+      continue;
+    }
+    put(m.a.data(), m.rank, in, in, a);  // the first `rank` rows, then zero rows to r_max
+    std::memset(a + bytes_of(d, m.rank * in), 0, bytes_of(d, (r_max - m.rank) * in));
+    put(m.b.data(), out, m.rank, r_max, b);
   }
   return std::shared_ptr<const LoraSlotImage>(std::move(image));
 }
