@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(kExpandThreads) expand_gathered_kernel(const _
       }
     }
   }
-  const bool first_has = threadIdx.x < J && threadIdx.x % p.r_max < p.target[threadIdx.x / p.r_max].ranks[slot * p.param_stride];
+  const bool first_has =
+      threadIdx.x < J && threadIdx.x % p.r_max < p.target[threadIdx.x / p.r_max].ranks[slot * p.param_stride];
   pdl_wait();
   float y_old[kGatherCols];  // y is the previous kernel's output: read now, beside the partials
 #pragma unroll
@@ -230,7 +231,8 @@ __global__ void __launch_bounds__(kExpandThreads) expand_gathered_kernel(const _
 #pragma unroll
       for (int e = 0; e < 8; ++e) acc = fmaf(v[e], tk[j0 + e], acc);
     }
-    static_cast<TY*>(tg.y)[row * p.y_ld + oc[k]] = from_f32<TY>(y_old[k] + acc * tg.scales[slot * p.param_stride] * weight);
+    static_cast<TY*>(tg.y)[row * p.y_ld + oc[k]] =
+        from_f32<TY>(y_old[k] + acc * tg.scales[slot * p.param_stride] * weight);
   }
 }
 
@@ -361,6 +363,8 @@ int64_t lora_cuda_workspace_floats(int64_t rows, int64_t in, int64_t r_max, int 
   return splits_of(in) * rows * r_max * num_targets;
 }
 
-Status lora_apply_cuda(const LoraCudaArgs& p, cudaStream_t stream) { return run(p, stream); }
+Status lora_apply_cuda(const LoraCudaArgs& p, cudaStream_t stream) {
+  return run(p, stream);
+}
 
 }  // namespace mmserve::kernels

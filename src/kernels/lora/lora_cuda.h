@@ -4,10 +4,10 @@
 //   lora_apply_cuda: for every target i < num_targets and row r with slot s = row_slot[r] >= 0 and rank
 //                    k = target[i].ranks[s * param_stride] > 0: t = A_s x[r] (k values, f32: the shrink), then
 //                    target[i].y[r * y_ld + o] += (B_s t)[o] * target[i].scales[s * param_stride] (the expand) for
-//                    o < target[i].out (times row_weight[r] when given). A_s [r_max, in] at a + s * a_slot_stride and B_s [out, r_max] at
-//                    b + s * b_slot_stride (row-major, `dtype`), only their first k rows / columns read: ranks mix
-//                    without padding the work to r_max. Rows with slot -1 (and slots of rank 0) are untouched.
-//                    The CPU twin is lora.h's lora_bgmv, once per target.
+//                    o < target[i].out (times row_weight[r] when given). A_s [r_max, in] at a + s * a_slot_stride and
+//                    B_s [out, r_max] at b + s * b_slot_stride (row-major, `dtype`), only their first k rows / columns
+//                    read: ranks mix without padding the work to r_max. Rows with slot -1 (and slots of rank 0) are
+//                    untouched. The CPU twin is lora.h's lora_bgmv, once per target.
 //
 // Why one launch pair per group and split-K: at decode a linear's delta is two tiny products per row (16 x 4096 and
 // 4096 x 16), so a launch per product and per linear (14 per layer) cost more in launch gaps than in bytes. The shrink

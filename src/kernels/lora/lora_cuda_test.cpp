@@ -137,7 +137,8 @@ TEST(LoraCudaTest, GatheredDeltasEqualTheCpuTwin) {
 TEST(LoraCudaTest, ThreeTargetsIntoOneFusedRow) {
   MMSERVE_REQUIRE_GPU();
   // q | k | v of unequal widths, in over three chunks (the last partial); target 1 leaves slot 3 alone.
-  const Case c = {{1, -1, 0, 3, 3, 2, -1, 1, 0, 2, 1}, 1064, 1072, {40, 24, 17}, {{1, 16, 0, 7}, {16, 3, 0, 0}, {8, 9, 0, 2}}};
+  const Case c = {
+      {1, -1, 0, 3, 3, 2, -1, 1, 0, 2, 1}, 1064, 1072, {40, 24, 17}, {{1, 16, 0, 7}, {16, 3, 0, 0}, {8, 9, 0, 2}}};
   check_every_dtype(c);
 }
 

@@ -185,7 +185,8 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
   const int64_t cap = lora_rows_;
   int32_t* host = lora_host_rows_.data_as<int32_t>();  // [4, cap] as on the device
   float* weights = reinterpret_cast<float*>(host + 2 * cap);
-  const bool mix = std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; });
+  const bool mix =
+      std::any_of(step.loras_second.begin(), step.loras_second.end(), [](const LoraAdapter* a) { return a; });
   std::fill(host, host + rows, -1);
   std::fill(weights, weights + rows, 1.0f);
   if (mix) {
@@ -254,8 +255,8 @@ Status LlamaCudaModel::sum_text_rows(const std::vector<int32_t>& ids) {
 }
 
 StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vector<int32_t>& tokens,
-                                                                 const std::vector<int32_t>& embed_rows,
-                                                                 const float* embeds) {
+                                                                  const std::vector<int32_t>& embed_rows,
+                                                                  const float* embeds) {
   const LlamaConfig& c = config_;
   const int64_t h = c.hidden_size, n = static_cast<int64_t>(tokens.size());
   if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
@@ -275,8 +276,8 @@ StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vec
   if (!ids.empty()) {
     RETURN_IF_ERROR(sum_text_rows(ids));
     std::vector<float> text(static_cast<size_t>(h));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(text.data(), gathered_, bytes_of(DType::kF32, h), cudaMemcpyDeviceToHost,
-                                         stream_.get()));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(text.data(), gathered_, bytes_of(DType::kF32, h), cudaMemcpyDeviceToHost, stream_.get()));
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
     for (int64_t k = 0; k < h; ++k) sum[k] += text[k];
   }
@@ -286,14 +287,15 @@ StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vec
 }
 
 StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<int32_t>& tokens,
-                                                             const std::shared_ptr<const GateHead>& gate,
-                                                             std::vector<float>* e) {
+                                                              const std::shared_ptr<const GateHead>& gate,
+                                                              std::vector<float>* e) {
   const LlamaConfig& c = config_;
   const int64_t d = c.hidden_size, n = static_cast<int64_t>(tokens.size());
   if (gate == nullptr || gate->input_dim() != d) return invalid_argument("a gate head of another width than the model");
   if (n == 0) return invalid_argument("the mean input embedding of an empty prompt");
   for (int32_t t : tokens) {
-    if (t < 0 || t >= c.vocab_size) return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
+    if (t < 0 || t >= c.vocab_size)
+      return invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary");
   }
   const int64_t hidden = gate->hidden_dim();
   if (gate_on_device_ != gate) {  // a new head (or the first): its first layer to the device, once
@@ -303,8 +305,10 @@ StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<
     ASSIGN_OR_RETURN(gate_w1_, gate_weights_.allocate_array<float>(hidden * d));
     ASSIGN_OR_RETURN(gate_b1_, gate_weights_.allocate_array<float>(hidden));
     ASSIGN_OR_RETURN(gate_out_, gate_weights_.allocate_array<float>(hidden));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(gate_w1_, gate->w1().data(), bytes_of(DType::kF32, hidden * d), cudaMemcpyHostToDevice));
-    CUDA_RETURN_IF_ERROR(cudaMemcpy(gate_b1_, gate->b1().data(), bytes_of(DType::kF32, hidden), cudaMemcpyHostToDevice));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(gate_w1_, gate->w1().data(), bytes_of(DType::kF32, hidden * d), cudaMemcpyHostToDevice));
+    CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(gate_b1_, gate->b1().data(), bytes_of(DType::kF32, hidden), cudaMemcpyHostToDevice));
     gate_on_device_ = gate;  // held: its address cannot be another head's while it is cached
   }
   RETURN_IF_ERROR(sum_text_rows(tokens));
@@ -314,7 +318,8 @@ StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<
   cudaStream_t s = stream_.get();
   RETURN_IF_ERROR(gemm_->run(g, s));
   std::vector<float> out(static_cast<size_t>(hidden));
-  CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.data(), gate_out_, bytes_of(DType::kF32, hidden), cudaMemcpyDeviceToHost, s));
+  CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(out.data(), gate_out_, bytes_of(DType::kF32, hidden), cudaMemcpyDeviceToHost, s));
   if (e != nullptr) {
     e->resize(static_cast<size_t>(d));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e->data(), gathered_, bytes_of(DType::kF32, d), cudaMemcpyDeviceToHost, s));
@@ -337,7 +342,8 @@ int64_t LlamaCudaModel::lora_workspace_floats(int64_t rows) const {
 }
 
 kernels::LoraCudaArgs LlamaCudaModel::lora_args(int64_t layer, std::initializer_list<LoraTarget> targets, const void* x,
-                                                int64_t x_ld, void* y, DType y_dtype, int64_t y_ld, int64_t tokens) const {
+                                                int64_t x_ld, void* y, DType y_dtype, int64_t y_ld,
+                                                int64_t tokens) const {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
   const int64_t layers = c.num_hidden_layers, r_max = lora_slot_rank();
@@ -353,8 +359,10 @@ kernels::LoraCudaArgs LlamaCudaModel::lora_args(int64_t layer, std::initializer_
     p.in = in;
     if (lora_a_[ti] != nullptr) {  // Mixtral's MLP: no dense linears
       kernels::LoraCudaTarget& g = p.target[p.num_targets++];
-      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in), g.a_slot_stride = layers * r_max * in;
-      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max), g.b_slot_stride = layers * out * r_max;
+      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in),
+      g.a_slot_stride = layers * r_max * in;
+      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max),
+      g.b_slot_stride = layers * out * r_max;
       g.ranks = lora_ranks_ + layer * kLoraTargets + ti, g.scales = lora_scales_ + layer * kLoraTargets + ti;
       g.out = out, g.y = static_cast<uint8_t*>(y) + bytes_of(y_dtype, column);
     }
