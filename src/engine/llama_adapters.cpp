@@ -17,9 +17,18 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
     return failed_precondition("adapter '" + name + "': this GPU model was loaded without LoRA slots (set "
                                "options.max_loras in its mmserve.yaml, or give it adapters at start)");
   }
+  auto check_room = [&]() -> Status {  // under adapters_mutex_
+    if (adapters_.count(name) > 0) return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+    if (llama_.max_cpu_loras > 0 && static_cast<int64_t>(adapters_.size()) >= llama_.max_cpu_loras) {
+      return resource_exhausted("adapter '" + name + "': " + std::to_string(adapters_.size()) +
+                                " adapters are loaded, max_cpu_loras " + std::to_string(llama_.max_cpu_loras) +
+                                " (unload one first)");
+    }
+    return ok_status();
+  };
   {
     std::lock_guard<std::mutex> lock(adapters_mutex_);
-    if (adapters_.count(name) > 0) return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
+    RETURN_IF_ERROR(check_room());
   }
   // LLaVA's decoder: PEFT names its modules by the transformers version that trained it.
   const std::vector<std::string> prefixes =
@@ -36,9 +45,8 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
   // resident is copies only. Every replica's backend takes the same image (one dtype and rank per model).
   RETURN_IF_ERROR(backend_->prepare_adapter(*adapter));
   std::lock_guard<std::mutex> lock(adapters_mutex_);
-  if (!adapters_.emplace(name, std::move(adapter)).second) {
-    return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded");
-  }
+  RETURN_IF_ERROR(check_room());  // again: another load may have come in while this one read its files
+  adapters_.emplace(name, std::move(adapter));
   return ok_status();
 }
 

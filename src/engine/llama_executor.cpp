@@ -14,6 +14,7 @@
 #include "engine/embedding_cache.h"
 #include "engine/families.h"
 #include "engine/kv_block_manager.h"
+#include "engine/llama_cpu_backend.h"
 #include "kernels/sampling/sampling.h"
 #include "models/llava/llava_next.h"
 #if MMSERVE_HAS_CUDA
@@ -27,76 +28,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The CPU backend: LlamaModel's f32 forward over a host pool, logits on the host, kernels/sampling's twin. The
-// model may be a LLaVA's decoder (shared with the LlavaModel that owns it).
-class LlamaCpuBackend final : public DecoderBackend {
- public:
-  LlamaCpuBackend(std::shared_ptr<const models::LlamaModel> model, models::LlamaKvPool pool)
-      : model_(std::move(model)), pool_(std::move(pool)) {}
-  std::string describe() const override { return "cpu f32"; }
-  int64_t num_blocks() const override { return pool_.num_blocks; }
-  int64_t block_size() const override { return pool_.block_size; }
-  int64_t pool_bytes() const override { return pool_.bytes(); }
-  int64_t memory_bytes() const override { return static_cast<int64_t>(model_->weight_bytes()) + pool_.bytes(); }
-  Status forward(const models::DecoderStep& step) override {
-    rows_ = static_cast<int64_t>(step.logit_rows.size());
-    logits_.resize(static_cast<size_t>(rows_ * model_->config().vocab_size));
-    const bool moe = model_->config().num_experts > 0;
-    return model_->forward_step(step, pool_, logits_.data(), moe ? &routing_ : nullptr);
-  }
-  const models::MoeRoutingTrace* routing() const override {
-    return model_->config().num_experts > 0 ? &routing_ : nullptr;
-  }
-  StatusOr<std::vector<float>> mean_input_embedding(const std::vector<int32_t>& tokens,
-                                                    const std::vector<int32_t>& embed_rows,
-                                                    const float* embeds) override {
-    return model_->mean_input_embedding(tokens, embed_rows, embeds);
-  }
-  Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) override {
-    const int64_t vocab = model_->config().vocab_size, n = static_cast<int64_t>(rows.size());
-    if (n != rows_) return internal_error("sample() rows differ from the step's");
-    // EOS before min_tokens: those logits to -inf first (the raw logprobs see the ban too, as on the GPU).
-    for (int64_t r = 0; r < n; ++r) {
-      for (int32_t id : rows[r].banned) {
-        if (id >= 0 && id < vocab) logits_[r * vocab + id] = -std::numeric_limits<float>::infinity();
-      }
-    }
-    const SamplingInputs in = sampling_inputs(rows);
-    std::vector<int32_t> ids(static_cast<size_t>(n)), top_ids(static_cast<size_t>(n * in.top_n));
-    std::vector<float> logprobs(static_cast<size_t>(n)), top_logprobs(top_ids.size());
-    kernels::SamplingArgs a;
-    a.logits = logits_.data(), a.rows = n, a.vocab = vocab, a.vocab_ld = vocab, a.params = in.params.data();
-    a.ids = ids.data();
-    if (in.penalties) {
-      a.seen_offsets = in.seen_offsets.data(), a.seen_ids = in.seen_ids.data(), a.prompt_lens = in.prompt_lens.data();
-    }
-    if (in.logprobs) {
-      a.logprobs = logprobs.data(), a.top_n = in.top_n;
-      if (in.top_n > 0) a.top_ids = top_ids.data(), a.top_logprobs = top_logprobs.data();
-    }
-    RETURN_IF_ERROR(kernels::sample_tokens(a));
-    out.assign(static_cast<size_t>(n), SampledToken());
-    for (int64_t r = 0; r < n; ++r) {
-      out[r].id = ids[r];
-      if (rows[r].logprobs < 0) continue;
-      TokenLogprob t;
-      t.id = ids[r];
-      t.logprob = logprobs[r];
-      for (int64_t i = 0; i < rows[r].logprobs; ++i) {
-        t.top.emplace_back(top_ids[r * in.top_n + i], top_logprobs[r * in.top_n + i]);
-      }
-      out[r].logprob = std::move(t);
-    }
-    return ok_status();
-  }
-
- private:
-  std::shared_ptr<const models::LlamaModel> model_;
-  models::LlamaKvPool pool_;
-  std::vector<float> logits_;  // [rows_, vocab] of the last forward
-  int64_t rows_ = 0;
-  models::MoeRoutingTrace routing_;  // Mixtral: the last forward's
-};
 
 // One request in the engine: what the scheduler knows of it (its base: the plan's entries point here), and the rest.
 struct Live : DecoderSequence {
@@ -159,10 +90,11 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   if (llama.block_size <= 0 || llama.block_size > 1024 || llama.max_num_seqs <= 0 ||
       llama.max_num_batched_tokens <= 0 || llama.max_model_len < 0 || llama.kv_cache_bytes < 0 ||
       llama.encoder_cache_bytes < 0 || llama.max_loras < 0 || llama.max_loras > 256 || llama.max_lora_rank < 1 ||
-      llama.max_lora_rank > 256 || !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
+      llama.max_lora_rank > 256 || llama.max_cpu_loras < 0 ||
+      !(llama.gpu_memory_utilization > 0 && llama.gpu_memory_utilization <= 1)) {
     return invalid_argument("Llama-family options: block_size 1..1024, max_num_seqs and max_num_batched_tokens "
                             "positive, max_model_len and kv_cache_bytes >= 0, gpu_memory_utilization in (0, 1], "
-                            "max_loras 0..256, max_lora_rank 1..256");
+                            "max_loras 0..256, max_lora_rank 1..256, max_cpu_loras >= 0");
   }
   std::unique_ptr<LlamaExecutor> e(new LlamaExecutor());
   e->options_ = options;
@@ -221,7 +153,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
                               " (raise kv_cache_bytes or lower max_model_len in mmserve.yaml options)");
     }
     ASSIGN_OR_RETURN(models::LlamaKvPool pool, model->new_pool(blocks, llama.block_size));
-    e->backend_ = std::make_unique<LlamaCpuBackend>(std::move(model), std::move(pool));
+    e->backend_ = make_llama_cpu_backend(std::move(model), std::move(pool));
   } else {
 #if MMSERVE_HAS_CUDA
     CudaImageEncoder vision;
@@ -299,80 +231,6 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     ASSIGN_OR_RETURN(e->distiller_, models::GateDistiller::create(*e->gate_, d));
   }
   return e;
-}
-
-StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::string& model_dir,
-                                                                     const ExecutorOptions& options,
-                                                                     const nlohmann::json& family_config) {
-  RETURN_IF_ERROR(check_known_keys(family_config,
-                                   {"block_size", "kv_cache_bytes", "gpu_memory_utilization", "max_num_seqs",
-                                    "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
-                                    "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
-                                    "adapters", "max_loras", "max_lora_rank", "gate", "adapter_routing",
-                                    "gate_distill", "gate_distill_lr", "gate_distill_dir", "gate_distill_interval_ms",
-                                    "gate_distill_min_samples"},
-                                   "Llama-family"));
-  LlamaOptions llama;
-  if (family_config.is_object()) {
-    ASSIGN_OR_RETURN(JsonObject o, JsonObject::wrap(family_config, "mmserve.yaml options"));
-    ASSIGN_OR_RETURN(llama.block_size, o.get_int_or("block_size", llama.block_size));
-    ASSIGN_OR_RETURN(llama.kv_cache_bytes, o.get_int_or("kv_cache_bytes", llama.kv_cache_bytes));
-    ASSIGN_OR_RETURN(llama.gpu_memory_utilization, o.get_double_or("gpu_memory_utilization", llama.gpu_memory_utilization));
-    ASSIGN_OR_RETURN(llama.max_num_seqs, o.get_int_or("max_num_seqs", llama.max_num_seqs));
-    ASSIGN_OR_RETURN(llama.max_num_batched_tokens, o.get_int_or("max_num_batched_tokens", llama.max_num_batched_tokens));
-    ASSIGN_OR_RETURN(llama.max_model_len, o.get_int_or("max_model_len", llama.max_model_len));
-    ASSIGN_OR_RETURN(llama.enable_prefix_caching, o.get_bool_or("enable_prefix_caching", llama.enable_prefix_caching));
-    ASSIGN_OR_RETURN(llama.enable_chunked_prefill, o.get_bool_or("enable_chunked_prefill", llama.enable_chunked_prefill));
-    ASSIGN_OR_RETURN(llama.enable_continuous_batching,
-                     o.get_bool_or("enable_continuous_batching", llama.enable_continuous_batching));
-    ASSIGN_OR_RETURN(llama.encoder_cache_bytes, o.get_int_or("encoder_cache_bytes", llama.encoder_cache_bytes));
-    ASSIGN_OR_RETURN(llama.max_loras, o.get_int_or("max_loras", llama.max_loras));
-    ASSIGN_OR_RETURN(llama.max_lora_rank, o.get_int_or("max_lora_rank", llama.max_lora_rank));
-    ASSIGN_OR_RETURN(llama.gate, o.get_string_or("gate", ""));
-    ASSIGN_OR_RETURN(const std::string routing, o.get_string_or("adapter_routing", "none"));
-    if (routing != "none" && routing != "gate") {
-      return invalid_argument("mmserve.yaml adapter_routing: '" + routing + "' (none or gate)");
-    }
-    llama.route_by_gate = routing == "gate";
-    if (llama.route_by_gate && llama.gate.empty()) {
-      return invalid_argument("mmserve.yaml adapter_routing: gate needs a gate head (gate: gate.safetensors)");
-    }
-    if (!llama.gate.empty() && std::filesystem::path(llama.gate).is_relative()) {
-      llama.gate = (std::filesystem::path(model_dir) / llama.gate).string();
-    }
-    ASSIGN_OR_RETURN(llama.gate_distill, o.get_bool_or("gate_distill", llama.gate_distill));
-    ASSIGN_OR_RETURN(llama.gate_distill_lr, o.get_double_or("gate_distill_lr", llama.gate_distill_lr));
-    ASSIGN_OR_RETURN(llama.gate_distill_dir, o.get_string_or("gate_distill_dir", ""));
-    ASSIGN_OR_RETURN(llama.gate_distill_interval_ms,
-                     o.get_int_or("gate_distill_interval_ms", llama.gate_distill_interval_ms));
-    ASSIGN_OR_RETURN(llama.gate_distill_min_samples,
-                     o.get_int_or("gate_distill_min_samples", llama.gate_distill_min_samples));
-    if (!llama.gate_distill && (o.has("gate_distill_lr") || o.has("gate_distill_dir") ||
-                                o.has("gate_distill_interval_ms") || o.has("gate_distill_min_samples"))) {
-      return invalid_argument("mmserve.yaml options: gate_distill_* keys without gate_distill: true");
-    }
-    if (llama.gate_distill && llama.gate_distill_dir.empty()) {
-      return invalid_argument(
-          "mmserve.yaml gate_distill: true needs gate_distill_dir (where the distilled head and the prototypes are "
-          "kept across restarts)");
-    }
-    if (!llama.gate_distill_dir.empty() && std::filesystem::path(llama.gate_distill_dir).is_relative()) {
-      llama.gate_distill_dir = (std::filesystem::path(model_dir) / llama.gate_distill_dir).string();
-    }
-    // adapters: {name: directory}, a relative directory under the model's (vLLM's --lora-modules, per model).
-    if (o.has("adapters")) {
-      const nlohmann::json& a = family_config["adapters"];
-      if (!a.is_object()) return invalid_argument("mmserve.yaml options: adapters must map names to directories");
-      for (const auto& [name, dir] : a.items()) {
-        if (!dir.is_string()) return invalid_argument("mmserve.yaml options: adapters." + name + " must be a directory");
-        std::filesystem::path path(dir.get<std::string>());
-        if (path.is_relative()) path = std::filesystem::path(model_dir) / path;
-        llama.adapters.emplace_back(name, path.string());
-      }
-    }
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<LlamaExecutor> e, create(model_dir, options, llama));
-  return std::unique_ptr<Executor>(std::move(e));
 }
 
 int64_t LlamaExecutor::memory_bytes() const { return backend_->memory_bytes(); }

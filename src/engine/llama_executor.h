@@ -141,6 +141,9 @@ struct LlamaOptions {
   // largest rank a slot takes. The CPU path has no slots (every loaded adapter is usable).
   int64_t max_loras = 0;
   int64_t max_lora_rank = 16;
+  // The host tier (vLLM's max_cpu_loras): loaded adapters kept in host memory (each its f32 copy and, on a GPU, its
+  // pinned slot image) at most; a load beyond it is refused (kResourceExhausted: unload one first). 0: no limit.
+  int64_t max_cpu_loras = 0;
   // A gate head (models/lora/gate_head.h: gate.safetensors with gate.json beside it): requests whose adapter is
   // "auto" are routed by it to its top-2 adapters (which must be loaded), applied together (CPU and GPU).
   std::string gate;

@@ -364,5 +364,32 @@ TEST_F(LlamaExecutorTest, BadRequestsAreRefusedWithAMessage) {
   refused(too_few, "a", "min_tokens");
 }
 
+// max_cpu_loras, the host tier's size: a load beyond it is refused (429-class, naming the limit) and changes nothing;
+// after an unload the next load fits.
+TEST(LlamaExecutorAdapters, MaxCpuLorasBoundsTheLoadedAdapters) {
+  const fs::path dir = fs::temp_directory_path() / ("mmserve_cpu_loras_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"}) {
+    fs::copy_file(testing::fixture(std::string("llama/llama-gqa-f32/") + f), dir / f, fs::copy_options::overwrite_existing);
+  }
+  fs::copy_file(testing::fixture("llava_servable/tokenizer.json"), dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  LlamaOptions llama;
+  llama.max_cpu_loras = 1;
+  auto e = LlamaExecutor::create(dir.string(), {}, llama);
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  ASSERT_TRUE((*e)->load_adapter("qv", testing::fixture("lora/llama-qv-r4")).ok());
+  const Status second = (*e)->load_adapter("all", testing::fixture("lora/llama-all-r8-rslora"));
+  EXPECT_EQ(second.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(second.message().find("max_cpu_loras 1"), std::string::npos) << second.to_string();
+  EXPECT_EQ((*e)->adapter_list().size(), 1u);
+  ASSERT_TRUE((*e)->unload_adapter("qv").ok());
+  EXPECT_TRUE((*e)->load_adapter("all", testing::fixture("lora/llama-all-r8-rslora")).ok());
+  LlamaOptions negative;
+  negative.max_cpu_loras = -1;
+  EXPECT_EQ(LlamaExecutor::create(dir.string(), {}, negative).status().code(), StatusCode::kInvalidArgument);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace mmserve::engine
