@@ -51,9 +51,9 @@ struct KServeInferRequest {
 };
 
 // The request parameters every family may read (each family's preparer takes its own base).
-struct KServeParams final : engine::WhisperParams, engine::SamParams {};
-// The family options of a parsed request.
-std::shared_ptr<const KServeParams> kserve_params(const KServeInferRequest& request);
+struct KServeParams final : engine::WhisperParams, engine::SamParams, engine::ClipParams {};
+// The family options of a parsed request; `adapter`: the LoRA adapter the URL's model name resolved to (CLIP).
+std::shared_ptr<const KServeParams> kserve_params(const KServeInferRequest& request, const std::string& adapter = "");
 
 // Parses an infer request body. `json_length` is the Inference-Header-Content-Length header (binary extension):
 // the first `json_length` bytes are the JSON header and the rest the binary tensor data; nullopt = all JSON.

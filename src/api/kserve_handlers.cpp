@@ -106,11 +106,13 @@ Reply handle_kserve_infer(const HandlerEnv& env, RequestContext& context, const 
   StatusOr<serving::RequestOptions> options = request_options(context, request, parsed->priority, parsed->timeout_ms);
   if (!options.ok()) return error_reply(family, options.status());
 
+  // The URL may name a LoRA adapter (a CLIP image adapter): the request runs on its base model under it.
+  const ResolvedModel resolved = resolve_model(env, context.model);
   serving::RequestSpec spec;
-  spec.model = context.model;
+  spec.model = resolved.model;
   spec.inputs = std::move(parsed->inputs);
   spec.options = std::move(*options);
-  spec.params = kserve_params(*parsed);
+  spec.params = kserve_params(*parsed, resolved.adapter);
   spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };
   StatusOr<serving::ResponseData> response = env.server.infer(std::move(spec));
   if (!response.ok()) return error_reply(family, response.status());

@@ -17,8 +17,15 @@ Reply handle_openai_embeddings(const HandlerEnv& env, RequestContext& context, c
   StatusOr<serving::RequestOptions> options = request_options(context, request, std::nullopt, std::nullopt);
   if (!options.ok()) return error_reply(family, options.status());
 
+  // `model` may name a LoRA adapter on a CLIP model: the request runs on its base under it (the answer keeps the name).
+  const ResolvedModel resolved = resolve_model(env, parsed->model);
   serving::RequestSpec spec;
-  spec.model = parsed->model;
+  spec.model = resolved.model;
+  if (!resolved.adapter.empty()) {
+    auto params = std::make_shared<engine::ClipParams>();
+    params->adapter = resolved.adapter;
+    spec.params = std::move(params);
+  }
   spec.inputs = std::move(parsed->inputs);
   spec.options = std::move(*options);
   spec.cancelled = [peer = context.peer] { return peer != nullptr && peer->gone(); };

@@ -142,8 +142,9 @@ std::string encode_segment_response(const engine::SamOutput& output, MaskFormat 
   return out + "}";
 }
 
-std::shared_ptr<const KServeParams> kserve_params(const KServeInferRequest& request) {
+std::shared_ptr<const KServeParams> kserve_params(const KServeInferRequest& request, const std::string& adapter) {
   auto params = std::make_shared<KServeParams>();
+  params->adapter = adapter;
   params->options = request.transcribe;
   params->multimask_output = request.multimask_output;
   params->image_id = request.image_id;

@@ -73,7 +73,13 @@ int run_embed(const EmbedArgs& args) {
   prepare.max_image_pixels = args.max_pixels;
   auto preparer = engine::ClipInputs::create(args.model_dir, **executor, prepare);
   if (!preparer.ok()) return fail(preparer.status().message());
-  auto output = run_local(**executor, **preparer, std::move(inputs));
+  engine::ClipParams params;
+  if (!args.adapter_dir.empty()) {
+    params.adapter = "adapter";
+    const Status loaded = (*executor)->load_adapter(params.adapter, args.adapter_dir);
+    if (!loaded.ok()) return fail("--adapter " + args.adapter_dir + ": " + loaded.message());
+  }
+  auto output = run_local(**executor, **preparer, std::move(inputs), &params);
   if (!output.ok()) {
     // Name the file or text an input error is about (the preparer numbers the inputs in this order).
     std::string message = output.status().message();

@@ -20,6 +20,7 @@ struct EmbedArgs {
   int threads = 0;
   int batch = 64;
   long long max_pixels = 64LL * 1024 * 1024;
+  std::string adapter_dir;  // a PEFT LoRA adapter over the model ("" = none)
 };
 int run_embed(const EmbedArgs& args);
 

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
   embed_cmd->add_option("--batch", embed.batch, "largest batch run at once")->check(CLI::PositiveNumber);
   embed_cmd->add_option("--max-pixels", embed.max_pixels, "refuse images with more pixels (decompression bombs)")
       ->check(CLI::PositiveNumber);
+  embed_cmd->add_option("--adapter", embed.adapter_dir, "a PEFT LoRA adapter directory over --model (its towers)")
+      ->check(CLI::ExistingDirectory);
 
   TokenizeArgs tokenize;
   CLI::App* tok_cmd = app.add_subcommand("tokenize", "Print the token ids of texts, as HF's tokenizer gives them");

@@ -14,6 +14,7 @@
 // Tests: tests/unit/engine/clip_batch_test.cpp, tests/unit/serving/inference_server_test.cpp.
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <span>
 
 #include "engine/clip_executor.h"
@@ -64,6 +65,53 @@ StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks&
 }  // namespace
 
 BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) {
+  // The requests by adapter, the base model's first (almost every batch is one group: it runs as it came).
+  std::map<std::string, std::vector<size_t>> groups;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const auto* input = dynamic_cast<const ClipInput*>(batch[i].input);
+    groups[input != nullptr ? input->adapter : std::string()].push_back(i);
+  }
+  if (groups.size() == 1 && groups.begin()->first.empty()) return run_on(batch, hooks);
+  BatchStats stats;
+  for (const auto& [name, indices] : groups) {
+    if (stats.device_fault) {  // the device broke in an earlier group: these fail as it did (and are retried)
+      for (size_t i : indices) hooks.finish(i, *stats.device_fault, 0);
+      continue;
+    }
+    std::shared_ptr<AdapterModel> adapter;
+    if (!name.empty()) {
+      StatusOr<std::shared_ptr<AdapterModel>> found = adapter_model(name);
+      if (!found.ok()) {
+        for (size_t i : indices) hooks.finish(i, found.status(), 0);
+        continue;
+      }
+      adapter = std::move(*found);
+    }
+    std::vector<BatchItem> items;
+    for (size_t i : indices) items.push_back(batch[i]);
+    BatchHooks group_hooks = hooks;
+    group_hooks.finish = [&](size_t index, StatusOr<std::shared_ptr<const ModelOutput>> out, double ms) {
+      hooks.finish(indices[index], std::move(out), ms);
+    };
+    // This group's passes run on the adapter's copy (`adapter` keeps it alive if it is unloaded meanwhile).
+    cpu_ = adapter ? adapter->model.get() : model_.get();
+#if MMSERVE_HAS_CUDA
+    cuda_ = adapter ? adapter->cuda_model.get() : cuda_model_.get();
+#endif
+    const BatchStats part = run_on(items, group_hooks);
+    cpu_ = model_.get();
+#if MMSERVE_HAS_CUDA
+    cuda_ = cuda_model_.get();
+#endif
+    if (adapter) adapter->requests += static_cast<int64_t>(indices.size());
+    for (int s = 0; s < kBatchSlots; ++s) stats.slot_items[s] += part.slot_items[s];
+    stats.compute_ms += part.compute_ms;
+    if (part.device_fault) stats.device_fault = part.device_fault;
+  }
+  return stats;
+}
+
+BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const BatchHooks& hooks) {
   BatchStats stats;
   std::vector<const ClipInput*> inputs(batch.size());
   std::vector<bool> done(batch.size(), false);

@@ -55,6 +55,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
                                                              const ExecutorOptions& options, const ClipOptions& clip) {
   if (options.batch_size_max <= 0) return invalid_argument("batch_size_max must be positive");
   auto executor = std::unique_ptr<ClipExecutor>(new ClipExecutor());
+  executor->model_dir_ = model_dir;
   executor->options_ = options;
   executor->clip_ = clip;
   if (!options.device.is_cpu() || !options.tp_devices.empty() || !options.pipeline_devices.empty()) {
@@ -72,6 +73,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
     }
     if (options.threads > 0) kernels::set_cpu_threads(options.threads);
     ASSIGN_OR_RETURN(executor->model_, models::ClipModel::load(model_dir));
+    executor->cpu_ = executor->model_.get();
     const models::ClipModel& model = *executor->model_;
     executor->config_ = model.config();
     executor->logit_scale_ = model.logit_scale();
@@ -103,6 +105,8 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   }
   cuda.buckets.push_back(options.batch_size_max);
   ASSIGN_OR_RETURN(executor->cuda_model_, models::ClipCudaModel::load(model_dir, cuda));
+  executor->cuda_ = executor->cuda_model_.get();
+  executor->cuda_options_ = cuda;
   executor->config_ = executor->cuda_model_->config();
   executor->logit_scale_ = executor->cuda_model_->logit_scale();
   executor->dtype_ = cuda.dtype;
@@ -116,12 +120,25 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
 
 int64_t ClipExecutor::memory_bytes() const {
 #if MMSERVE_HAS_CUDA
-  if (cuda_model_) {
-    const models::ClipCudaMemory& m = cuda_model_->memory();
+  auto on_device = [](const models::ClipCudaModel& model) {
+    const models::ClipCudaMemory& m = model.memory();
     return static_cast<int64_t>(m.weight_bytes + m.activation_bytes + m.workspace_bytes + m.graph_bytes);
-  }
+  };
 #endif
-  return static_cast<int64_t>(model_->weight_bytes() + arena_.capacity());
+  int64_t adapters = 0;  // each adapter's merged copy
+  {
+    std::lock_guard<std::mutex> lock(adapters_mutex_);
+    for (const auto& [name, a] : adapters_) {
+      if (a->model) adapters += static_cast<int64_t>(a->model->weight_bytes());
+#if MMSERVE_HAS_CUDA
+      if (a->cuda_model) adapters += on_device(*a->cuda_model);
+#endif
+    }
+  }
+#if MMSERVE_HAS_CUDA
+  if (cuda_model_) return on_device(*cuda_model_) + adapters;
+#endif
+  return static_cast<int64_t>(model_->weight_bytes() + arena_.capacity()) + adapters;
 }
 
 std::string ClipExecutor::describe() const {
@@ -158,6 +175,7 @@ void ClipExecutor::fill_info() {
   info_.embedding_dim = dim;
   info_.image_size = s;
   info_.max_text_tokens = config_.text.max_position_embeddings;
+  info_.takes_adapters = true;  // merged copies (clip_adapters.cpp)
 }
 
 Status ClipExecutor::warm() {
@@ -223,8 +241,8 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::spa
     const int64_t count = std::min(options_.batch_size_max, n - begin);
     const std::vector<std::span<const float>> parts = slice_images(pieces, per_image, first + begin, count);
 #if MMSERVE_HAS_CUDA
-    if (cuda_model_) {
-      RETURN_IF_ERROR(cuda_model_->encode_images(parts, embeds.data() + begin * dim));
+    if (cuda_) {
+      RETURN_IF_ERROR(cuda_->encode_images(parts, embeds.data() + begin * dim));
       continue;
     }
 #endif
@@ -237,7 +255,7 @@ StatusOr<std::vector<float>> ClipExecutor::embed_images(std::span<const std::spa
     }
     Tensor in(const_cast<float*>(joined), DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
-    RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
+    RETURN_IF_ERROR(cpu_->encode_images(in, out, arena_));
   }
   return embeds;
 }
@@ -256,8 +274,8 @@ StatusOr<std::vector<float>> ClipExecutor::embed_image_levels(std::span<const st
     const int64_t count = std::min(options_.batch_size_max, n - begin);
     const std::vector<std::span<const uint8_t>> parts = slice_images(pieces, per_image, first + begin, count);
 #if MMSERVE_HAS_CUDA
-    if (cuda_model_) {
-      RETURN_IF_ERROR(cuda_model_->encode_image_levels(parts, table, embeds.data() + begin * dim));
+    if (cuda_) {
+      RETURN_IF_ERROR(cuda_->encode_image_levels(parts, table, embeds.data() + begin * dim));
       continue;
     }
 #endif
@@ -271,21 +289,21 @@ StatusOr<std::vector<float>> ClipExecutor::embed_image_levels(std::span<const st
     }
     Tensor in(cpu_pixels_.data(), DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
-    RETURN_IF_ERROR(model_->encode_images(in, out, arena_));
+    RETURN_IF_ERROR(cpu_->encode_images(in, out, arena_));
   }
   return embeds;
 }
 
 StatusOr<std::vector<float>> ClipExecutor::embed_images_on_device(const float* device_pixels, int64_t n) {
 #if MMSERVE_HAS_CUDA
-  if (cuda_model_) {
+  if (cuda_) {
     const int64_t per_image = config_.vision.num_channels * image_size() * image_size(), dim = embedding_dim();
     if (n < 0) return invalid_argument("negative image count");
     std::vector<float> embeds(static_cast<size_t>(n * dim));
     for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
       const int64_t count = std::min(options_.batch_size_max, n - begin);
       RETURN_IF_ERROR(
-          cuda_model_->encode_images_on_device(device_pixels + begin * per_image, count, embeds.data() + begin * dim));
+          cuda_->encode_images_on_device(device_pixels + begin * per_image, count, embeds.data() + begin * dim));
     }
     return embeds;
   }
@@ -300,13 +318,13 @@ StatusOr<std::vector<float>> ClipExecutor::embed_texts(const std::vector<std::ve
     const int64_t count = std::min(options_.batch_size_max, n - begin);
     std::vector<std::vector<int32_t>> chunk(ids.begin() + begin, ids.begin() + begin + count);
 #if MMSERVE_HAS_CUDA
-    if (cuda_model_) {
-      RETURN_IF_ERROR(cuda_model_->encode_texts(chunk, embeds.data() + begin * dim));
+    if (cuda_) {
+      RETURN_IF_ERROR(cuda_->encode_texts(chunk, embeds.data() + begin * dim));
       continue;
     }
 #endif
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
-    RETURN_IF_ERROR(model_->encode_texts(chunk, out, arena_));
+    RETURN_IF_ERROR(cpu_->encode_texts(chunk, out, arena_));
   }
   return embeds;
 }

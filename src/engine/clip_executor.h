@@ -11,9 +11,12 @@
 // Tests: tests/conformance/clip_model_test.cpp, clip_cuda_test.cpp, tests/unit/engine/clip_batch_test.cpp.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
@@ -25,6 +28,7 @@
 #include "core/tensor.h"
 #include "engine/executor.h"
 #include "models/clip/clip.h"
+#include "models/clip/clip_lora.h"
 #if MMSERVE_HAS_CUDA
 #include "models/clip/clip_cuda.h"
 #endif
@@ -39,8 +43,14 @@ struct ClipOptions {
   bool pipeline_overlap = true;
 };
 
+// A CLIP request's options: the LoRA adapter it runs under (issue 16: a name loaded on the model, "" = none).
+struct ClipParams : virtual RequestParams {
+  std::string adapter;
+};
+
 // One CLIP request, prepared (engine/clip_inputs.h): its texts' token ids and its images' pixels.
 struct ClipInput : ModelInput {
+  std::string adapter;                         // ClipParams::adapter: both towers run under it
   std::vector<bool> input_is_image;            // per input, in input order
   std::vector<std::vector<int32_t>> text_ids;  // one per text input, in order
   // The images, one [3, S, S] block per image input, in order, in one of two forms: 8-bit levels with the table
@@ -86,8 +96,18 @@ class ClipExecutor final : public Executor {
   Status warm() override;
   // Every text of the batch through the text tower, then every image through the image tower, each in chunks
   // bounded by hooks.chunk_budget_ms with hooks.between_chunks between them (and between the towers); text-only
-  // requests finish right after the text tower. Inputs are ClipInput; pixels are never consumed.
+  // requests finish right after the text tower. Inputs are ClipInput; pixels are never consumed. A batch whose
+  // requests name LoRA adapters runs as one such pass per adapter (the base's requests first), each on its model.
   BatchStats run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) override;
+
+  // LoRA adapters (issue 16; models/clip/clip_lora.h): loading reads the PEFT directory and builds the adapter's
+  // merged copy of the model on this executor's device (on the caller's thread, while batches run: the engine thread
+  // only takes the lock to look the copy up). An unload returns at once; a batch already running under the adapter
+  // finishes on its copy, which is freed with it. Requests naming an unloaded adapter fail with kNotFound.
+  Status load_adapter(const std::string& name, const std::string& dir) override;
+  Status unload_adapter(const std::string& name, bool fail_running = false) override;
+  std::vector<AdapterInfo> adapter_list() const override;
+  bool adapters_per_instance() const override { return true; }
 
   // pixels: n images of [3, image_size, image_size] f32 in host memory, concatenated. Returns n normalised
   // embeddings.
@@ -123,12 +143,32 @@ class ClipExecutor final : public Executor {
   double image_ms_ = 0;  // measured time per image (moving average): sizes chunks to chunk_budget_ms
   double text_ms_ = 0;   // measured time per text (moving average): the same for the text tower
   DType dtype_ = DType::kF32;
-  // Exactly one of these is set, by the device.
-  std::unique_ptr<models::ClipModel> model_;
+  // One loaded adapter: its merged copy of the model on this executor's device.
+  struct AdapterModel {
+    std::shared_ptr<const models::ClipLora> lora;
+    std::shared_ptr<models::ClipModel> model;
+#if MMSERVE_HAS_CUDA
+    std::shared_ptr<models::ClipCudaModel> cuda_model;
+#endif
+    std::atomic<int64_t> requests{0};
+  };
+  // The batch of requests under one adapter (or none: `adapter` null) on its model; run() calls it per adapter.
+  BatchStats run_on(const std::vector<BatchItem>& batch, const BatchHooks& hooks);
+  StatusOr<std::shared_ptr<AdapterModel>> adapter_model(const std::string& name) const;
+
+  std::string model_dir_;
+  mutable std::mutex adapters_mutex_;
+  std::map<std::string, std::shared_ptr<AdapterModel>> adapters_;
+  // Exactly one of these is set, by the device: the base model. `cpu_` / `cuda_` are the model embed_*() run, the
+  // base's but during an adapter's pass of run().
+  std::shared_ptr<models::ClipModel> model_;
+  models::ClipModel* cpu_ = nullptr;
   Arena arena_;
   std::vector<float> cpu_pixels_;  // cpu: a chunk's images joined when they come in several pieces (reused)
 #if MMSERVE_HAS_CUDA
-  std::unique_ptr<models::ClipCudaModel> cuda_model_;
+  std::shared_ptr<models::ClipCudaModel> cuda_model_;
+  models::ClipCudaModel* cuda_ = nullptr;
+  models::ClipCudaOptions cuda_options_;  // the base's, for adapters' copies
 #endif
 };
 

@@ -111,6 +111,7 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
 StatusOr<Prepared> ClipInputs::prepare(std::vector<InputItem>& inputs, const RequestParams* params) const {
   if (inputs.empty()) return invalid_argument("a CLIP request needs at least one text or image");
   auto request = std::make_unique<ClipInput>();
+  if (const auto* clip = dynamic_cast<const ClipParams*>(params)) request->adapter = clip->adapter;
   int64_t text_chars = 0;
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputItem& input = inputs[i];

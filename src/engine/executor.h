@@ -153,6 +153,7 @@ struct FamilyInfo {
   int64_t embedding_dim = 0, image_size = 0, max_text_tokens = 0;
   bool counts_audio = false;  // a speech family: mmserve_audio_seconds_total counts its outputs' audio_seconds()
   bool generates = false;     // a text-generating family: the generation metrics read its outputs (see ModelOutput)
+  bool takes_adapters = false;  // loads LoRA adapters (Executor::load_adapter; issue 16)
 };
 
 // A cache an executor keeps (SAM's image embeddings): exported as mmserve_cache_* metrics.
@@ -255,6 +256,10 @@ class Executor {
     return Status(StatusCode::kNotFound, "no adapter '" + name + "' is loaded");
   }
   virtual std::vector<AdapterInfo> adapter_list() const { return {}; }
+  // Whether every instance holds its own copy of an adapter (CLIP's merged towers, on each instance's device): the
+  // runtime then loads and unloads it on every instance. false: the first instance's registry serves all replicas
+  // (the decoders keep one host copy that each replica's GPU slots read).
+  virtual bool adapters_per_instance() const { return false; }
 };
 
 // Options every family's executor takes. Family-specific ones come as each family's own struct (ClipOptions,

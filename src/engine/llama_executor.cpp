@@ -206,6 +206,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
   e->info_.outputs = {{"text_output", "BYTES", {1}}};
   e->info_.max_text_tokens = e->max_model_len_;
   e->info_.generates = true;
+  e->info_.takes_adapters = true;
   for (const auto& [name, dir] : llama.adapters) RETURN_IF_ERROR(e->load_adapter(name, dir));
   if (!llama.gate.empty()) {
     ASSIGN_OR_RETURN(models::GateHead gate, models::GateHead::load(llama.gate));

@@ -130,12 +130,25 @@ Status ModelRuntime::load_instances(const std::string& dir) {
 
 Status ModelRuntime::load_adapter(const std::string& name, const std::string& dir) {
   if (executors_.empty()) return failed_precondition("model '" + name_ + "' has no instances");
-  return executors_.front()->load_adapter(name, dir);
+  if (!executors_.front()->adapters_per_instance()) return executors_.front()->load_adapter(name, dir);
+  for (size_t i = 0; i < executors_.size(); ++i) {  // each instance its own copy; all or none
+    const Status loaded = executors_[i]->load_adapter(name, dir);
+    if (loaded.ok()) continue;
+    for (size_t j = 0; j < i; ++j) (void)executors_[j]->unload_adapter(name);
+    return executors_.size() > 1 ? loaded.with_context("instance " + std::to_string(i)) : loaded;
+  }
+  return ok_status();
 }
 
 Status ModelRuntime::unload_adapter(const std::string& name, bool fail_running) {
   if (executors_.empty()) return failed_precondition("model '" + name_ + "' has no instances");
-  return executors_.front()->unload_adapter(name, fail_running);
+  if (!executors_.front()->adapters_per_instance()) return executors_.front()->unload_adapter(name, fail_running);
+  Status first;
+  for (const auto& executor : executors_) {
+    const Status unloaded = executor->unload_adapter(name, fail_running);
+    if (!unloaded.ok() && first.ok()) first = unloaded;
+  }
+  return first;
 }
 
 std::vector<engine::AdapterInfo> ModelRuntime::adapter_list() const {

@@ -108,7 +108,7 @@ class ModelRuntime : public std::enable_shared_from_this<ModelRuntime> {
   // LoRA adapters (issue 16). The registry lives on the first executor: the preparer resolves a request's adapter
   // there and hands the adapter itself (host memory, shared) to whichever replica runs it, so one load serves every
   // replica. A family without adapters answers kUnimplemented.
-  bool takes_adapters() const { return info_.generates; }
+  bool takes_adapters() const { return info_.takes_adapters; }
   Status load_adapter(const std::string& name, const std::string& dir);
   Status unload_adapter(const std::string& name, bool fail_running = false);  // Executor::unload_adapter
   std::vector<engine::AdapterInfo> adapter_list() const;

@@ -104,6 +104,15 @@ VARIANTS = {
         [(r"language_model\.layers\.\d+\.self_attn\.(q|v)_proj$", 4, 8)],
         "LoRA on q_proj and v_proj of LLaVA's language model (a regex over the whole module tree), r 4, alpha 8",
         "llava/llava-llama-f32"),
+    # LLaVA's projector (issue 16 item 1) with its decoder's o_proj: the projected image rows under the adapter.
+    "llava-projector-r4": (
+        dict(target_modules=r".*(multi_modal_projector\.linear_[12]|language_model.*\.o_proj)$", r=4, lora_alpha=8,
+             rank_pattern={"linear_2": 2}),
+        [(r"multi_modal_projector\.linear_1$", 4, 8), (r"multi_modal_projector\.linear_2$", 2, 8),
+         (r"language_model\.layers\.\d+\.self_attn\.o_proj$", 4, 8)],
+        "LoRA on LLaVA's projector (linear_1 r 4, linear_2 r 2 by rank_pattern) and its language model's o_proj, "
+        "alpha 8",
+        "llava/llava-llama-f32"),
 }
 
 
@@ -142,10 +151,11 @@ def lora_layers_left(model):
     return [n for n, m in model.named_modules() if isinstance(m, LoraLayer)]
 
 
-def expected_modules(base_dir, expect):
-    """{module name: (r, alpha)} for every nn.Linear of the base that EXPECT names."""
+def expected_modules(base_dir, expect, load=None):
+    """{module name: (r, alpha)} for every nn.Linear of the base (loaded by `load`, else load_base) that EXPECT
+    names."""
     wanted = {}
-    for name, m in load_base(base_dir).named_modules():
+    for name, m in (load or load_base)(base_dir).named_modules():
         if isinstance(m, torch.nn.Linear):
             for pattern, r, alpha in expect:
                 if re.search(pattern, name):

@@ -19,6 +19,7 @@
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/l2_normalize/l2_normalize.h"
+#include "models/clip/clip_lora.h"
 #include "kernels/layer_norm/layer_norm.h"
 #include "kernels/patch_embed/patch_embed.h"
 
@@ -176,7 +177,7 @@ std::vector<WeightSpec> clip_weight_specs(const ClipConfig& c) {
   return specs;
 }
 
-StatusOr<std::unique_ptr<ClipModel>> ClipModel::load(const std::string& model_dir) {
+StatusOr<std::unique_ptr<ClipModel>> ClipModel::load(const std::string& model_dir, const ClipLora* merge) {
   const std::string config_path = (std::filesystem::path(model_dir) / "config.json").string();
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   auto model = std::unique_ptr<ClipModel>(new ClipModel());
@@ -187,6 +188,7 @@ StatusOr<std::unique_ptr<ClipModel>> ClipModel::load(const std::string& model_di
   options.ignored_suffixes = {"position_ids"};  // a buffer that older HF checkpoints saved
   RETURN_IF_ERROR(check_weights(*store, specs, options).with_context(model_dir));
   ASSIGN_OR_RETURN(model->weights_, F32Weights::load(*store, specs));
+  if (merge != nullptr) RETURN_IF_ERROR(merge_clip_lora(*merge, *model->weights_));  // before q/k/v are fused
   RETURN_IF_ERROR(model->bind_weights());
   return model;  // `store` (the mappings) is released here: the f32 copies are all we need
 }

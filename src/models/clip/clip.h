@@ -24,6 +24,8 @@
 
 namespace mmserve::models {
 
+struct ClipLora;
+
 struct ClipTextConfig {
   int64_t vocab_size = 49408;
   int64_t hidden_size = 512;
@@ -104,8 +106,9 @@ struct ClipTrace {
 
 class ClipModel {
  public:
-  // Loads an HF CLIPModel directory: config.json + model.safetensors (or sharded with an index).
-  static StatusOr<std::unique_ptr<ClipModel>> load(const std::string& model_dir);
+  // Loads an HF CLIPModel directory: config.json + model.safetensors (or sharded with an index). With `merge`, a
+  // LoRA adapter read for this model (models/clip/clip_lora.h) is merged into the weights: the adapter's model.
+  static StatusOr<std::unique_ptr<ClipModel>> load(const std::string& model_dir, const ClipLora* merge = nullptr);
 
   const ClipConfig& config() const { return config_; }
   float logit_scale() const { return logit_scale_; }  // the raw parameter; logits use exp() of it

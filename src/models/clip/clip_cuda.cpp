@@ -151,7 +151,7 @@ StatusOr<std::unique_ptr<ClipCudaModel>> ClipCudaModel::load(const std::string& 
   {
     // The host model parses and checks the checkpoint (same errors as the CPU path) and fuses QKV; its f32
     // copy is freed once every rank's weights are on its GPU.
-    ASSIGN_OR_RETURN(std::unique_ptr<ClipModel> host, ClipModel::load(model_dir));
+    ASSIGN_OR_RETURN(std::unique_ptr<ClipModel> host, ClipModel::load(model_dir, options.merge_lora.get()));
     model->config_ = host->config();
     model->logit_scale_ = host->logit_scale();
     const ClipConfig& c = model->config_;

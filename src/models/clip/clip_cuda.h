@@ -94,6 +94,8 @@ struct ClipCudaOptions {
   // The ring's three page-locked slots have this many bytes each (tests make it small so that slots end inside
   // images).
   size_t staging_slot_bytes = size_t{4} << 20;
+  // A LoRA adapter merged into the weights at load (models/clip/clip_lora.h): this model is the adapter's copy.
+  std::shared_ptr<const ClipLora> merge_lora;
 };
 
 // What the model holds on the GPU, for the load log and the memory metrics.
