@@ -4,15 +4,22 @@
 //                     <= 0.2 ms. bm_gate_mean and bm_gate_route time the two halves; bm_gate_route_linear the
 //                     router's two products through kernels::linear (OpenBLAS), for comparison.
 //   bm_adapter_load   models::load_lora_adapter of a rank-16 adapter on all seven linears of 32 layers (hidden 4096,
-//                     intermediate 14336, 8 kv heads of 128; bf16, 84 MB), the page cache warm: the target is
-//                     <= 10 ms. In the same run, bm_adapter_convert/prefaulted is its floor (the same bf16 -> f32
-//                     conversion of the mapped file, one thread, into buffers allocated once: no open, no header,
-//                     no page faults) and /zero_filled the conversion as the loader did it before it appended chunks
-//                     (fresh zero-filled vectors, then the conversion).
+//                     intermediate 14336, 8 kv heads of 128) saved in bf16 (84 MB) or f32 (168 MB), the page cache
+//                     warm: the target is <= 10 ms. /bf16_file and /f32_file: a CPU model's load (f32 copies);
+//                     bm_adapter_load_gpu a GPU model's (CUDA builds: the slot image packed from the file's bytes into
+//                     the model's bf16, no f32 copy; /pooled reuses the last unloaded image's buffer as the server
+//                     does, /fresh allocates each time: pinned where cudaHostAlloc works, which its `pinned` counter
+//                     and label say, else pageable), against bm_adapter_load_gpu_via_f32 in the same run (the load
+//                     before: f32 copies, then the image packed from them into a fresh buffer);
+//                     bm_adapter_load_checks the load's open and checks alone (a packer that copies nothing).
+//                     bm_adapter_convert/prefaulted is the f32 conversion's floor (the same bf16 -> f32 conversion of
+//                     the mapped file, one thread, into buffers allocated once: no open, no header, no page faults)
+//                     and /zero_filled the conversion as the loader did it before it appended chunks (fresh
+//                     zero-filled vectors, then the conversion).
 // Every file the benches read is written by this binary into a scratch directory (random values, fixed seeds): a
 // gate head as PyTorch saves nn.Sequential(Linear(D, 256), ReLU(), Linear(256, N)), an embed_tokens table of 8192
 // rows (128 MB of f32, four times the dev VM's 32 MB L3, so the prompt's rows come from memory as from Llama-3-8B's
-// 2 GB table; it fits in the H200 host's 300 MB L3), and a PEFT adapter directory.
+// 2 GB table; it fits in the H200 host's 300 MB L3), and a PEFT adapter directory (bf16 and f32).
 //   build/cpu-release/bench/lora_cpu_bench --benchmark_context=commit=$(git rev-parse --short HEAD)
 //       --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 //       --benchmark_out=docs/perf/data/lora_cpu_DATE.json --benchmark_out_format=json   (one line)
@@ -24,6 +31,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -37,6 +46,9 @@
 #include "models/llama/llama.h"
 #include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
+#if MMSERVE_HAS_CUDA
+#include "models/llama/llama_cuda.h"
+#endif
 
 namespace {
 
@@ -193,59 +205,116 @@ models::LlamaConfig llama3_8b() {
   return c;
 }
 
-// PEFT's files for a rank-16 adapter on every linear of llama3_8b(), bf16 as PEFT saves a bf16 model's adapter.
-const std::string& adapter_dir() {
-  static const std::string dir = [] {
-    const fs::path d = scratch() / "adapter";
-    fs::create_directories(d);
-    const models::LlamaConfig c = llama3_8b();
-    std::vector<std::vector<uint16_t>> storage;
-    std::vector<TensorToWrite> tensors;
-    uint32_t seed = 100;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      for (int t = 0; t < models::kLoraTargets; ++t) {
-        const auto target = static_cast<models::LoraTarget>(t);
-        const auto [in, out] = models::lora_target_features(c, target);
-        const std::string group = t < 4 ? "self_attn." : "mlp.";
-        const std::string module =
-            "base_model.model.model.layers." + std::to_string(l) + "." + group + models::lora_target_name(target);
-        for (const auto& [suffix, shape] : {std::pair<std::string, std::vector<int64_t>>{".lora_A.weight", {kRank, in}},
-                                            {".lora_B.weight", {out, kRank}}}) {
-          const std::vector<float> values = random_floats(static_cast<size_t>(shape[0] * shape[1]), 0.02f, ++seed);
-          std::vector<uint16_t> bf16(values.size());
-          for (size_t i = 0; i < values.size(); ++i) bf16[i] = f32_to_bf16(values[i]);
-          storage.push_back(std::move(bf16));
-          tensors.push_back({module + suffix, DType::kBF16, shape, storage.back().data()});
-        }
+// PEFT's files for a rank-16 adapter on every linear of llama3_8b(), saved in `dtype` (bf16 as PEFT saves a bf16
+// model's adapter, f32 as it saves an f32 one's); the same values either way.
+const std::string& adapter_dir(DType dtype = DType::kBF16) {
+  static std::map<DType, std::string> dirs;
+  std::string& dir = dirs[dtype];
+  if (!dir.empty()) return dir;
+  const fs::path d = scratch() / (std::string("adapter_") + dtype_name(dtype));
+  fs::create_directories(d);
+  const models::LlamaConfig c = llama3_8b();
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<TensorToWrite> tensors;
+  uint32_t seed = 100;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (int t = 0; t < models::kLoraTargets; ++t) {
+      const auto target = static_cast<models::LoraTarget>(t);
+      const auto [in, out] = models::lora_target_features(c, target);
+      const std::string group = t < 4 ? "self_attn." : "mlp.";
+      const std::string module =
+          "base_model.model.model.layers." + std::to_string(l) + "." + group + models::lora_target_name(target);
+      for (const auto& [suffix, shape] : {std::pair<std::string, std::vector<int64_t>>{".lora_A.weight", {kRank, in}},
+                                          {".lora_B.weight", {out, kRank}}}) {
+        const std::vector<float> values = random_floats(static_cast<size_t>(shape[0] * shape[1]), 0.02f, ++seed);
+        std::vector<uint8_t> bytes(values.size() * dtype_size(dtype));
+        convert_from_f32(values.data(), dtype, bytes.data(), static_cast<int64_t>(values.size()));
+        storage.push_back(std::move(bytes));
+        tensors.push_back({module + suffix, dtype, shape, storage.back().data()});
       }
     }
-    check(write_safetensors((d / "adapter_model.safetensors").string(), tensors), "writing the adapter");
-    std::ofstream(d / "adapter_config.json") << R"({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 16,
-      "lora_alpha": 32, "lora_dropout": 0.0, "bias": "none", "use_rslora": false, "use_dora": false,
-      "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]})";
-    return d.string();
-  }();
+  }
+  check(write_safetensors((d / "adapter_model.safetensors").string(), tensors), "writing the adapter");
+  std::ofstream(d / "adapter_config.json") << R"({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 16,
+    "lora_alpha": 32, "lora_dropout": 0.0, "bias": "none", "use_rslora": false, "use_dora": false,
+    "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]})";
+  dir = d.string();
   return dir;
 }
 
-void bm_adapter_load(benchmark::State& state) {
-  const std::string& dir = adapter_dir();
+// Loads `dtype`'s adapter with `pack` (null: f32 copies) once to warm the page cache, then times loads, each followed
+// by `after` when given; freeing each is left out (the unload's cost), and so is `between` (run after each free).
+void time_loads(
+    benchmark::State& state, DType dtype, const models::LoraImagePacker& pack,
+    const std::function<void()>& between = [] {}, const std::function<Status(models::LoraAdapter&)>& after = nullptr) {
+  const std::string& dir = adapter_dir(dtype);
   const models::LlamaConfig config = llama3_8b();
-  check(models::load_lora_adapter(dir, "warm", config).status(), "loading the adapter");  // the page cache
+  check(models::load_lora_adapter(dir, "warm", config, {"model."}, pack).status(), "loading the adapter");
   int64_t bytes = 0;
+  bool imaged = false, pinned = false;
   for (auto _ : state) {
-    auto adapter = models::load_lora_adapter(dir, "bench", config);
+    auto adapter = models::load_lora_adapter(dir, "bench", config, {"model."}, pack);
     if (!adapter.ok()) check(adapter.status(), "loading the adapter");
+    if (after) check(after(**adapter), "after the load");
     std::shared_ptr<const models::LoraAdapter> loaded = std::move(*adapter);
     benchmark::DoNotOptimize(loaded);
-    state.PauseTiming();  // freeing it is the unload's cost, not the load's
+    state.PauseTiming();
     bytes = loaded->bytes();
+    imaged = loaded->slot_image != nullptr && loaded->slot_image->bytes > 0;
+    pinned = imaged && loaded->slot_image->pinned;
     loaded.reset();
+    between();
     state.ResumeTiming();
   }
   state.counters["file_MB"] = static_cast<double>(fs::file_size(fs::path(dir) / "adapter_model.safetensors")) / 1e6;
-  state.counters["f32_MB"] = static_cast<double>(bytes) / 1e6;
+  state.counters["host_MB"] = static_cast<double>(bytes) / 1e6;  // f32 copies, or the slot image
+  if (imaged) {
+    state.counters["pinned"] = pinned ? 1 : 0;
+    state.SetLabel(pinned ? "pinned" : "pageable");
+  }
 }
+
+void bm_adapter_load(benchmark::State& state, DType file) {
+  time_loads(state, file, nullptr);
+}
+
+// The checks alone: a packer that copies nothing (what every load pays before its bulk pass).
+void bm_adapter_load_checks(benchmark::State& state) {
+  time_loads(state, DType::kBF16,
+             [](const models::LoraAdapter&,
+                const models::LoraFileModules&) -> StatusOr<std::shared_ptr<const models::LoraSlotImage>> {
+               return std::make_shared<const models::LoraSlotImage>();
+             });
+}
+
+#if MMSERVE_HAS_CUDA
+// A GPU model's load, as LlamaExecutor::load_adapter runs it: the slot image of a bf16 model with max_lora_rank 16
+// packed from the file. pooled: the unloaded image's buffer kept for the next load (the server's steady state);
+// fresh: the pool emptied after each unload, so every load allocates (and on the GPU host pins) its 84 MB.
+void bm_adapter_load_gpu(benchmark::State& state, DType file, bool pooled) {
+  const models::LlamaConfig config = llama3_8b();
+  time_loads(
+      state, file,
+      [config](const models::LoraAdapter& a, const models::LoraFileModules& stored) {
+        return models::LlamaCudaModel::pack_lora_slot_image_from_file(a, stored, config, DType::kBF16, kRank);
+      },
+      [pooled] {
+        if (!pooled) models::LlamaCudaModel::lora_image_pool_clear();
+      });
+}
+
+// The GPU model's load before the file packer, the baseline in the same run: the loader's f32 copies, then the image
+// packed from them (the backend's prepare_adapter did that) into a fresh buffer (there was no pool).
+void bm_adapter_load_gpu_via_f32(benchmark::State& state) {
+  const models::LlamaConfig config = llama3_8b();
+  time_loads(
+      state, DType::kBF16, nullptr, [] { models::LlamaCudaModel::lora_image_pool_clear(); },
+      [config](models::LoraAdapter& a) -> Status {
+        ASSIGN_OR_RETURN(a.slot_image, models::LlamaCudaModel::pack_lora_slot_image(a, config, DType::kBF16, kRank));
+        return ok_status();
+      });
+}
+#endif
 
 // The conversion alone, one thread. prefaulted: into vectors allocated (and faulted in) once, the floor;
 // zero_filled: into fresh std::vector<float>(n) each time, as load_lora_adapter did before it appended chunks
@@ -274,7 +343,21 @@ BENCHMARK(bm_gate_mean)->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_gate_route)->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_gate_route_linear)->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_gate_request)->Unit(benchmark::kMicrosecond);
-BENCHMARK(bm_adapter_load)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(bm_adapter_load, bf16_file, DType::kBF16)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(bm_adapter_load, f32_file, DType::kF32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_adapter_load_checks)->Unit(benchmark::kMillisecond)->UseRealTime();
+#if MMSERVE_HAS_CUDA
+BENCHMARK_CAPTURE(bm_adapter_load_gpu, bf16_file_pooled, DType::kBF16, true)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bm_adapter_load_gpu, bf16_file_fresh, DType::kBF16, false)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(bm_adapter_load_gpu, f32_file_pooled, DType::kF32, true)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(bm_adapter_load_gpu_via_f32)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 BENCHMARK_CAPTURE(bm_adapter_convert, prefaulted, false)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(bm_adapter_convert, zero_filled, true)->Unit(benchmark::kMillisecond)->UseRealTime();
 

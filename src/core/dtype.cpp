@@ -117,4 +117,21 @@ bool convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t count)
   }
 }
 
+bool convert_from_f32(const float* src, DType dst_dtype, void* dst, int64_t count) {
+  switch (dst_dtype) {
+    case DType::kF32: std::memcpy(dst, src, static_cast<size_t>(count) * 4); return true;
+    case DType::kF16: {
+      auto* p = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) p[i] = f32_to_f16(src[i]);
+      return true;
+    }
+    case DType::kBF16: {
+      auto* p = static_cast<uint16_t*>(dst);
+      for (int64_t i = 0; i < count; ++i) p[i] = f32_to_bf16(src[i]);
+      return true;
+    }
+    default: return false;
+  }
+}
+
 }  // namespace mmserve

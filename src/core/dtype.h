@@ -62,5 +62,8 @@ uint16_t f32_to_f16(float f);
 
 // Converts `count` elements of `src` (f32, f16 or bf16) to f32. Other dtypes: returns false.
 bool convert_to_f32(DType src_dtype, const void* src, float* dst, int64_t count);
+// Its inverse: `count` f32 values to `dst_dtype` (f32, f16 or bf16, rounded to nearest even as f32_to_f16 /
+// f32_to_bf16). Other dtypes: returns false.
+bool convert_from_f32(const float* src, DType dst_dtype, void* dst, int64_t count);
 
 }  // namespace mmserve

@@ -64,11 +64,12 @@ class DecoderBackend {
   virtual Status sample(std::span<const SampleRow> rows, std::vector<SampledToken>& out) = 0;
   // A mixture-of-experts model's routing of the last forward ([layers, step tokens, k]), or null.
   virtual const models::MoeRoutingTrace* routing() const { return nullptr; }
-  // LoRA on a device with adapter slots. prepare_adapter (the loader's thread, before the adapter is shared):
-  // attaches what makes it quick to make resident (the GPU's slot image in pinned memory). adapter_ready (the
+  // LoRA on a device with adapter slots. adapter_packer: how load_lora_adapter keeps an adapter's matrices for this
+  // backend, on the loader's thread: null (f32 copies, the CPU forward's), or the GPU's slot image packed from the
+  // file's bytes in pinned memory, which makes it quick to make resident and keeps no f32 copy. adapter_ready (the
   // engine thread, between steps): whether the next step may use it without waiting for its copy; when not, the
   // copy starts and the engine admits its sequences at a later step, so a load never stalls running batches.
-  virtual Status prepare_adapter(models::LoraAdapter& adapter) { return ok_status(); }
+  virtual models::LoraImagePacker adapter_packer() const { return nullptr; }
   virtual StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) { return true; }
   // Blocks until the adapter copies adapter_ready started are done (nothing else can run meanwhile).
   virtual Status wait_for_adapters() { return ok_status(); }

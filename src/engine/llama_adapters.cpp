@@ -34,16 +34,24 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
   const std::vector<std::string> prefixes =
       llava_config_ ? std::vector<std::string>{"model.language_model.", "language_model.model."}
                     : std::vector<std::string>{"model."};
-  ASSIGN_OR_RETURN(std::shared_ptr<models::LoraAdapter> adapter,
-                   models::load_lora_adapter(dir, name, config_, prefixes));
-  if (!options_.device.is_cpu() && adapter->max_rank > llama_.max_lora_rank) {
-    return invalid_argument("adapter '" + name + "' has rank " + std::to_string(adapter->max_rank) +
-                            "; this model's GPU slots take rank " + std::to_string(llama_.max_lora_rank) +
-                            " (options.max_lora_rank)");
+  // On this (the caller's) thread, not the engine's: a GPU model's slot image (its dtype, pinned) packed from the
+  // file's bytes, so that making it resident is copies only and no f32 copy is kept. Every replica's backend takes the
+  // same image (one dtype and rank per model). Its rank checked first, naming the option.
+  models::LoraImagePacker pack;
+  if (models::LoraImagePacker gpu = backend_->adapter_packer()) {
+    pack = [this, gpu](
+               const models::LoraAdapter& a,
+               const models::LoraFileModules& stored) -> StatusOr<std::shared_ptr<const models::LoraSlotImage>> {
+      if (a.max_rank > llama_.max_lora_rank) {
+        return invalid_argument("adapter '" + a.name + "' has rank " + std::to_string(a.max_rank) +
+                                "; this model's GPU slots take rank " + std::to_string(llama_.max_lora_rank) +
+                                " (options.max_lora_rank)");
+      }
+      return gpu(a, stored);
+    };
   }
-  // On this (the caller's) thread, not the engine's: the GPU's slot image (its dtype, pinned), so that making it
-  // resident is copies only. Every replica's backend takes the same image (one dtype and rank per model).
-  RETURN_IF_ERROR(backend_->prepare_adapter(*adapter));
+  ASSIGN_OR_RETURN(std::shared_ptr<models::LoraAdapter> adapter,
+                   models::load_lora_adapter(dir, name, config_, prefixes, pack));
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   RETURN_IF_ERROR(check_room());  // again: another load may have come in while this one read its files
   adapters_.emplace(name, std::move(adapter));

@@ -61,10 +61,11 @@ class LlamaCudaBackend final : public DecoderBackend {
   const models::MoeRoutingTrace* routing() const override {
     return model_->config().num_experts > 0 ? &routing_ : nullptr;
   }
-  Status prepare_adapter(models::LoraAdapter& adapter) override {
-    ASSIGN_OR_RETURN(adapter.slot_image, models::LlamaCudaModel::pack_lora_slot_image(
-                                             adapter, model_->config(), model_->dtype(), max_lora_rank_));
-    return ok_status();
+  models::LoraImagePacker adapter_packer() const override {
+    return [config = model_->config(), dtype = model_->dtype(), rank = max_lora_rank_](
+               const models::LoraAdapter& adapter, const models::LoraFileModules& stored) {
+      return models::LlamaCudaModel::pack_lora_slot_image_from_file(adapter, stored, config, dtype, rank);
+    };
   }
   StatusOr<bool> adapter_ready(const models::LoraAdapter& adapter) override { return model_->lora_ready(adapter); }
   Status wait_for_adapters() override { return model_->lora_wait_copies(); }

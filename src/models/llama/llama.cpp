@@ -379,14 +379,14 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
       (!step.lora_weights.empty() && static_cast<int64_t>(step.lora_weights.size()) != 2 * s)) {
     return invalid_argument("a decoder step's adapters disagree with its sequences");
   }
-  for (const LoraAdapter* a : step.loras_second) {
-    if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
-      return invalid_argument("adapter '" + a->name + "' was loaded for another model");
-    }
-  }
-  for (const LoraAdapter* a : step.loras) {
-    if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
-      return invalid_argument("adapter '" + a->name + "' was loaded for another model");
+  for (const std::vector<const LoraAdapter*>* adapters : {&step.loras_second, &step.loras}) {
+    for (const LoraAdapter* a : *adapters) {
+      if (a != nullptr && static_cast<int64_t>(a->layers.size()) != c.num_hidden_layers) {
+        return invalid_argument("adapter '" + a->name + "' was loaded for another model");
+      }
+      if (a != nullptr && !a->holds_f32()) {  // packed for a GPU model at load: the forward below reads a/b
+        return invalid_argument("adapter '" + a->name + "' was loaded for a GPU model (it holds no f32 matrices)");
+      }
     }
   }
   for (int64_t i = 0; i < t; ++i) {

@@ -117,12 +117,24 @@ class LlamaCudaModel {
   // Mixtral: the last forward's routing, [layers, step tokens, k], copied to the host (waits for the stream).
   Status copy_routing(MoeRoutingTrace& out);
 
-  // LoRA. pack_lora_slot_image: `adapter`'s matrices in the slot layout of a model of `config` in `dtype` with
-  // max_lora_rank (pinned host memory when it can be had; any thread: no device memory is touched), for
-  // LoraAdapter::slot_image. kInvalidArgument for a rank above max_lora_rank.
+  // LoRA (llama_cuda_lora_image.cpp). pack_lora_slot_image: `adapter`'s matrices in the slot layout of a model of
+  // `config` in `dtype` with max_lora_rank, for LoraAdapter::slot_image: from its f32 copies (LoraModule::a/b), or
+  // _from_file from the file's bytes as load_lora_adapter validated them (its LoraImagePacker: no f32 copy is made),
+  // the two byte for byte the same image. Host memory pinned when it can be had, reused from an unloaded adapter's
+  // image of the same size when one is kept (lora_image_pool_*); any thread: no device memory is touched.
+  // kInvalidArgument for a rank above max_lora_rank or another layer count; kFailedPrecondition for an adapter that
+  // holds no f32 copies (packed from its file at load).
   static StatusOr<std::shared_ptr<const LoraSlotImage>> pack_lora_slot_image(const LoraAdapter& adapter,
                                                                              const LlamaConfig& config, DType dtype,
                                                                              int64_t max_lora_rank);
+  static StatusOr<std::shared_ptr<const LoraSlotImage>> pack_lora_slot_image_from_file(const LoraAdapter& adapter,
+                                                                                       const LoraFileModules& stored,
+                                                                                       const LlamaConfig& config,
+                                                                                       DType dtype,
+                                                                                       int64_t max_lora_rank);
+  // The freed images' buffers kept for the next load: their bytes, and freeing them now (a bench's fresh loads).
+  static size_t lora_image_pool_bytes();
+  static void lora_image_pool_clear();
   // Whether the next step may use `adapter` without waiting for its copy to the device. When it is not resident,
   // starts the copy (on a copy stream, from its slot image) into a slot the last step did not use and answers false
   // (or false with nothing started when every slot is in use); the engine asks again before a later step. Errors:

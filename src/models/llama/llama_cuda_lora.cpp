@@ -1,12 +1,10 @@
 // LlamaCudaModel's LoRA slots (see llama_cuda.h, issue 16): an adapter's matrices uploaded into a device slot, a
 // step's adapters made resident (LRU over the slots the step does not use) with its rows' slots on the device, and
 // the per-group delta launches (the forward calls lora_apply after each adapted group's base GEMM: llama_cuda.cpp);
-// the router's input embedding on the device.
+// the router's input embedding on the device. The slot image an upload copies from: llama_cuda_lora_image.cpp.
 #include <algorithm>
-#include <cstring>
 
 #include "core/cuda/cuda_status.h"
-#include "kernels/common/parallel.h"
 #include "kernels/lora/lora_cuda.h"
 #include "models/llama/llama_cuda.h"
 #include "models/llama/llama_cuda_kernels.h"
@@ -20,100 +18,13 @@ size_t bytes_of(DType d, int64_t n) {
 
 }  // namespace
 
-StatusOr<std::shared_ptr<const LoraSlotImage>> LlamaCudaModel::pack_lora_slot_image(const LoraAdapter& adapter,
-                                                                                    const LlamaConfig& c, DType d,
-                                                                                    int64_t max_lora_rank) {
-  const int64_t layers = c.num_hidden_layers, r_max = (max_lora_rank + 7) / 8 * 8;
-  if (adapter.max_rank > max_lora_rank) {
-    return invalid_argument("adapter '" + adapter.name + "' has rank " + std::to_string(adapter.max_rank) +
-                            "; this model's slots hold rank " + std::to_string(max_lora_rank) + " (max_lora_rank)");
-  }
-  if (static_cast<int64_t>(adapter.layers.size()) != layers) {
-    return invalid_argument("adapter '" + adapter.name + "' was read for another model (its layer count)");
-  }
-  auto image = std::make_shared<LoraSlotImage>();
-  image->dtype = d, image->r_max = r_max;
-  size_t at = 0;
-  auto place = [&at](size_t bytes) {  // 256-byte aligned: every copy starts on a DMA-friendly boundary
-    const size_t offset = at;
-    at += (bytes + 255) / 256 * 256;
-    return offset;
-  };
-  for (int t = 0; t < kLoraTargets; ++t) {
-    bool anywhere = false;
-    for (int64_t l = 0; l < layers && !anywhere; ++l)
-      anywhere = adapter.module(l, static_cast<LoraTarget>(t)).present();
-    if (!anywhere) continue;
-    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    image->a_bytes[t] = bytes_of(d, layers * r_max * in), image->a_offset[t] = place(image->a_bytes[t]);
-    image->b_bytes[t] = bytes_of(d, layers * out * r_max), image->b_offset[t] = place(image->b_bytes[t]);
-  }
-  const int64_t params = layers * kLoraTargets;
-  image->ranks_offset = place(bytes_of(DType::kI32, params));
-  image->scales_offset = place(bytes_of(DType::kF32, params));
-  image->bytes = at;
-  void* memory = nullptr;  // pinned: the copies then run at the bus's speed and never block the engine thread
-  if (cudaHostAlloc(&memory, at, cudaHostAllocPortable) == cudaSuccess) {
-    image->memory = std::shared_ptr<uint8_t>(static_cast<uint8_t*>(memory), [](uint8_t* p) { cudaFreeHost(p); });
-  } else {
-    (void)cudaGetLastError();  // pageable fallback: correct, slower copies
-    image->memory = std::shared_ptr<uint8_t>(new uint8_t[at], std::default_delete<uint8_t[]>());
-  }
-  uint8_t* base = image->memory.get();
-  // [rows, cols] f32 -> `ld`-strided rows in the model's dtype, zeros after `cols` up to `ld` (the slot's padding past
-  // the rank: never read, but the image is deterministic): every byte of the image written once, by the module's
-  // thread (no serial memset of the whole image first).
-  auto put = [d](const float* v, int64_t rows, int64_t cols, int64_t ld, uint8_t* to) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* from = v + r * cols;
-      uint8_t* row_bytes = to + bytes_of(d, r * ld);
-      if (d == DType::kF32) {
-        std::memcpy(row_bytes, from, bytes_of(d, cols));
-      } else {
-        uint16_t* row = reinterpret_cast<uint16_t*>(row_bytes);
-        if (d == DType::kBF16) {
-          for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_bf16(from[k]);
-        } else {
-          for (int64_t k = 0; k < cols; ++k) row[k] = f32_to_f16(from[k]);
-        }
-      }
-      std::memset(row_bytes + bytes_of(d, cols), 0, bytes_of(d, ld - cols));
-    }
-  };
-  auto* ranks = reinterpret_cast<int32_t*>(base + image->ranks_offset);
-  auto* scales = reinterpret_cast<float*>(base + image->scales_offset);
-  // 84 MB for a rank-16 adapter on every linear of an 8B model: the modules convert in parallel (the loader's
-  // thread waits for them; the engine's never does).
-  const int64_t modules = layers * kLoraTargets;
-#pragma omp parallel for schedule(dynamic) num_threads(kernels::parallel_threads(adapter.bytes() / 4))
-  for (int64_t index = 0; index < modules; ++index) {
-    const int64_t l = index / kLoraTargets;
-    const int t = static_cast<int>(index % kLoraTargets);
-    const LoraModule& m = adapter.module(l, static_cast<LoraTarget>(t));
-    ranks[index] = static_cast<int32_t>(m.rank);
-    scales[index] = m.present() ? m.scale : 0.0f;
-    if (image->a_bytes[t] == 0) continue;  // adapted in no layer: the slot keeps no arrays for it
-    const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    uint8_t* a = base + image->a_offset[t] + bytes_of(d, l * r_max * in);
-    uint8_t* b = base + image->b_offset[t] + bytes_of(d, l * out * r_max);
-    if (!m.present()) {  // this layer's share of a target other layers adapt
-      std::memset(a, 0, bytes_of(d, r_max * in));
-      std::memset(b, 0, bytes_of(d, out * r_max));
-      continue;
-    }
-    put(m.a.data(), m.rank, in, in, a);  // the first `rank` rows, then zero rows to r_max
-    std::memset(a + bytes_of(d, m.rank * in), 0, bytes_of(d, (r_max - m.rank) * in));
-    put(m.b.data(), out, m.rank, r_max, b);
-  }
-  return std::shared_ptr<const LoraSlotImage>(std::move(image));
-}
-
 Status LlamaCudaModel::lora_upload_async(const LoraAdapter& adapter, int64_t slot) {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
   const int64_t layers = c.num_hidden_layers, r_max = lora_slot_rank(), params = layers * kLoraTargets;
   std::shared_ptr<const LoraSlotImage> image = adapter.slot_image;
   if (image == nullptr || image->dtype != d || image->r_max != r_max) {  // not packed for this model at load
+    // From its f32 copies (a CPU-style load); one packed from the file for another model has none: refused there.
     ASSIGN_OR_RETURN(image, pack_lora_slot_image(adapter, c, d, options_.max_lora_rank));
   }
   for (int t = 0; t < kLoraTargets; ++t) {

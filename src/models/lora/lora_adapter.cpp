@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <sstream>
 #include <thread>
 
@@ -82,9 +81,7 @@ void convert_all(const std::vector<Conversion>& work) {
   };
   size_t bytes = 0;
   for (const Conversion& c : work) bytes += static_cast<size_t>(c.tensor->numel()) * sizeof(float);
-  constexpr size_t kBytesPerThread = 16 << 20;  // below this a thread's start costs more than it saves
-  const size_t threads = std::min<size_t>(
-      {std::max(1u, std::thread::hardware_concurrency()), 8, bytes / kBytesPerThread + 1, work.size()});
+  const size_t threads = std::min<size_t>(static_cast<size_t>(lora_load_threads(bytes)), work.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i; (i = next++) < work.size();) convert(work[i]);
@@ -97,6 +94,12 @@ void convert_all(const std::vector<Conversion>& work) {
 
 }  // namespace
 
+int lora_load_threads(size_t bytes) {
+  constexpr size_t kBytesPerThread = 16 << 20;
+  return static_cast<int>(
+      std::min<size_t>({std::max(1u, std::thread::hardware_concurrency()), 8, bytes / kBytesPerThread + 1}));
+}
+
 const char* lora_target_name(LoraTarget t) {
   static const char* names[kLoraTargets] = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                             "gate_proj", "up_proj", "down_proj"};
@@ -104,11 +107,20 @@ const char* lora_target_name(LoraTarget t) {
 }
 
 int64_t LoraAdapter::bytes() const {
-  int64_t total = 0;
+  int64_t total = slot_image != nullptr ? static_cast<int64_t>(slot_image->bytes) : 0;
   for (const auto& layer : layers) {
     for (const LoraModule& m : layer) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
   }
   return total;
+}
+
+bool LoraAdapter::holds_f32() const {
+  for (const auto& layer : layers) {
+    for (const LoraModule& m : layer) {
+      if (m.present()) return !m.a.empty() && !m.b.empty();  // a load keeps every module's or none
+    }
+  }
+  return true;  // nothing to hold
 }
 
 std::vector<std::string> LoraAdapter::target_names() const {
@@ -126,7 +138,8 @@ std::vector<std::string> LoraAdapter::target_names() const {
 
 StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
                                                          const LlamaConfig& config,
-                                                         const std::vector<std::string>& prefixes) {
+                                                         const std::vector<std::string>& prefixes,
+                                                         const LoraImagePacker& pack) {
   namespace fs = std::filesystem;
   const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
   ASSIGN_OR_RETURN(const std::string text, read_text(config_path));
@@ -155,8 +168,8 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
   std::string used_prefix;  // the first module's; every other must share it
   adapter->layers.resize(static_cast<size_t>(config.num_hidden_layers));
   const PeftLoraConfig& pc = adapter->config;
-  std::vector<Conversion> work;  // every check first, then the conversion (the bulk of the time) at once
-  std::set<const std::vector<float>*> converted;
+  // Every check first, then the conversion or the pack (the bulk of the time) at once, from these views.
+  LoraFileModules stored(static_cast<size_t>(config.num_hidden_layers));
   for (const auto& [tensor_name, info] : file->tensors()) {
     const std::string where = weights_path + ": " + tensor_name;
     std::string module = tensor_name;
@@ -204,31 +217,40 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
     if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16) {
       return unimplemented(weights_path + ": " + info.name + " is " + dtype_name(info.dtype) + " (f32, f16 or bf16)");
     }
-    std::vector<float>& matrix = is_a ? m.a : m.b;
-    if (!converted.insert(&matrix).second) {  // saved with and without base_model.model.
+    LoraFileModule& saved = stored[layer][static_cast<int>(target)];
+    const TensorInfo*& matrix = is_a ? saved.a : saved.b;
+    if (matrix != nullptr) {  // saved with and without base_model.model.
       return invalid_argument(where + ": a second " + (is_a ? "lora_A" : "lora_B") + " for '" + module + "'");
     }
-    work.push_back({&info, &matrix});
+    matrix = &info;
     m.rank = rank, m.in = in, m.out = out;
     StatusOr<double> scale = pc.scale_for(module);
     if (!scale.ok()) return invalid_argument(where + ": " + std::string(scale.status().message()));
     m.scale = static_cast<float>(*scale);
   }
-  convert_all(work);
   int64_t adapted = 0;
+  std::vector<Conversion> work;
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     for (const Linear& lin : kLinears) {
       LoraModule& m = adapter->layers[l][static_cast<int>(lin.target)];
       if (m.rank == 0) continue;
-      if (m.a.empty() || m.b.empty()) {
+      const LoraFileModule& saved = stored[l][static_cast<int>(lin.target)];
+      if (saved.a == nullptr || saved.b == nullptr) {
         return invalid_argument(weights_path + ": " + used_prefix + "layers." + std::to_string(l) + "." + lin.path +
                                 " has only one of lora_A / lora_B");
       }
       adapter->max_rank = std::max(adapter->max_rank, m.rank);
       ++adapted;
+      work.push_back({saved.a, &m.a});
+      work.push_back({saved.b, &m.b});
     }
   }
   if (adapted == 0) return invalid_argument(weights_path + ": holds no LoRA matrices");
+  if (pack) {
+    ASSIGN_OR_RETURN(adapter->slot_image, pack(*adapter, stored));  // `file` is mapped until this returns
+  } else {
+    convert_all(work);
+  }
   return adapter;
 }
 

@@ -1,5 +1,6 @@
 // A PEFT LoRA adapter over a Llama-family decoder (issue 16): adapter_config.json (peft_config.h) plus
-// adapter_model.safetensors, read into f32 per (layer, linear).
+// adapter_model.safetensors, read per (layer, linear): into f32 for a CPU model, or for a GPU model straight from the
+// file's bytes into its slot image (a packer given to the load; no f32 copy then).
 //
 // PEFT saves module M's matrices as `base_model.model.<M>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r],
 // where <M> is the module's name in the base model: for a Llama "model.layers.L.self_attn.q_proj" (q/k/v/o) and
@@ -12,11 +13,13 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/safetensors.h"
 #include "core/status.h"
 #include "models/llama/llama.h"
 #include "models/lora/peft_config.h"
@@ -32,7 +35,7 @@ std::array<int64_t, 2> lora_target_features(const LlamaConfig& config, LoraTarge
 struct LoraModule {
   int64_t rank = 0, in = 0, out = 0;  // rank 0: not adapted
   float scale = 0;
-  std::vector<float> a;  // [rank, in]
+  std::vector<float> a;  // [rank, in]; empty when the load kept no f32 copy (a GPU model's: see LoraImagePacker)
   std::vector<float> b;  // [out, rank]
   bool present() const { return rank > 0; }
 };
@@ -47,6 +50,7 @@ struct LoraSlotImage {
   int64_t r_max = 0;
   std::shared_ptr<uint8_t> memory;
   size_t bytes = 0;
+  bool pinned = false;  // cudaHostAlloc'ed (else pageable: no usable GPU)
   std::array<size_t, kLoraTargets> a_offset{}, a_bytes{}, b_offset{}, b_bytes{};
   size_t ranks_offset = 0, scales_offset = 0;
 };
@@ -59,17 +63,43 @@ struct LoraAdapter {
   std::vector<std::array<LoraModule, kLoraTargets>> layers;  // [num_hidden_layers]
   std::shared_ptr<const LoraSlotImage> slot_image;           // set at load for a GPU model (else built per upload)
   const LoraModule& module(int64_t layer, LoraTarget t) const { return layers[layer][static_cast<int>(t)]; }
+  // The host memory it holds: its f32 copies (a CPU model's) and its slot image (a GPU model's).
   int64_t bytes() const;
+  // Whether LoraModule::a/b hold the matrices (what the CPU forward and the f32 packer read).
+  bool holds_f32() const;
   // The adapted linears' short names, in LoraTarget order ("q_proj", "v_proj").
   std::vector<std::string> target_names() const;
 };
 
+// A validated module's two matrices as adapter_model.safetensors stores them (views into the mapped file, of the shapes
+// the module's rank gives and f32, f16 or bf16), per [layer][target]; nulls where the adapter leaves the module alone.
+struct LoraFileModule {
+  const TensorInfo* a = nullptr;  // [rank, in]
+  const TensorInfo* b = nullptr;  // [out, rank]
+};
+using LoraFileModules = std::vector<std::array<LoraFileModule, kLoraTargets>>;
+
+// A GPU model's slot image made from the file's bytes (LlamaCudaModel::pack_lora_slot_image_from_file): called by
+// load_lora_adapter once every check has passed, while the file is mapped, with the adapter's ranks and scales set.
+using LoraImagePacker =
+    std::function<StatusOr<std::shared_ptr<const LoraSlotImage>>(const LoraAdapter&, const LoraFileModules&)>;
+
 // Reads `dir` for the decoder `config`. `prefixes`: the decoder's module prefixes PEFT may have recorded ("model."
 // for a Llama; under LLaVA "model.language_model." as transformers 5 names the module tree and
-// "language_model.model." as 4.x did); one adapter uses one of them.
-// Mutable until the caller shares it (a GPU executor attaches its slot image first).
+// "language_model.model." as 4.x did); one adapter uses one of them. Without `pack` each module's matrices are
+// converted to f32 (LoraModule::a/b, what a CPU model computes with); with it they are handed to `pack` and the
+// adapter keeps its result as slot_image and no f32 copy (a GPU model's: half the bytes for a bf16 adapter, and no
+// conversion at all into a bf16 model). Every refusal comes before either, the same with or without `pack`; the
+// packer's own errors are returned as they are.
+// Mutable until the caller shares it.
 StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
-                                                               const LlamaConfig& config,
-                                                               const std::vector<std::string>& prefixes = {"model."});
+                                                         const LlamaConfig& config,
+                                                         const std::vector<std::string>& prefixes = {"model."},
+                                                         const LoraImagePacker& pack = nullptr);
+
+// Threads for a load's bulk pass over `bytes` of output (the f32 conversion, a slot image's pack): one per 16 MB (below
+// that a thread's start costs more than it saves), at most 8 and the cores, so a load never takes every core from the
+// serving threads (docs/perf/lora_cpu.md).
+int lora_load_threads(size_t bytes);
 
 }  // namespace mmserve::models

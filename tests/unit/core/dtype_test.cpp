@@ -134,5 +134,22 @@ TEST(ConvertTest, ConvertsHalfTypesAndRefusesOthers) {
   EXPECT_FALSE(convert_to_f32(DType::kI8, i8, out, 1));
 }
 
+TEST(DType, ConvertFromF32RoundsAsTheScalarConversions) {
+  const float in[] = {1.0f, -2.0f, 3.14159f, 65504.0f};
+  uint16_t half[4], bf16[4];
+  float f32[4];
+  ASSERT_TRUE(convert_from_f32(in, DType::kF16, half, 4));
+  ASSERT_TRUE(convert_from_f32(in, DType::kBF16, bf16, 4));
+  ASSERT_TRUE(convert_from_f32(in, DType::kF32, f32, 4));
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(half[i], f32_to_f16(in[i])) << i;
+    EXPECT_EQ(bf16[i], f32_to_bf16(in[i])) << i;
+    EXPECT_EQ(f32[i], in[i]) << i;
+  }
+  EXPECT_EQ(bf16[2], 0x4049);  // 3.140625, nearest even
+  int8_t i8[1];
+  EXPECT_FALSE(convert_from_f32(in, DType::kI8, i8, 1));
+}
+
 }  // namespace
 }  // namespace mmserve

@@ -9,22 +9,24 @@
 #include <chrono>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
-#include <unistd.h>
 
 #include "core/safetensors.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
 #include "models/lora/lora_adapter.h"
 #include "models/lora/peft_config.h"
+#include "peft_adapter_writer.h"
 
 namespace mmserve::models {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::write_adapter;
 
 const fs::path kBase = fs::path(MMSERVE_FIXTURES_DIR) / "llama/llama-gqa-f32";
 
@@ -117,40 +119,6 @@ TEST(PeftConfig, WhatMmserveDoesNotApplyIsRefusedNamingTheField) {
   }
 }
 
-// A random adapter (normal, std 0.3) on `targets` ("self_attn.q_proj" and its rank) of every layer, written as
-// PEFT saves it: base_model.model.<module>.lora_A.weight [rank, in], .lora_B.weight [out, rank].
-std::vector<float> random_values(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-void write_adapter(const fs::path& dir, const LlamaConfig& c, const std::string& config_json,
-                   const std::vector<std::pair<std::string, int64_t>>& targets, uint32_t seed) {
-  fs::create_directories(dir);
-  std::ofstream(dir / "adapter_config.json") << config_json;
-  const int64_t h = c.hidden_size, i = c.intermediate_size, q = c.q_size(), kv = c.kv_size();
-  const std::map<std::string, std::pair<int64_t, int64_t>> in_out = {
-      {"q_proj", {h, q}},    {"k_proj", {h, kv}},  {"v_proj", {h, kv}},  {"o_proj", {q, h}},
-      {"gate_proj", {h, i}}, {"up_proj", {h, i}}, {"down_proj", {i, h}}};
-  std::vector<std::vector<float>> values;
-  std::vector<TensorToWrite> out;
-  values.reserve(2 * targets.size() * static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    for (const auto& [path, rank] : targets) {
-      const auto [in, o] = in_out.at(path.substr(path.find('.') + 1));
-      const std::string base = "base_model.model.model.layers." + std::to_string(l) + "." + path;
-      values.push_back(random_values(static_cast<size_t>(rank * in), seed++, 0.3f));
-      out.push_back({base + ".lora_A.weight", DType::kF32, {rank, in}, values.back().data()});
-      values.push_back(random_values(static_cast<size_t>(o * rank), seed++, 0.3f));
-      out.push_back({base + ".lora_B.weight", DType::kF32, {o, rank}, values.back().data()});
-    }
-  }
-  ASSERT_TRUE(write_safetensors((dir / "adapter_model.safetensors").string(), out).ok());
-}
-
 LlamaConfig base_config() {
   auto j = nlohmann::json::parse(std::ifstream(kBase / "config.json"));
   auto c = parse_llama_config(j, "config.json");
@@ -158,17 +126,7 @@ LlamaConfig base_config() {
   return *c;
 }
 
-class LoraAdapterTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("mmserve_lora_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-  fs::path root_;
-};
+using LoraAdapterTest = testing::AdapterDirTest;
 
 const char* kQvDown = R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj",
     "down_proj"], "rank_pattern": {"down_proj": 2}, "bias": "none"})";
@@ -235,11 +193,11 @@ TEST_F(LoraAdapterTest, BrokenAdaptersAreRefusedNamingTheTensor) {
 
 // One prefill of `prompts` (one sequence each, block b of the pool for sequence b) with adapters per sequence:
 // every row's logits.
-std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                         const std::vector<const LoraAdapter*>& loras) {
-  const int64_t block = 32, vocab = model.config().vocab_size;
-  auto pool = model.new_pool(static_cast<int64_t>(prompts.size()), block);
-  EXPECT_TRUE(pool.ok());
+constexpr int64_t kBlock = 32;
+
+DecoderStep prefill_step(const std::vector<std::vector<int32_t>>& prompts,
+                         const std::vector<const LoraAdapter*>& loras) {
+  const int64_t block = kBlock;
   DecoderStep step;
   step.table_ld = 1;
   step.query_start.push_back(0);
@@ -257,6 +215,15 @@ std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vec
   }
   step.max_query_len = step.max_seq_len;
   step.loras = loras;
+  return step;
+}
+
+std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                         const std::vector<const LoraAdapter*>& loras) {
+  const int64_t vocab = model.config().vocab_size;
+  auto pool = model.new_pool(static_cast<int64_t>(prompts.size()), kBlock);
+  EXPECT_TRUE(pool.ok());
+  const DecoderStep step = prefill_step(prompts, loras);
   std::vector<float> logits(step.logit_rows.size() * static_cast<size_t>(vocab));
   const Status st = model.forward_step(step, *pool, logits.data());
   EXPECT_TRUE(st.ok()) << st.to_string();
@@ -265,6 +232,65 @@ std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vec
     rows.emplace_back(logits.begin() + static_cast<int64_t>(r) * vocab, logits.begin() + static_cast<int64_t>(r + 1) * vocab);
   }
   return rows;
+}
+
+// A GPU model's load (a LoraImagePacker): every check before the packer (a broken adapter never reaches it), which
+// gets each module's matrices as the file stores them (shape, dtype, bytes) with the ranks and scales already set;
+// the adapter keeps its image and no f32 copy, bytes() reports the image, the packer's own error is the load's, and
+// the CPU forward refuses such an adapter rather than read matrices it does not hold.
+TEST_F(LoraAdapterTest, APackerTakesTheFilesMatricesAndNoF32CopyIsKept) {
+  auto base = LlamaModel::load(kBase.string());
+  ASSERT_TRUE(base.ok()) << base.status().to_string();
+  const LlamaConfig& c = (*base)->config();
+  write_adapter(root_ / "a", c, kQvDown, {{"self_attn.q_proj", 4}, {"self_attn.v_proj", 4}, {"mlp.down_proj", 2}}, 1,
+                DType::kBF16);
+  auto file = SafetensorsFile::open((root_ / "a/adapter_model.safetensors").string());
+  ASSERT_TRUE(file.ok());
+  int calls = 0;
+  LoraImagePacker pack = [&](const LoraAdapter& a,
+                             const LoraFileModules& stored) -> StatusOr<std::shared_ptr<const LoraSlotImage>> {
+    ++calls;
+    EXPECT_EQ(stored.size(), static_cast<size_t>(c.num_hidden_layers));
+    const LoraFileModule& down = stored[1][static_cast<int>(LoraTarget::kDown)];
+    EXPECT_EQ(a.module(1, LoraTarget::kDown).rank, 2);
+    EXPECT_FLOAT_EQ(a.module(1, LoraTarget::kDown).scale, 8.0f / 2);
+    EXPECT_EQ(down.a->shape, (std::vector<int64_t>{2, c.intermediate_size}));
+    EXPECT_EQ(down.b->shape, (std::vector<int64_t>{c.hidden_size, 2}));
+    EXPECT_EQ(down.a->dtype, DType::kBF16);
+    const TensorInfo* want = (*file)->find("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight");
+    EXPECT_EQ(std::memcmp(down.a->data, want->data, want->nbytes), 0);
+    EXPECT_EQ(stored[0][static_cast<int>(LoraTarget::kK)].a, nullptr);  // not adapted
+    auto image = std::make_shared<LoraSlotImage>();
+    image->bytes = 12345;
+    return std::shared_ptr<const LoraSlotImage>(image);
+  };
+  auto a = load_lora_adapter((root_ / "a").string(), "a", c, {"model."}, pack);
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE((*a)->holds_f32());
+  EXPECT_TRUE((*a)->module(0, LoraTarget::kQ).a.empty());
+  EXPECT_EQ((*a)->bytes(), 12345);
+  EXPECT_EQ((*a)->max_rank, 4);
+  // Refused before the packer, as without one.
+  write_adapter(root_ / "rank", c, kQvDown, {{"self_attn.q_proj", 4}, {"mlp.down_proj", 4}}, 1, DType::kBF16);
+  auto rank = load_lora_adapter((root_ / "rank").string(), "rank", c, {"model."}, pack);
+  ASSERT_FALSE(rank.ok());
+  EXPECT_EQ(rank.status().message(), load_lora_adapter((root_ / "rank").string(), "rank", c).status().message());
+  EXPECT_EQ(calls, 1);
+  auto refused = load_lora_adapter(
+      (root_ / "a").string(), "a", c, {"model."},
+      [](const LoraAdapter&, const LoraFileModules&) -> StatusOr<std::shared_ptr<const LoraSlotImage>> {
+        return resource_exhausted("no pinned memory");
+      });
+  EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  // The CPU forward: the step is refused naming the adapter.
+  auto pool = (*base)->new_pool(1, kBlock);
+  ASSERT_TRUE(pool.ok());
+  const DecoderStep step = prefill_step({{1, 17, 93}}, {a->get()});
+  std::vector<float> logits(3 * static_cast<size_t>(c.vocab_size));
+  const Status st = (*base)->forward_step(step, *pool, logits.data());
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("GPU model"), std::string::npos) << st.to_string();
 }
 
 // The base checkpoint with W += scale * B @ A for every module of `w` (the merge PEFT's merge_and_unload does).
