@@ -5,7 +5,8 @@
 // listing adapters with their parent, POST /v1/load_lora_adapter and /v1/unload_lora_adapter while requests for the
 // base model and other adapters are in flight (none lost, each its own answer: batches mix adapters), GET
 // /v2/adapters, and the errors: 400 for a missing field or a broken adapter, 409 for a name in use, 404 for an
-// unknown adapter, 403 on a server without --allow-runtime-lora-updating.
+// unknown adapter, 403 on a server without --allow-runtime-lora-updating. CLIP's image adapters (merged copies):
+// loaded onto the tiny CLIP over HTTP, PEFT's embeddings through KServe infer and /v1/embeddings beside the base.
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -15,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../conformance/golden.h"
 #include "server_process.h"
 
 namespace mmserve {
@@ -52,6 +54,12 @@ class LoraServer : public ::testing::Test {
       fs::copy_file(kFixtures / "llama/llama-gqa-f32" / f, *root_ / "llama" / f);
     }
     fs::copy_file(kFixtures / "llava_servable/tokenizer.json", *root_ / "llama/tokenizer.json");
+    // The tiny CLIP, for its image adapters (copy_file follows the fixture's tokenizer.json link).
+    fs::create_directories(*root_ / "clip");
+    for (const char* f : {"config.json", "model.safetensors", "preprocessor_config.json", "tokenizer.json",
+                          "tokenizer_config.json"}) {
+      fs::copy_file(kFixtures / "clip-tiny-quickgelu-f32" / f, *root_ / "clip" / f);
+    }
     prompt_ = new std::vector<int32_t>(
         json::parse(std::ifstream(kFixtures / "lora/llama-qv-r4/golden.json"))["prompt_ids"].get<std::vector<int32_t>>());
     // What each adapter must answer: the CLI's run, itself checked against PEFT's greedy ids here.
@@ -562,6 +570,108 @@ TEST_F(LoraServer, UnloadingAnAdapterInUseFailsItsRequestsOnlyWhenAsked) {
     }
   }
   EXPECT_TRUE(length);
+}
+
+}  // namespace
+}  // namespace mmserve
+
+namespace mmserve {
+namespace {
+
+// CLIP's adapters (issue 16 item 1): PEFT's image adapter and an adapter on both towers, loaded onto the tiny CLIP
+// while it serves; a KServe infer naming the image adapter gets PEFT's image embeddings of the fixture's 8 images, an
+// OpenAI embeddings request naming the other PEFT's text embeddings, the base model its own; the registry says
+// modality and hot_swappable; a decoder's adapter is refused on CLIP naming what CLIP adapts; after the unload the
+// name is 404 and the base serves on.
+TEST_F(LoraServer, ClipsImageAdaptersServePeftsEmbeddingsBesideTheBase) {
+  for (const auto& [name, dir] : {std::pair<const char*, const char*>{"lora-vision-cats", "lora/clip-vision-r4"},
+                                  std::pair<const char*, const char*>{"clip-both", "lora/clip-both-r8-rslora"}}) {
+    auto r = post("/v1/load_lora_adapter",
+                  {{"lora_name", name}, {"lora_path", (kFixtures / dir).string()}, {"base_model", "clip"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+  }
+  auto wrong = post("/v1/load_lora_adapter", {{"lora_name", "qv-on-clip"},
+                                              {"lora_path", (kFixtures / "lora/llama-qv-r4").string()},
+                                              {"base_model", "clip"}});
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 501) << wrong->body;
+  EXPECT_NE(wrong->body.find("visual_projection"), std::string::npos) << wrong->body;
+
+  testing::Golden vision((kFixtures / "lora/clip-vision-r4/golden.safetensors").string());
+  testing::Golden both((kFixtures / "lora/clip-both-r8-rslora/golden.safetensors").string());
+  testing::Golden base((kFixtures / "clip-tiny-quickgelu-f32/golden.safetensors").string());
+  const std::vector<float> pixels = vision.f32("pixel_values");  // [8, 3, 32, 32], the base fixture's
+  constexpr int64_t kDim = 10;
+  auto infer_images = [&](const std::string& model) {
+    const json body = {{"inputs", {{{"name", "pixel_values"}, {"datatype", "FP32"}, {"shape", {8, 3, 32, 32}},
+                                    {"data", pixels}}}}};
+    auto r = server_->client().Post("/v2/models/" + model + "/infer", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r || r->status != 200) return std::make_pair(r ? r->status : 0, std::vector<float>());
+    const json out = json::parse(r->body);
+    EXPECT_EQ(out["model_name"], model);
+    return std::make_pair(200, out["outputs"][0]["data"].get<std::vector<float>>());
+  };
+  auto embed_texts = [&](const std::string& model, const std::vector<std::string>& texts) {
+    auto r = post("/v1/embeddings", {{"model", model}, {"input", texts}});
+    EXPECT_TRUE(r);
+    std::vector<float> rows;
+    if (!r || r->status != 200) return std::make_pair(r ? r->status : 0, rows);
+    const json answer = json::parse(r->body);
+    for (const json& d : answer["data"]) {
+      const std::vector<float> e = d["embedding"].get<std::vector<float>>();
+      rows.insert(rows.end(), e.begin(), e.end());
+    }
+    return std::make_pair(200, rows);
+  };
+  auto expect_rows = [&](const std::vector<float>& got, const std::vector<float>& want, int64_t rows, size_t first,
+                         const char* what) {
+    ASSERT_EQ(got.size(), static_cast<size_t>(rows * kDim)) << what;
+    for (int64_t i = 0; i < rows; ++i) {
+      const size_t w = first + static_cast<size_t>(i);
+      EXPECT_LE(testing::relative_error(got.data() + i * kDim, want.data() + w * kDim, kDim), 1e-5) << what << " " << i;
+    }
+  };
+  // Requests for the base and both adapters at once (one engine batch may hold all three).
+  std::pair<int, std::vector<float>> adapted_images, base_images, adapted_texts;
+  std::thread a([&] { adapted_images = infer_images("lora-vision-cats"); });
+  std::thread b([&] { base_images = infer_images("clip"); });
+  std::thread c([&] { adapted_texts = embed_texts("clip-both", {"a photo of a cat", "A DIAGRAM, of 2 dogs!!"}); });
+  a.join(), b.join(), c.join();
+  ASSERT_EQ(adapted_images.first, 200);
+  ASSERT_EQ(base_images.first, 200);
+  ASSERT_EQ(adapted_texts.first, 200);
+  expect_rows(adapted_images.second, vision.f32("image_embeds"), 8, 0, "PEFT's image adapter");
+  expect_rows(base_images.second, base.f32("image_embeds"), 8, 0, "the base model");
+  const std::vector<float> text_ref = both.f32("text_embeds");  // golden texts 0 and 2
+  ASSERT_EQ(adapted_texts.second.size(), static_cast<size_t>(2 * kDim));
+  expect_rows(std::vector<float>(adapted_texts.second.begin(), adapted_texts.second.begin() + kDim), text_ref, 1, 0,
+              "text 0 under clip-both");
+  expect_rows(std::vector<float>(adapted_texts.second.begin() + kDim, adapted_texts.second.end()), text_ref, 1, 2,
+              "text 2 under clip-both");
+
+  auto registry = server_->client().Get("/v2/adapters");
+  ASSERT_TRUE(registry);
+  json entry;
+  const json adapters = json::parse(registry->body);
+  for (const json& e : adapters["adapters"]) {
+    if (e["id"] == "lora-vision-cats") entry = e;
+  }
+  ASSERT_FALSE(entry.is_null()) << registry->body;
+  EXPECT_EQ(entry["parent"], "clip");
+  EXPECT_EQ(entry["modality"], "image");
+  EXPECT_EQ(entry["hot_swappable"], false);
+  EXPECT_EQ(entry["rank"], 4);
+  EXPECT_GE(entry["requests"].get<int64_t>(), 1);
+
+  for (const char* name : {"lora-vision-cats", "clip-both"}) {
+    auto r = post("/v1/unload_lora_adapter", {{"lora_name", name}});
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200) << r->body;
+  }
+  EXPECT_EQ(infer_images("lora-vision-cats").first, 404);
+  EXPECT_EQ(infer_images("clip").first, 200);
 }
 
 }  // namespace

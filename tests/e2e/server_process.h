@@ -8,6 +8,7 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -100,6 +101,9 @@ class ServerProcess {
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = ::fork();
     if (pid_ == 0) {
+      // A test that crashes must not leave its server behind: an orphan keeps the test's stdout pipe open, and ctest
+      // then waits for that pipe until its timeout instead of reporting the crash.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       const int fd = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 2);
       std::vector<char*> argv;
