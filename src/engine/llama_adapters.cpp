@@ -4,6 +4,7 @@
 // Tests: tests/e2e/lora_server_test.cpp, tests/e2e/cli_test.cpp.
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "engine/decoder_backend.h"
@@ -50,8 +51,20 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
       return gpu(a, stored);
     };
   }
+  // LLaVA's projector may be adapted too (its linears' names by either transformers version).
+  std::optional<models::LoraProjectorShape> projector;
+  if (llava_config_) {
+    const models::LlavaConfig& c = *llava_config_;
+    projector = models::LoraProjectorShape{{"model.multi_modal_projector.", "multi_modal_projector."},
+                                           c.vision.hidden_size * static_cast<int64_t>(c.feature_layers.size()),
+                                           c.text.hidden_size};
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<models::LoraAdapter> adapter,
-                   models::load_lora_adapter(dir, name, config_, prefixes, pack));
+                   models::load_lora_adapter(dir, name, config_, prefixes, pack, projector ? &*projector : nullptr));
+  if (adapter->adapts_projector() && !encode_images_lora_) {
+    return unimplemented("adapter '" + name + "' adapts LLaVA's multi_modal_projector, which only the CPU path "
+                         "applies yet (this model runs on " + options_.device.to_string() + ")");
+  }
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   RETURN_IF_ERROR(check_room());  // again: another load may have come in while this one read its files
   adapters_.emplace(name, std::move(adapter));

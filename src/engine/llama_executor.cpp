@@ -126,6 +126,15 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
         Arena arena;
         return raw->encode_images(pixel_t, feature_t, arena);
       };
+      e->encode_images_lora_ = [raw = shared.get()](const float* pixels, int64_t n, float* features,
+                                                    const models::LoraAdapter& adapter) {
+        const models::LlavaConfig& c = raw->config();
+        const int64_t s = c.vision.image_size;
+        Tensor pixel_t(const_cast<float*>(pixels), DType::kF32, {n, 3, s, s});
+        Tensor feature_t(features, DType::kF32, {n, c.tokens_per_image(), c.text.hidden_size});
+        Arena arena;
+        return raw->encode_images(pixel_t, feature_t, arena, &adapter.projector);
+      };
       e->image_newline_ = shared->image_newline();
       e->vision_owner_ = std::const_pointer_cast<models::LlavaModel>(shared);
     } else {
@@ -455,6 +464,12 @@ BatchStats LlamaExecutor::run(const std::vector<BatchItem>& batch, const BatchHo
         found = a.status();
         if (found.ok()) picked[k] = *a;
       }
+      for (const auto& a : picked) {  // the images' features were made before routing, with the base projector
+        if (found.ok() && a && a->adapts_projector()) {
+          found = failed_precondition("the gate routed to adapter '" + a->name +
+                                      "', which adapts LLaVA's projector: routing mixes decoder adapters only");
+        }
+      }
       if (!found.ok()) {
         hooks.finish(i, found, 0);
         return;
@@ -710,8 +725,17 @@ StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& inp
   for (size_t i = 0; i < input.images.size(); ++i) offset[i + 1] = offset[i] + input.image_tokens[i];
   std::vector<float> out(static_cast<size_t>(offset.back() * h));
   std::vector<size_t> missing;  // images to encode (their tiles in one batch through the tower)
+  // An adapter on the projector makes other features of the same image: cached under the image and that load's id.
+  const models::LoraAdapter* projector =
+      input.adapter && input.adapter->adapts_projector() ? input.adapter.get() : nullptr;
+  if (projector != nullptr && !encode_images_lora_) {
+    return unimplemented("adapter '" + projector->name + "' adapts the projector, which this device does not apply");
+  }
+  auto key = [&](size_t i) {
+    return projector ? input.image_hashes[i] + "/adapter-" + std::to_string(projector->id) : input.image_hashes[i];
+  };
   for (size_t i = 0; i < input.images.size(); ++i) {
-    std::shared_ptr<const std::vector<float>> hit = encoder_cache_->find(input.image_hashes[i]);
+    std::shared_ptr<const std::vector<float>> hit = encoder_cache_->find(key(i));
     if (hit && static_cast<int64_t>(hit->size()) == input.image_tokens[i] * h) {
       std::copy(hit->begin(), hit->end(), out.begin() + offset[i] * h);
     } else {
@@ -723,7 +747,11 @@ StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& inp
     for (size_t i : missing) pixels.insert(pixels.end(), input.images[i].begin(), input.images[i].end());
     const int64_t tiles = static_cast<int64_t>(pixels.size()) / tile_floats;
     std::vector<float> features(static_cast<size_t>(tiles * t * h));
-    RETURN_IF_ERROR(encode_images_(pixels.data(), tiles, features.data()));
+    if (projector != nullptr) {
+      RETURN_IF_ERROR(encode_images_lora_(pixels.data(), tiles, features.data(), *projector));
+    } else {
+      RETURN_IF_ERROR(encode_images_(pixels.data(), tiles, features.data()));
+    }
     const float* tile_rows = features.data();
     for (size_t i : missing) {
       const int64_t rows = input.image_tokens[i];
@@ -737,7 +765,7 @@ StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& inp
       }
       tile_rows += static_cast<int64_t>(input.images[i].size()) / tile_floats * t * h;
       std::copy(entry->begin(), entry->end(), out.begin() + offset[i] * h);
-      encoder_cache_->insert(input.image_hashes[i], std::move(entry));
+      encoder_cache_->insert(key(i), std::move(entry));
     }
   }
   const CacheStats stats = encoder_cache_->stats();

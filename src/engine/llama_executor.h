@@ -227,6 +227,9 @@ class LlamaExecutor final : public Executor {
   // LLaVA-NeXT's image_newline row (packing: models/llava/llava_next.h).
   std::optional<models::LlavaConfig> llava_config_;
   std::function<Status(const float* pixels, int64_t n, float* features)> encode_images_;
+  // The same under an adapter's projector deltas (the CPU path; unset on the GPU, which refuses such adapters).
+  std::function<Status(const float* pixels, int64_t n, float* features, const models::LoraAdapter& adapter)>
+      encode_images_lora_;
   std::vector<float> image_newline_;
   std::shared_ptr<void> vision_owner_;
   std::unique_ptr<EmbeddingCache> encoder_cache_;

@@ -610,8 +610,9 @@ TEST(CliGpu, GenerateWithAnAdapterOnTheGpuGivesPeftsIds) {
 // An adapter on LLaVA's decoder (tools/reference/make_lora_fixtures.py llava-lm-qv-r4: PEFT over the tiny LLaVA
 // fixture, its language model's q/v): `mmserve generate --image ... --adapter DIR` gives PEFT's greedy ids (the
 // adapter's names under transformers 5's module tree, model.language_model.*).
-void expect_llava_lora_greedy(const std::vector<std::string>& device_args) {
-  const std::string adapter = fixture("lora/llava-lm-qv-r4");
+void expect_llava_lora_greedy(const std::vector<std::string>& device_args,
+                              const std::string& variant = "llava-lm-qv-r4") {
+  const std::string adapter = fixture("lora/" + variant);
   const fs::path dir = servable_llava("llava-llama-f32");
   const nlohmann::json meta = nlohmann::json::parse(read_text(adapter + "/golden.json"));
   const nlohmann::json base = nlohmann::json::parse(read_text(fixture("llava/llava-llama-f32/golden.json")));
@@ -632,6 +633,10 @@ void expect_llava_lora_greedy(const std::vector<std::string>& device_args) {
 }
 
 TEST(Cli, GenerateWithAnAdapterOnLlavasDecoderGivesPeftsIds) { expect_llava_lora_greedy({}); }
+
+// An adapter on LLaVA's projector (linear_1 r 4, linear_2 r 2) and its decoder's o_proj (PEFT's llava-projector-r4):
+// the image rows the placeholders take are the adapted projector's, PEFT's greedy ids exact.
+TEST(Cli, GenerateWithAnAdapterOnLlavasProjectorGivesPeftsIds) { expect_llava_lora_greedy({}, "llava-projector-r4"); }
 
 TEST(CliGpu, GenerateWithAnAdapterOnLlavasDecoderOnTheGpuGivesPeftsIds) {
   if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";

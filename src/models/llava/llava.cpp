@@ -191,7 +191,20 @@ StatusOr<std::unique_ptr<LlavaModel>> LlavaModel::load(const std::string& model_
   return model;
 }
 
-Status LlavaModel::encode_images(const Tensor& pixels, Tensor& features, Arena& arena) const {
+namespace {
+
+// y [rows, out] += scale * (x [rows, in] A^T) B^T: a LoRA module's unmerged delta (PEFT's lora.Linear), the rank's
+// values kept in f32 between the two products.
+void add_lora_delta(const float* x, int64_t rows, const LoraModule& m, float* y) {
+  std::vector<float> t(static_cast<size_t>(rows * m.rank));
+  kernels::gemm(false, true, rows, m.rank, m.in, 1.0f, x, m.in, m.a.data(), m.in, 0.0f, t.data(), m.rank);
+  kernels::gemm(false, true, rows, m.out, m.rank, m.scale, t.data(), m.rank, m.b.data(), m.rank, 1.0f, y, m.out);
+}
+
+}  // namespace
+
+Status LlavaModel::encode_images(const Tensor& pixels, Tensor& features, Arena& arena,
+                                 const std::array<LoraModule, 2>* projector_lora) const {
   const LlavaConfig& c = config_;
   const int64_t images = pixels.dims() == 4 ? pixels.size(0) : 0, t = c.tokens_per_image(), h = c.text.hidden_size,
                 vh = c.vision.hidden_size, seq = vision_.seq_len();
@@ -225,8 +238,17 @@ Status LlavaModel::encode_images(const Tensor& pixels, Tensor& features, Arena& 
   std::vector<float> mid(static_cast<size_t>(images * t * h));
   Tensor sel_t(selected.data(), DType::kF32, {images * t, in}), mid_t(mid.data(), DType::kF32, {images * t, h});
   Tensor out_t(features.data_as<float>(), DType::kF32, {images * t, h});
-  kernels::linear(sel_t, linear1_w_, c.projector_bias ? &linear1_b_ : nullptr, mid_t, c.projector_act);
+  const LoraModule* lora1 = projector_lora && (*projector_lora)[0].present() ? &(*projector_lora)[0] : nullptr;
+  const LoraModule* lora2 = projector_lora && (*projector_lora)[1].present() ? &(*projector_lora)[1] : nullptr;
+  if (lora1 != nullptr) {  // the delta joins linear_1's output before the activation
+    kernels::linear(sel_t, linear1_w_, c.projector_bias ? &linear1_b_ : nullptr, mid_t);
+    add_lora_delta(selected.data(), images * t, *lora1, mid.data());
+    kernels::activation(mid_t, mid_t, c.projector_act);
+  } else {
+    kernels::linear(sel_t, linear1_w_, c.projector_bias ? &linear1_b_ : nullptr, mid_t, c.projector_act);
+  }
   kernels::linear(mid_t, linear2_w_, c.projector_bias ? &linear2_b_ : nullptr, out_t);
+  if (lora2 != nullptr) add_lora_delta(mid.data(), images * t, *lora2, features.data_as<float>());
   return ok_status();
 }
 

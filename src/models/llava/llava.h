@@ -35,6 +35,7 @@
 #include "kernels/activation/activation.h"
 #include "models/clip/clip.h"
 #include "models/llama/llama.h"
+#include "models/lora/lora_adapter.h"
 
 namespace mmserve::models {
 
@@ -84,7 +85,10 @@ class LlavaModel {
   // pixels f32 [images, 3, S, S] -> features f32 [images, tokens_per_image, text hidden] (what replaces each image's
   // placeholders; for LLaVA-NeXT each "image" here is a tile, packed afterwards by llava_next.h's order).
   // `arena` provides the activations (grown as needed).
-  Status encode_images(const Tensor& pixels, Tensor& features, Arena& arena) const;
+  // `projector_lora`: a LoRA adapter's deltas on linear_1 and linear_2 (models/lora: rank 0 = that one unadapted),
+  // applied unmerged as PEFT's lora.Linear (linear_1's before the activation).
+  Status encode_images(const Tensor& pixels, Tensor& features, Arena& arena,
+                       const std::array<LoraModule, 2>* projector_lora = nullptr) const;
   // LLaVA-NeXT's image_newline row [text hidden] (empty for LLaVA).
   const std::vector<float>& image_newline() const { return image_newline_; }
 

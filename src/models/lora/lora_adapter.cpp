@@ -111,6 +111,7 @@ int64_t LoraAdapter::bytes() const {
   for (const auto& layer : layers) {
     for (const LoraModule& m : layer) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
   }
+  for (const LoraModule& m : projector) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
   return total;
 }
 
@@ -133,13 +134,17 @@ std::vector<std::string> LoraAdapter::target_names() const {
       }
     }
   }
+  for (int k = 0; k < 2; ++k) {
+    if (projector[k].present()) out.push_back("multi_modal_projector.linear_" + std::to_string(k + 1));
+  }
   return out;
 }
 
 StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
                                                          const LlamaConfig& config,
                                                          const std::vector<std::string>& prefixes,
-                                                         const LoraImagePacker& pack) {
+                                                         const LoraImagePacker& pack,
+                                                         const LoraProjectorShape* projector) {
   namespace fs = std::filesystem;
   const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
   ASSIGN_OR_RETURN(const std::string text, read_text(config_path));
@@ -165,6 +170,15 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       }
     }
   }
+  // LLaVA's projector linears: module name -> (index, {in, out}).
+  std::map<std::string, std::pair<int, std::array<int64_t, 2>>> projector_modules;
+  if (projector != nullptr) {
+    for (const std::string& prefix : projector->prefixes) {
+      projector_modules[prefix + "linear_1"] = {0, {projector->in, projector->hidden}};
+      projector_modules[prefix + "linear_2"] = {1, {projector->hidden, projector->hidden}};
+    }
+  }
+  const TensorInfo* projector_saved[2][2] = {};  // [linear][A, B]
   std::string used_prefix;  // the first module's; every other must share it
   adapter->layers.resize(static_cast<size_t>(config.num_hidden_layers));
   const PeftLoraConfig& pc = adapter->config;
@@ -185,6 +199,29 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       if (s == ".lora_B.weight") {
         return invalid_argument(where + ": not a LoRA matrix (PEFT saves <module>.lora_A.weight and .lora_B.weight)");
       }
+    }
+    if (const auto p = projector_modules.find(module); p != projector_modules.end()) {
+      const auto [index, features] = p->second;
+      StatusOr<bool> targeted = pc.targets(module);
+      if (!targeted.ok()) return invalid_argument(where + ": " + std::string(targeted.status().message()));
+      if (!*targeted) return invalid_argument(where + ": '" + module + "' is not among the config's target_modules");
+      StatusOr<int64_t> rank = pc.rank_for(module);
+      StatusOr<double> scale = pc.scale_for(module);
+      if (!rank.ok()) return invalid_argument(where + ": " + std::string(rank.status().message()));
+      if (!scale.ok()) return invalid_argument(where + ": " + std::string(scale.status().message()));
+      const std::vector<int64_t> want =
+          is_a ? std::vector<int64_t>{*rank, features[0]} : std::vector<int64_t>{features[1], *rank};
+      if (info.shape != want || (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16)) {
+        return invalid_argument(where + ": " + dtype_name(info.dtype) + " " + std::to_string(info.shape.size()) +
+                                "-d, expected an f32/f16/bf16 [" + std::to_string(want[0]) + ", " +
+                                std::to_string(want[1]) + "] (rank " + std::to_string(*rank) + " by r / rank_pattern)");
+      }
+      const TensorInfo*& matrix = projector_saved[index][is_a ? 0 : 1];
+      if (matrix != nullptr) return invalid_argument(where + ": a second matrix for '" + module + "'");
+      matrix = &info;
+      LoraModule& m = adapter->projector[index];
+      m.rank = *rank, m.in = features[0], m.out = features[1], m.scale = static_cast<float>(*scale);
+      continue;
     }
     const auto it = modules.find(module);
     if (it == modules.end()) {
@@ -245,7 +282,21 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       work.push_back({saved.b, &m.b});
     }
   }
+  std::vector<Conversion> projector_work;  // f32 on every device: the host's image path reads them
+  for (int k = 0; k < 2; ++k) {
+    LoraModule& m = adapter->projector[k];
+    if (!m.present()) continue;
+    if (projector_saved[k][0] == nullptr || projector_saved[k][1] == nullptr) {
+      return invalid_argument(weights_path + ": the projector's linear_" + std::to_string(k + 1) +
+                              " has only one of lora_A / lora_B");
+    }
+    adapter->max_rank = std::max(adapter->max_rank, m.rank);
+    ++adapted;
+    projector_work.push_back({projector_saved[k][0], &m.a});
+    projector_work.push_back({projector_saved[k][1], &m.b});
+  }
   if (adapted == 0) return invalid_argument(weights_path + ": holds no LoRA matrices");
+  convert_all(projector_work);
   if (pack) {
     ASSIGN_OR_RETURN(adapter->slot_image, pack(*adapter, stored));  // `file` is mapped until this returns
   } else {

@@ -62,6 +62,10 @@ struct LoraAdapter {
   int64_t max_rank = 0;
   std::vector<std::array<LoraModule, kLoraTargets>> layers;  // [num_hidden_layers]
   std::shared_ptr<const LoraSlotImage> slot_image;           // set at load for a GPU model (else built per upload)
+  // LLaVA's projector (multi_modal_projector.linear_1, linear_2), always in f32: the image path applies them on the
+  // host's model (LlavaModel::encode_images). Absent (rank 0) for every other adapter.
+  std::array<LoraModule, 2> projector;
+  bool adapts_projector() const { return projector[0].present() || projector[1].present(); }
   const LoraModule& module(int64_t layer, LoraTarget t) const { return layers[layer][static_cast<int>(t)]; }
   // The host memory it holds: its f32 copies (a CPU model's) and its slot image (a GPU model's).
   int64_t bytes() const;
@@ -84,18 +88,26 @@ using LoraFileModules = std::vector<std::array<LoraFileModule, kLoraTargets>>;
 using LoraImagePacker =
     std::function<StatusOr<std::shared_ptr<const LoraSlotImage>>(const LoraAdapter&, const LoraFileModules&)>;
 
+// LLaVA's projector as an adapter may adapt it: its module prefixes ("model.multi_modal_projector." as transformers 5
+// names it, "multi_modal_projector." as 4.x did), linear_1 [in -> hidden] and linear_2 [hidden -> hidden].
+struct LoraProjectorShape {
+  std::vector<std::string> prefixes;
+  int64_t in = 0, hidden = 0;
+};
+
 // Reads `dir` for the decoder `config`. `prefixes`: the decoder's module prefixes PEFT may have recorded ("model."
 // for a Llama; under LLaVA "model.language_model." as transformers 5 names the module tree and
 // "language_model.model." as 4.x did); one adapter uses one of them. Without `pack` each module's matrices are
 // converted to f32 (LoraModule::a/b, what a CPU model computes with); with it they are handed to `pack` and the
 // adapter keeps its result as slot_image and no f32 copy (a GPU model's: half the bytes for a bf16 adapter, and no
 // conversion at all into a bf16 model). Every refusal comes before either, the same with or without `pack`; the
-// packer's own errors are returned as they are.
+// packer's own errors are returned as they are. With `projector` (a LLaVA), its two linears may be adapted too.
 // Mutable until the caller shares it.
 StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
                                                          const LlamaConfig& config,
                                                          const std::vector<std::string>& prefixes = {"model."},
-                                                         const LoraImagePacker& pack = nullptr);
+                                                         const LoraImagePacker& pack = nullptr,
+                                                         const LoraProjectorShape* projector = nullptr);
 
 // Threads for a load's bulk pass over `bytes` of output (the f32 conversion, a slot image's pack): one per 16 MB (below
 // that a thread's start costs more than it saves), at most 8 and the cores, so a load never takes every core from the
