@@ -116,6 +116,120 @@ VARIANTS = {
 }
 
 
+# LoRA on raw parameters (PEFT's target_parameters): Mixtral's experts, which transformers 5 keeps as fused 3-D
+# parameters (mlp.experts.gate_up_proj [E, 2I, H], down_proj [E, H, I]). PEFT wraps each in a ParamWrapper (nested when
+# a module has two: the first one listed is wrapped innermost, saved as "...experts.base_layer.lora_A.weight") whose
+# lora_A is [E * r, in] (expert e's rows e*r .. e*r + r - 1) and lora_B [out, E * r] (expert e's rank j in column
+# j * E + e): delta_e = scaling * B_e @ A_e added to expert e's [out, in] matrix. name -> (LoraConfig arguments,
+# description, base).
+PARAM_VARIANTS = {
+    "mixtral-experts-r4": (
+        dict(target_modules=[], target_parameters=["experts.gate_up_proj", "experts.down_proj"], r=4, lora_alpha=8),
+        "LoRA on every expert of the tiny Mixtral (target_parameters: experts.gate_up_proj, experts.down_proj), r 4, "
+        "alpha 8 (scale 2)",
+        "mixtral/mixtral-5x-top2-f32"),
+}
+
+
+def param_wrappers(peft_model):
+    """{(module name, parameter name): PEFT's ParamWrapper} of a model adapted through target_parameters."""
+    from peft.tuners.lora.layer import ParamWrapper
+    return {(name, m.parameter_name): m for name, m in peft_model.get_base_model().named_modules()
+            if isinstance(m, ParamWrapper)}
+
+
+def redraw_params(peft_model, seed):
+    """Each ParamWrapper's lora_A, lora_B normal, scaled so that ||delta||_F = RHO ||param||_F over all experts."""
+    torch.manual_seed(seed)
+    stds = {}
+    for key, m in sorted(param_wrappers(peft_model).items()):
+        a, b = m.lora_A[ADAPTER].weight, m.lora_B[ADAPTER].weight
+        a.copy_(torch.randn_like(a))
+        b.copy_(torch.randn_like(b))
+        delta = m.get_delta_weight(ADAPTER)
+        assert delta.shape == m.get_param().shape, (key, tuple(delta.shape), tuple(m.get_param().shape))
+        c = math.sqrt(RHO * float(m.get_param().norm()) / float(delta.norm()))
+        a.mul_(c)
+        b.mul_(c)
+        stds[".".join(key)] = c
+    return stds
+
+
+def check_param_structure(peft_model, r, alpha, what):
+    """Every expert parameter of every layer is wrapped, with [E*r, in] / [out, E*r] factors and scaling alpha / r;
+    the delta built by hand from the layout documented above equals PEFT's get_delta_weight. Returns the layout."""
+    wrappers = param_wrappers(peft_model)
+    layout = {}
+    for (name, param), m in sorted(wrappers.items()):
+        experts, rows, cols = m.get_param().shape  # [E, out, in] as Mixtral stores the experts
+        a, b = m.lora_A[ADAPTER].weight, m.lora_B[ADAPTER].weight
+        assert tuple(a.shape) == (experts * r, cols) and tuple(b.shape) == (rows, experts * r), (what, name, param)
+        assert m.scaling[ADAPTER] == alpha / r, (what, name, m.scaling[ADAPTER])
+        mine = torch.stack([m.scaling[ADAPTER] * b[:, e::experts] @ a[e * r:(e + 1) * r] for e in range(experts)])
+        assert torch.allclose(mine, m.get_delta_weight(ADAPTER), atol=1e-6), (what, name, "layout differs")
+        layout[f"{name}.{param}"] = {"module": name, "parameter": param, "experts": experts, "out": rows, "in": cols,
+                                     "lora_A": [experts * r, cols], "lora_B": [rows, experts * r]}
+    return layout
+
+
+def make_param_variant(name, variant, args, base_of):
+    import peft
+    import safetensors
+    import transformers
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    config_args, desc, base_rel = variant
+    base_dir, prompt, base_prompt, base_greedy, run, extra = base_of(base_rel)
+    r, alpha = config_args["r"], config_args["lora_alpha"]
+    for seed in range(SEEDS):
+        torch.manual_seed(seed)
+        model = get_peft_model(load_base(base_dir), LoraConfig(task_type="CAUSAL_LM", init_lora_weights=False,
+                                                               lora_dropout=0.0, bias="none",
+                                                               **copy.deepcopy(config_args))).eval()
+        stds = redraw_params(model, seed)
+        prompt_logits, steps, greedy = run(model, prompt)
+        if margin(steps) >= MIN_MARGIN and len(set(greedy)) >= MIN_DISTINCT and greedy != base_greedy:
+            break
+    else:
+        raise RuntimeError(name + ": no seed gave clear margins and a visible change")
+    layout = check_param_structure(model, r, alpha, name)
+    d = os.path.join(args.out, "lora", name)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    model.save_pretrained(d)
+    if os.path.exists(os.path.join(d, "README.md")):
+        os.remove(os.path.join(d, "README.md"))
+    rewrite_base_path(os.path.join(d, "adapter_config.json"), "../../" + base_rel)
+    with safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as f:
+        tensors = {k: list(f.get_tensor(k).shape) for k in f.keys()}
+    reloaded = PeftModel.from_pretrained(load_base(base_dir), d, torch_device="cpu").eval()
+    assert check_param_structure(reloaded, r, alpha, "reloaded") == layout
+    for key, m in param_wrappers(model).items():
+        other = param_wrappers(reloaded)[key]
+        for part in ("lora_A", "lora_B"):
+            assert torch.equal(getattr(m, part)[ADAPTER].weight, getattr(other, part)[ADAPTER].weight), (key, part)
+    prompt_logits, steps, greedy = run(reloaded, prompt)
+    full = reloaded(input_ids=torch.tensor([prompt + greedy[:-1]]), **extra).logits[0, len(prompt) - 1:].float()
+    uncached_diff = float((full - steps).abs().max())
+    assert uncached_diff < 1e-4, (name, "cached steps differ from an uncached forward", uncached_diff)
+    shift = float((prompt_logits - base_prompt).abs().max())
+    save_file({"prompt_logits": prompt_logits.contiguous(), "step_logits": steps.contiguous(),
+               "greedy_ids": torch.tensor(greedy, dtype=torch.int64)}, os.path.join(d, "golden.safetensors"))
+    meta = {"description": desc, "base": "../../" + base_rel, "seed": seed, "prompt_ids": prompt,
+            "greedy_ids": greedy, "base_greedy_ids": base_greedy, "min_top1_margin": margin(steps),
+            "new_tokens": NEW_TOKENS, "max_abs_logit_shift_vs_base": shift, "uncached_max_abs_diff": uncached_diff,
+            "compute": "float32, eager attention, CPU; the adapter reloaded with PeftModel.from_pretrained, unmerged",
+            "lora": {**{k: v for k, v in config_args.items()}, "scaling": alpha / r}, "layout": layout,
+            "adapter_tensors": tensors, "init_std": stds,
+            "torch": torch.__version__, "transformers": transformers.__version__, "peft": peft.__version__,
+            "safetensors": safetensors.__version__}
+    json.dump(meta, open(os.path.join(d, "golden.json"), "w"), indent=1)
+    print(f"{name}: seed {seed}, margin {meta['min_top1_margin']:.4f}, shift {shift:.3f}, greedy {greedy}, "
+          f"tensors {tensors}")
+
+
 def is_llava(base_dir):
     return json.load(open(os.path.join(base_dir, "config.json"))).get("model_type") == "llava"
 
@@ -393,6 +507,16 @@ def main():
                   f"base, greedy {greedy}")
             print(f"  modules (r/alpha/scaling): {short}")
         except Exception as e:  # report every variant, fail at the end
+            import traceback
+            traceback.print_exc()
+            failures.append(name)
+            print(f"{name}: FAILED {type(e).__name__}: {e}", file=sys.stderr)
+    for name, variant in PARAM_VARIANTS.items():
+        if args.only and name not in args.only.split(","):
+            continue
+        try:
+            make_param_variant(name, variant, args, base_of)
+        except Exception as e:
             import traceback
             traceback.print_exc()
             failures.append(name)
