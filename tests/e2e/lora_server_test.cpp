@@ -60,6 +60,8 @@ class LoraServer : public ::testing::Test {
                           "tokenizer_config.json"}) {
       fs::copy_file(kFixtures / "clip-tiny-quickgelu-f32" / f, *root_ / "clip" / f);
     }
+    // Two replicas, batches of one: an adapter must be on each (the runtime loads it per instance).
+    std::ofstream(*root_ / "clip/mmserve.yaml") << "device: cpu\ninstances: 2\nmax_batch_size: 1\n";
     prompt_ = new std::vector<int32_t>(
         json::parse(std::ifstream(kFixtures / "lora/llama-qv-r4/golden.json"))["prompt_ids"].get<std::vector<int32_t>>());
     // What each adapter must answer: the CLI's run, itself checked against PEFT's greedy ids here.
@@ -664,6 +666,34 @@ TEST_F(LoraServer, ClipsImageAdaptersServePeftsEmbeddingsBesideTheBase) {
   EXPECT_EQ(entry["hot_swappable"], false);
   EXPECT_EQ(entry["rank"], 4);
   EXPECT_GE(entry["requests"].get<int64_t>(), 1);
+
+  // Both replicas serve the adapter: rounds of concurrent requests (batches of one) until each replica has run some,
+  // every answer PEFT's.
+  auto replica_batches = [&](const std::string& replica) {
+    auto m = server_->client().Get("/metrics");
+    if (!m) return int64_t{-1};
+    std::istringstream lines(m->body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("mmserve_replica_batches_total{", 0) == 0 && line.find("model=\"clip\"") != std::string::npos &&
+          line.find("replica=\"" + replica + "\"") != std::string::npos) {
+        return static_cast<int64_t>(std::stod(line.substr(line.rfind(' ') + 1)));
+      }
+    }
+    return int64_t{0};
+  };
+  const int64_t before0 = replica_batches("0"), before1 = replica_batches("1");
+  for (int round = 0; round < 20 && (replica_batches("0") == before0 || replica_batches("1") == before1); ++round) {
+    std::vector<std::pair<int, std::vector<float>>> answers(4);
+    std::vector<std::thread> clients;
+    for (auto& answer : answers) clients.emplace_back([&] { answer = infer_images("lora-vision-cats"); });
+    for (std::thread& t : clients) t.join();
+    for (const auto& answer : answers) {
+      ASSERT_EQ(answer.first, 200);
+      expect_rows(answer.second, vision.f32("image_embeds"), 8, 0, "PEFT's image adapter, either replica");
+    }
+  }
+  EXPECT_GT(replica_batches("0"), before0) << "replica 0 ran none of the adapter's requests";
+  EXPECT_GT(replica_batches("1"), before1) << "replica 1 ran none of the adapter's requests";
 
   for (const char* name : {"lora-vision-cats", "clip-both"}) {
     auto r = post("/v1/unload_lora_adapter", {{"lora_name", name}});
