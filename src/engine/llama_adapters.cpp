@@ -65,6 +65,10 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
     return unimplemented("adapter '" + name + "' adapts LLaVA's multi_modal_projector, which only the CPU path "
                          "applies yet (this model runs on " + options_.device.to_string() + ")");
   }
+  if (adapter->adapts_experts() && !options_.device.is_cpu()) {  // a packer refuses them already; this without one
+    return unimplemented("adapter '" + name + "': LoRA on Mixtral's experts runs on the CPU path only (this model " +
+                         "runs on " + options_.device.to_string() + ")");
+  }
   std::lock_guard<std::mutex> lock(adapters_mutex_);
   RETURN_IF_ERROR(check_room());  // again: another load may have come in while this one read its files
   adapters_.emplace(name, std::move(adapter));

@@ -1,10 +1,11 @@
 // PEFT LoRA adapters against PEFT itself (issue 16): tests/fixtures/lora/* (tools/reference/make_lora_fixtures.py:
 // adapters on q/v, on every linear with rsLoRA, and with a regex target_modules plus rank_pattern / alpha_pattern,
-// over the tiny HF Llama fixture; one on the tiny Mixtral's attention; saved by PEFT's save_pretrained). Each adapter
-// as PEFT wrote it, through load_lora_adapter and LlamaModel's step: the prompt's logits and the cached decode's step
-// logits within 1e-4 of PEFT's (f32), the greedy ids exact, the per-module scales as PEFT's LoraLayer.scaling; and
-// one step mixing the three adapters and the base model gives each sequence its own answer (its last prompt row as
-// PEFT's). LLaVA's decoder under an adapter: tests/e2e/cli_test.cpp (the image path runs through the CLI there).
+// over the tiny HF Llama fixture; one on the tiny Mixtral's attention and one on its experts, through
+// target_parameters, skipped until generated; saved by PEFT's save_pretrained). Each adapter as PEFT wrote it, through
+// load_lora_adapter and LlamaModel's step: the prompt's logits and the cached decode's step logits within 1e-4 of
+// PEFT's (f32), the greedy ids exact, the per-module scales as PEFT's LoraLayer.scaling; and one step mixing the three
+// adapters and the base model gives each sequence its own answer (its last prompt row as PEFT's). LLaVA's decoder under
+// an adapter: tests/e2e/cli_test.cpp (the image path runs through the CLI there).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -86,6 +87,23 @@ std::unique_ptr<LlamaModel> base_model() {
   return model.ok() ? std::move(*model) : nullptr;
 }
 
+// The decode of golden.json's prompt under `adapter` as PEFT's: the prompt's and the steps' logits within 1e-4, the
+// greedy ids exact, and the base model's ids other (the adapter matters).
+void expect_goldens(const LlamaModel& model, const json& meta, const testing::Golden& golden,
+                    const LoraAdapter& adapter, const char* name) {
+  const std::vector<int32_t> prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
+  const std::vector<int64_t> want = golden.i64("greedy_ids");
+  const Decoded got = decode(model, prompt, static_cast<int64_t>(want.size()), &adapter);
+  const float prompt_diff = max_abs_diff(got.prompt_logits, golden.f32("prompt_logits"));
+  const float step_diff = max_abs_diff(got.step_logits, golden.f32("step_logits"));
+  std::printf("%s: prompt logits %.2e, step logits %.2e from PEFT's\n", name, prompt_diff, step_diff);
+  EXPECT_LE(prompt_diff, 1e-4f);
+  EXPECT_LE(step_diff, 1e-4f);
+  EXPECT_EQ(got.greedy, want);
+  EXPECT_EQ(meta["greedy_ids"].get<std::vector<int64_t>>(), want);
+  EXPECT_NE(meta["base_greedy_ids"].get<std::vector<int64_t>>(), want);
+}
+
 // One fixture adapter over `model` (its base): the scales as PEFT's, every module PEFT adapted present, and the
 // decode as PEFT's.
 void expect_decodes_as_peft(const LlamaModel& model, const char* name) {
@@ -114,17 +132,7 @@ void expect_decodes_as_peft(const LlamaModel& model, const char* name) {
     for (const LoraModule& m : layer) present += m.present();
   }
   EXPECT_EQ(present, modules);
-  const std::vector<int32_t> prompt = meta["prompt_ids"].get<std::vector<int32_t>>();
-  const std::vector<int64_t> want = golden.i64("greedy_ids");
-  const Decoded got = decode(model, prompt, static_cast<int64_t>(want.size()), adapter->get());
-  const float prompt_diff = max_abs_diff(got.prompt_logits, golden.f32("prompt_logits"));
-  const float step_diff = max_abs_diff(got.step_logits, golden.f32("step_logits"));
-  std::printf("%s: prompt logits %.2e, step logits %.2e from PEFT's\n", name, prompt_diff, step_diff);
-  EXPECT_LE(prompt_diff, 1e-4f);
-  EXPECT_LE(step_diff, 1e-4f);
-  EXPECT_EQ(got.greedy, want);
-  // The adapter matters: the base model decodes otherwise (golden.json's base ids).
-  EXPECT_NE(meta["base_greedy_ids"].get<std::vector<int64_t>>(), want);
+  expect_goldens(model, meta, golden, **adapter, name);
 }
 
 TEST(LoraHf, EachAdapterDecodesAsPeft) {
@@ -140,6 +148,37 @@ TEST(LoraHf, AnAdapterOnMixtralsAttentionDecodesAsPeft) {
   auto model = LlamaModel::load(testing::fixture("mixtral/mixtral-5x-top2-f32"));
   ASSERT_TRUE(model.ok()) << model.status().to_string();
   expect_decodes_as_peft(**model, "mixtral-attn-r4");
+}
+
+// Mixtral's experts under an adapter (make_lora_fixtures.py's PARAM_VARIANTS mixtral-experts-r4: PEFT's
+// target_parameters over transformers 5's fused experts, every expert of both layers, r 4, alpha 8): every expert of
+// each layer adapted for both parameters with PEFT's ParamWrapper scaling, and the decode as PEFT's.
+TEST(LoraHf, AnAdapterOnMixtralsExpertsDecodesAsPeft) {
+  const std::string dir = testing::fixture("lora/mixtral-experts-r4");
+  if (!fs::exists(dir)) {
+    GTEST_SKIP() << "tests/fixtures/lora/mixtral-experts-r4 not generated yet (tools/reference/make_lora_fixtures.py "
+                    "--only mixtral-experts-r4 on the GPU host)";
+  }
+  auto model = LlamaModel::load(testing::fixture("mixtral/mixtral-5x-top2-f32"));
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const LlamaConfig& c = (*model)->config();
+  const json meta = json::parse(std::ifstream(dir + "/golden.json"));
+  testing::Golden golden(dir + "/golden.safetensors");
+  auto adapter = load_lora_adapter(dir, "mixtral-experts-r4", c);
+  ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
+  EXPECT_EQ((*adapter)->target_names(), (std::vector<std::string>{"experts.gate_up_proj", "experts.down_proj"}));
+  const double scaling = meta["lora"]["scaling"].get<double>();
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    for (const LoraExpertParam p : {LoraExpertParam::kGateUp, LoraExpertParam::kDown}) {
+      for (int64_t e = 0; e < c.num_experts; ++e) {
+        const LoraModule* m = (*adapter)->expert_module(l, p, e);
+        ASSERT_NE(m, nullptr) << l << " " << lora_expert_param_name(p) << " " << e;
+        EXPECT_EQ(m->rank, meta["lora"]["r"].get<int64_t>());
+        EXPECT_NEAR(m->scale, scaling, 1e-6);
+      }
+    }
+  }
+  expect_goldens(**model, meta, golden, **adapter, "mixtral-experts-r4");
 }
 
 TEST(LoraHf, OneStepOfEveryAdapterAndNoneIsEachAlone) {

@@ -8,10 +8,10 @@
 
 #include "core/json_config.h"
 #include "models/lora/lora_adapter.h"
+#include "models/lora/lora_step.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
-#include "kernels/lora/lora.h"
 #include "kernels/moe/moe.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/rms_norm/rms_norm.h"
@@ -387,6 +387,13 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
       if (a != nullptr && !a->holds_f32()) {  // packed for a GPU model at load: the forward below reads a/b
         return invalid_argument("adapter '" + a->name + "' was loaded for a GPU model (it holds no f32 matrices)");
       }
+      for (size_t l = 0; a != nullptr && l < a->experts.size(); ++l) {  // expert_module(l, p, e) for e < num_experts
+        for (const std::vector<LoraModule>& modules : a->experts[l]) {
+          if (!modules.empty() && static_cast<int64_t>(modules.size()) != c.num_experts) {
+            return invalid_argument("adapter '" + a->name + "' was loaded for another model (its experts)");
+          }
+        }
+      }
     }
   }
   for (int64_t i = 0; i < t; ++i) {
@@ -415,37 +422,6 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
 }
 
 }  // namespace
-
-// Mixtral's sparse MLP for n rows of `normed`: route, group the (token, expert) pairs by expert, run each expert's
-// w2(silu(w1 x) * w3 x) over its rows, and add the weighted sum to x (the residual). ids/weights [n, k] receive the
-// routing.
-void LlamaModel::moe_mlp(const Layer& w, const float* normed, int64_t n, float* x, int32_t* ids,
-                         float* weights) const {
-  const LlamaConfig& c = config_;
-  const int64_t h = c.hidden_size, i = c.intermediate_size, e_count = c.num_experts, k = c.experts_per_token;
-  std::vector<float> router(static_cast<size_t>(n * e_count));
-  Tensor in(const_cast<float*>(normed), DType::kF32, {n, h});
-  Tensor router_t(router.data(), DType::kF32, {n, e_count});
-  kernels::linear(in, w.router, nullptr, router_t);
-  kernels::moe_route(router.data(), e_count, n, e_count, k, ids, weights);
-  const kernels::MoePlan plan = kernels::moe_plan(ids, n, e_count, k);
-  std::vector<float> xp(static_cast<size_t>(n * k * h)), gate(static_cast<size_t>(n * k * i)), up(gate.size()),
-      yp(xp.size()), out(static_cast<size_t>(n * h));
-  kernels::moe_permute(normed, h, plan, h, xp.data(), h);
-  for (int64_t e = 0; e < e_count; ++e) {
-    const int64_t first = plan.offsets[e], rows = plan.rows(e);
-    if (rows == 0) continue;
-    Tensor xe(xp.data() + first * h, DType::kF32, {rows, h}), ye(yp.data() + first * h, DType::kF32, {rows, h});
-    Tensor ge(gate.data() + first * i, DType::kF32, {rows, i}), ue(up.data() + first * i, DType::kF32, {rows, i});
-    kernels::linear(xe, w.w1[e], nullptr, ge);
-    kernels::linear(xe, w.w3[e], nullptr, ue);
-    kernels::swiglu(ge.data_as<float>(), ue.data_as<float>(), i, rows, i, ge.data_as<float>(), i);
-    kernels::linear(ge, w.w2[e], nullptr, ye);
-  }
-  kernels::moe_combine(yp.data(), h, plan, ids, weights, h, out.data(), h);
-  Tensor xt(x, DType::kF32, {n, h}), out_t(out.data(), DType::kF32, {n, h});
-  kernels::add(xt, out_t, xt);
-}
 
 Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits,
                                 MoeRoutingTrace* routing) const {
@@ -502,29 +478,13 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   write.k = k.data(), write.v = v.data(), write.src_ld = kvs, write.dtype = DType::kF32;
   write.slot_mapping = step.slots.data(), write.num_tokens = n, write.width = kvs, write.num_slots = pool.slots();
   // LoRA (issue 16): each sequence's adapter's delta on a linear's output, added after the base layer as PEFT does;
-  // under gate routing a second adapter's too, each scaled by its weight.
+  // under gate routing a second adapter's too, each scaled by its weight (models/lora/lora_step.h).
   const bool any_lora = std::any_of(step.loras.begin(), step.loras.end(), [](const LoraAdapter* a) { return a; });
-  std::vector<kernels::LoraSegmentWeights> segments(static_cast<size_t>(step.num_seqs()));
-  auto lora_pass = [&](const std::vector<const LoraAdapter*>& adapters, int which, int64_t layer, LoraTarget t,
-                       const float* in, int64_t in_ld, float* out, int64_t out_ld) {
-    const LoraModule* first = nullptr;  // the linear's shape (every adapter's is the model's)
-    for (int64_t s = 0; s < step.num_seqs(); ++s) {
-      const LoraAdapter* a = adapters[s];
-      const LoraModule* m = a != nullptr ? &a->module(layer, t) : nullptr;
-      const float weight = step.lora_weights.empty() ? (which == 0 ? 1.0f : 0.0f) : step.lora_weights[2 * s + which];
-      segments[s] = m != nullptr && m->present()
-                        ? kernels::LoraSegmentWeights{m->a.data(), m->b.data(), m->rank, m->scale * weight}
-                        : kernels::LoraSegmentWeights{};
-      if (first == nullptr && segments[s].rank > 0) first = m;
-    }
-    if (first == nullptr) return;
-    kernels::lora_sgmv(in, in_ld, step.query_start.data(), step.num_seqs(), segments.data(), first->in, first->out, out,
-                       out_ld);
-  };
   auto lora = [&](int64_t layer, LoraTarget t, const float* in, int64_t in_ld, float* out, int64_t out_ld) {
     if (!any_lora) return;
-    lora_pass(step.loras, 0, layer, t, in, in_ld, out, out_ld);
-    if (!step.loras_second.empty()) lora_pass(step.loras_second, 1, layer, t, in, in_ld, out, out_ld);
+    add_lora_deltas(
+        step, step.query_start.data(), [&](const LoraAdapter& a) { return &a.module(layer, t); }, in, in_ld, out,
+        out_ld);
   };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
@@ -553,7 +513,7 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
     if (c.num_experts > 0) {
       const size_t at = static_cast<size_t>(l * n * k_experts);
-      moe_mlp(w, normed.data(), n, x.data(), route_ids.data() + at, route_weights.data() + at);
+      moe_mlp(w, l, step, any_lora, normed.data(), x.data(), route_ids.data() + at, route_weights.data() + at);
       continue;
     }
     kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);

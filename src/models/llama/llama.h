@@ -163,7 +163,9 @@ class LlamaModel {
   LlamaModel() = default;
   void bind_weights();
 
-  void moe_mlp(const Layer& w, const float* normed, int64_t n, float* x, int32_t* ids, float* weights) const;
+  // Mixtral's sparse MLP over the step's rows of `normed` (llama_moe.cpp); `lora`: the step has adapters.
+  void moe_mlp(const Layer& w, int64_t layer, const DecoderStep& step, bool lora, const float* normed, float* x,
+               int32_t* ids, float* weights) const;
 
   LlamaConfig config_;
   LlamaWeightNames names_;

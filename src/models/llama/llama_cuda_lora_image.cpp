@@ -128,6 +128,9 @@ Status check_packable(const LoraAdapter& adapter, const LlamaConfig& c, int64_t 
   if (static_cast<int64_t>(adapter.layers.size()) != c.num_hidden_layers) {
     return invalid_argument("adapter '" + adapter.name + "' was read for another model (its layer count)");
   }
+  if (adapter.adapts_experts()) {  // a slot holds no expert matrices: the GPU forward would leave them out
+    return unimplemented("adapter '" + adapter.name + "': LoRA on Mixtral's experts runs on the CPU path only");
+  }
   return ok_status();
 }
 

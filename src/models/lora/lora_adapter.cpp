@@ -6,16 +6,21 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
 #include "core/dtype.h"
 #include "core/safetensors.h"
+#include "models/common/weight_table.h"
 
 namespace mmserve::models {
 namespace {
 
 constexpr const char* kSavedPrefix = "base_model.model.";
+// Mixtral's experts under the layer, as PEFT's ParamWrapper saves them: the outer wrapper's pair, and the inner one's
+// when two parameters are adapted (nested).
+constexpr const char* kExpertModules[] = {"mlp.experts", "mlp.experts.base_layer"};
 
 struct Linear {
   LoraTarget target;
@@ -42,6 +47,15 @@ std::array<int64_t, 2> lora_target_features(const LlamaConfig& c, LoraTarget t) 
   return {0, 0};
 }
 
+const char* lora_expert_param_name(LoraExpertParam p) {
+  return p == LoraExpertParam::kGateUp ? "experts.gate_up_proj" : "experts.down_proj";
+}
+
+std::array<int64_t, 2> lora_expert_features(const LlamaConfig& c, LoraExpertParam p) {
+  const int64_t h = c.hidden_size, i = c.intermediate_size;
+  return p == LoraExpertParam::kGateUp ? std::array<int64_t, 2>{h, 2 * i} : std::array<int64_t, 2>{i, h};
+}
+
 namespace {
 
 StatusOr<std::string> read_text(const std::string& path) {
@@ -66,6 +80,19 @@ struct Conversion {
 // (docs/perf/lora_cpu.md, bench/lora_cpu_bench.cpp).
 constexpr int64_t kConvertChunk = 4096;  // floats: 16 KB, in L1
 
+// run(0 .. items - 1) over lora_load_threads(bytes) threads, this one among them.
+void run_parallel(size_t items, size_t bytes, const std::function<void(size_t)>& run) {
+  const size_t threads = std::min<size_t>(static_cast<size_t>(lora_load_threads(bytes)), items);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i; (i = next++) < items;) run(i);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
 void convert_all(const std::vector<Conversion>& work) {
   auto convert = [](const Conversion& c) {
     const int64_t n = c.tensor->numel();
@@ -81,15 +108,37 @@ void convert_all(const std::vector<Conversion>& work) {
   };
   size_t bytes = 0;
   for (const Conversion& c : work) bytes += static_cast<size_t>(c.tensor->numel()) * sizeof(float);
-  const size_t threads = std::min<size_t>(static_cast<size_t>(lora_load_threads(bytes)), work.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i; (i = next++) < work.size();) convert(work[i]);
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+  run_parallel(work.size(), bytes, [&](size_t i) { convert(work[i]); });
+}
+
+// One fused experts pair as PEFT's ParamWrapper saves it (A [E r, in], B [out, E r], checked) split into `experts`
+// modules in f32: A_e = rows [e r, (e + 1) r) of A, B_e[:, j] = B[:, j E + e]. Each B_e is built by appending, row by
+// row (convert_all's reason).
+struct ExpertSplit {
+  const TensorInfo* a;
+  const TensorInfo* b;
+  std::vector<LoraModule>* out;  // sized to the experts, ranks and shapes set
+};
+
+void split_experts(const ExpertSplit& s) {
+  const int64_t experts = static_cast<int64_t>(s.out->size()), rank = (*s.out)[0].rank, in = s.a->shape[1];
+  const int64_t rows = s.b->shape[0], width = experts * rank;
+  const size_t a_element = dtype_size(s.a->dtype), b_element = dtype_size(s.b->dtype);
+  for (int64_t e = 0; e < experts; ++e) {
+    LoraModule& m = (*s.out)[e];
+    m.a.resize(static_cast<size_t>(rank * in));
+    convert_to_f32(s.a->dtype, s.a->data + static_cast<size_t>(e * rank * in) * a_element, m.a.data(), rank * in);
+    m.b.clear();
+    m.b.reserve(static_cast<size_t>(rows * rank));
+  }
+  std::vector<float> row(static_cast<size_t>(width));
+  for (int64_t o = 0; o < rows; ++o) {
+    convert_to_f32(s.b->dtype, s.b->data + static_cast<size_t>(o * width) * b_element, row.data(), width);
+    for (int64_t e = 0; e < experts; ++e) {
+      std::vector<float>& b = (*s.out)[e].b;
+      for (int64_t j = 0; j < rank; ++j) b.push_back(row[j * experts + e]);
+    }
+  }
 }
 
 }  // namespace
@@ -112,7 +161,21 @@ int64_t LoraAdapter::bytes() const {
     for (const LoraModule& m : layer) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
   }
   for (const LoraModule& m : projector) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+  for (const auto& layer : experts) {
+    for (const std::vector<LoraModule>& modules : layer) {
+      for (const LoraModule& m : modules) total += static_cast<int64_t>((m.a.size() + m.b.size()) * sizeof(float));
+    }
+  }
   return total;
+}
+
+bool LoraAdapter::adapts_experts() const {
+  for (const auto& layer : experts) {
+    for (const std::vector<LoraModule>& modules : layer) {
+      if (!modules.empty()) return true;
+    }
+  }
+  return false;
 }
 
 bool LoraAdapter::holds_f32() const {
@@ -130,6 +193,14 @@ std::vector<std::string> LoraAdapter::target_names() const {
     for (const auto& layer : layers) {
       if (layer[t].present()) {
         out.push_back(lora_target_name(static_cast<LoraTarget>(t)));
+        break;
+      }
+    }
+  }
+  for (int p = 0; p < kLoraExpertParams; ++p) {
+    for (const auto& layer : experts) {
+      if (!layer[p].empty()) {
+        out.push_back(lora_expert_param_name(static_cast<LoraExpertParam>(p)));
         break;
       }
     }
@@ -159,6 +230,20 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
                      "safe_serialization=True)");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
+  const PeftLoraConfig& pc = adapter->config;
+  const std::string experts_supported = "mmserve adapts Mixtral's experts.gate_up_proj and experts.down_proj";
+  if (!pc.target_parameters.empty() && config.num_experts == 0) {
+    return unimplemented(config_path +
+                         ": target_parameters (LoRA on raw parameters) is not supported for this model (" +
+                         experts_supported + ")");
+  }
+  for (const std::string& parameter : pc.target_parameters) {
+    if (parameter != lora_expert_param_name(LoraExpertParam::kGateUp) &&
+        parameter != lora_expert_param_name(LoraExpertParam::kDown)) {
+      return unimplemented(config_path + ": target_parameters '" + parameter.substr(0, 120) + "' is not supported (" +
+                           experts_supported + ")");
+    }
+  }
 
   // Every tensor must be one of the decoder's linears' lora_A / lora_B.
   std::map<std::string, std::pair<int64_t, LoraTarget>> modules;  // module name -> (layer, target)
@@ -170,6 +255,16 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       }
     }
   }
+  // Mixtral's experts: module name -> (layer, nesting); a pair's parameter is known by its shapes (below).
+  std::map<std::string, std::pair<int64_t, int>> expert_modules;
+  for (const std::string& prefix : prefixes) {
+    for (int64_t l = 0; l < config.num_hidden_layers && config.num_experts > 0; ++l) {
+      for (int depth = 0; depth < 2; ++depth) {
+        expert_modules[prefix + "layers." + std::to_string(l) + "." + kExpertModules[depth]] = {l, depth};
+      }
+    }
+  }
+  std::vector<std::array<LoraFileModule, 2>> expert_saved(static_cast<size_t>(config.num_hidden_layers));
   // LLaVA's projector linears: module name -> (index, {in, out}).
   std::map<std::string, std::pair<int, std::array<int64_t, 2>>> projector_modules;
   if (projector != nullptr) {
@@ -180,8 +275,15 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
   }
   const TensorInfo* projector_saved[2][2] = {};  // [linear][A, B]
   std::string used_prefix;  // the first module's; every other must share it
+  auto same_prefix = [&](const std::string& module, const std::string& where) -> Status {
+    const std::string prefix = module.substr(0, module.find("layers."));
+    if (used_prefix.empty()) used_prefix = prefix;
+    if (prefix != used_prefix) {
+      return invalid_argument(where + ": modules under both '" + used_prefix + "' and '" + prefix + "'");
+    }
+    return ok_status();
+  };
   adapter->layers.resize(static_cast<size_t>(config.num_hidden_layers));
-  const PeftLoraConfig& pc = adapter->config;
   // Every check first, then the conversion or the pack (the bulk of the time) at once, from these views.
   LoraFileModules stored(static_cast<size_t>(config.num_hidden_layers));
   for (const auto& [tensor_name, info] : file->tensors()) {
@@ -223,6 +325,22 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       m.rank = *rank, m.in = features[0], m.out = features[1], m.scale = static_cast<float>(*scale);
       continue;
     }
+    if (const auto x = expert_modules.find(module); x != expert_modules.end()) {
+      RETURN_IF_ERROR(same_prefix(module, where));
+      if (info.dtype != DType::kF32 && info.dtype != DType::kF16 && info.dtype != DType::kBF16) {
+        return unimplemented(where + " is " + dtype_name(info.dtype) + " (f32, f16 or bf16)");
+      }
+      if (info.shape.size() != 2) {
+        return invalid_argument(where + ": shape " + shape_to_string(info.shape) + ", not 2-d");
+      }
+      const auto [layer, depth] = x->second;
+      const TensorInfo*& matrix = is_a ? expert_saved[layer][depth].a : expert_saved[layer][depth].b;
+      if (matrix != nullptr) {
+        return invalid_argument(where + ": a second " + (is_a ? "lora_A" : "lora_B") + " for '" + module + "'");
+      }
+      matrix = &info;
+      continue;
+    }
     const auto it = modules.find(module);
     if (it == modules.end()) {
       return unimplemented(where + ": LoRA on '" + module.substr(0, 120) +
@@ -234,11 +352,7 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       return invalid_argument(where + ": '" + module + "' is not among the config's target_modules");
     }
     const auto [layer, target] = it->second;
-    const std::string prefix = module.substr(0, module.find("layers."));
-    if (used_prefix.empty()) used_prefix = prefix;
-    if (prefix != used_prefix) {
-      return invalid_argument(where + ": modules under both '" + used_prefix + "' and '" + prefix + "'");
-    }
+    RETURN_IF_ERROR(same_prefix(module, where));
     LoraModule& m = adapter->layers[layer][static_cast<int>(target)];
     const auto [in, out] = lora_target_features(config, target);
     StatusOr<int64_t> ranked = pc.rank_for(module);
@@ -282,6 +396,57 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
       work.push_back({saved.b, &m.b});
     }
   }
+  // Mixtral's experts: each pair's parameter by its shapes (gate_up's and down's can never both fit one pair).
+  std::vector<ExpertSplit> expert_work;  // f32 on every device: only the CPU forward applies them
+  size_t expert_bytes = 0;
+  if (config.num_experts > 0) adapter->experts.resize(static_cast<size_t>(config.num_hidden_layers));
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    for (int depth = 0; depth < 2; ++depth) {
+      const LoraFileModule& saved = expert_saved[l][depth];
+      if (saved.a == nullptr && saved.b == nullptr) continue;
+      const std::string module = used_prefix + "layers." + std::to_string(l) + "." + kExpertModules[depth];
+      if (saved.a == nullptr || saved.b == nullptr) {
+        return invalid_argument(weights_path + ": " + module + " has only one of lora_A / lora_B");
+      }
+      const int64_t width = config.num_experts * pc.r;
+      std::optional<LoraExpertParam> param;
+      for (const LoraExpertParam p : {LoraExpertParam::kGateUp, LoraExpertParam::kDown}) {
+        const auto [in, out] = lora_expert_features(config, p);
+        if (saved.a->shape == std::vector<int64_t>{width, in} && saved.b->shape == std::vector<int64_t>{out, width}) {
+          param = p;
+        }
+      }
+      if (!param) {
+        const int64_t h = config.hidden_size, i = config.intermediate_size;
+        return invalid_argument(weights_path + ": " + saved.a->name + " " + shape_to_string(saved.a->shape) + " with " +
+                                saved.b->name + " " + shape_to_string(saved.b->shape) +
+                                " is neither experts.gate_up_proj's pair (lora_A " + shape_to_string({width, h}) +
+                                ", lora_B " + shape_to_string({2 * i, width}) + ") nor experts.down_proj's (" +
+                                shape_to_string({width, i}) + ", " + shape_to_string({h, width}) + ") at " +
+                                std::to_string(config.num_experts) + " experts of rank " + std::to_string(pc.r));
+      }
+      const std::string parameter = lora_expert_param_name(*param);
+      const auto& listed = pc.target_parameters;
+      if (std::find(listed.begin(), listed.end(), parameter) == listed.end()) {
+        return invalid_argument(weights_path + ": " + saved.a->name + " adapts '" + parameter +
+                                "', which is not among the config's target_parameters");
+      }
+      std::vector<LoraModule>& modules = adapter->experts[l][static_cast<int>(*param)];
+      if (!modules.empty()) {
+        return invalid_argument(weights_path + ": " + module + ": a second pair for '" + parameter + "'");
+      }
+      StatusOr<double> scale = pc.scale_for(used_prefix + "layers." + std::to_string(l) + ".mlp." + parameter);
+      if (!scale.ok()) return invalid_argument(weights_path + ": " + std::string(scale.status().message()));
+      const auto [in, out] = lora_expert_features(config, *param);
+      LoraModule m;
+      m.rank = pc.r, m.in = in, m.out = out, m.scale = static_cast<float>(*scale);
+      modules.assign(static_cast<size_t>(config.num_experts), m);
+      adapter->max_rank = std::max(adapter->max_rank, pc.r);
+      ++adapted;
+      expert_work.push_back({saved.a, saved.b, &modules});
+      expert_bytes += static_cast<size_t>(saved.a->numel() + saved.b->numel()) * sizeof(float);
+    }
+  }
   std::vector<Conversion> projector_work;  // f32 on every device: the host's image path reads them
   for (int k = 0; k < 2; ++k) {
     LoraModule& m = adapter->projector[k];
@@ -296,7 +461,12 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
     projector_work.push_back({projector_saved[k][1], &m.b});
   }
   if (adapted == 0) return invalid_argument(weights_path + ": holds no LoRA matrices");
+  if (pack && adapter->adapts_experts()) {
+    return unimplemented(weights_path + ": LoRA on Mixtral's experts runs on the CPU path only (adapter '" + name +
+                         "' adapts them; this model runs on a GPU)");
+  }
   convert_all(projector_work);
+  run_parallel(expert_work.size(), expert_bytes, [&](size_t k) { split_experts(expert_work[k]); });
   if (pack) {
     ASSIGN_OR_RETURN(adapter->slot_image, pack(*adapter, stored));  // `file` is mapped until this returns
   } else {

@@ -4,11 +4,23 @@
 //
 // PEFT saves module M's matrices as `base_model.model.<M>.lora_A.weight` [r, in] and `...lora_B.weight` [out, r],
 // where <M> is the module's name in the base model: for a Llama "model.layers.L.self_attn.q_proj" (q/k/v/o) and
-// "model.layers.L.mlp.gate_proj" (gate/up/down); under LLaVA the decoder's prefix replaces "model.". Every module's rank must be what the config's r / rank_pattern give
-// it (PEFT itself would refuse a mismatch at load), and every module must be one target_modules names. Tensors of
-// modules mmserve does not adapt yet (Mixtral's experts, lm_head, embeddings, the vision tower) are
-// kUnimplemented naming the first; anything else unexpected is kInvalidArgument, all before anything is used.
-// Tests: tests/unit/models/lora_adapter_test.cpp, tests/conformance/lora_hf_test.cpp (PEFT's outputs).
+// "model.layers.L.mlp.gate_proj" (gate/up/down); under LLaVA the decoder's prefix replaces "model.". Every module's
+// rank must be what the config's r / rank_pattern give it (PEFT itself would refuse a mismatch at load), and every
+// module must be one target_modules names. Tensors of modules mmserve does not adapt yet (lm_head, embeddings, the
+// vision tower) are kUnimplemented naming the first; anything else unexpected is kInvalidArgument, all before anything
+// is used.
+//
+// Mixtral's experts come through target_parameters ("experts.gate_up_proj", "experts.down_proj": transformers 5's
+// fused mlp.experts.gate_up_proj [E, 2I, H], whose rows [0, I) are each expert's gate w1 and [I, 2I) its up w3, and
+// down_proj [E, H, I], its w2). PEFT's ParamWrapper saves a parameter's pair as "<prefix>layers.L.mlp.experts.lora_A
+// .weight" [E r, in] and ".lora_B.weight" [out, E r], the two parameters' pairs nested (one under
+// "experts.base_layer."), so a pair is known by its shapes: gate_up's A [E r, H] with B [2I, E r], down's A [E r, I]
+// with B [H, E r]. Expert e's delta is scale * B_e A_e with A_e rows [e r, (e + 1) r) of A and B_e[:, j] =
+// B[:, j E + e] (interleaved), split per expert at load (f32). Refused: target_parameters on a model without experts
+// or naming anything else (kUnimplemented naming it), a pair of other shapes or half a pair (kInvalidArgument naming
+// the tensor), and such an adapter for a GPU model (kUnimplemented: the CPU path only applies them).
+// Tests: tests/unit/models/lora_adapter_test.cpp, lora_experts_test.cpp, tests/conformance/lora_hf_test.cpp (PEFT's
+// outputs).
 #pragma once
 
 #include <array>
@@ -31,6 +43,13 @@ inline constexpr int kLoraTargets = 7;
 const char* lora_target_name(LoraTarget t);  // "q_proj", ...
 // {in, out} features of the linear in a decoder of `config`.
 std::array<int64_t, 2> lora_target_features(const LlamaConfig& config, LoraTarget t);
+
+// A parameter of Mixtral's experts adapted through target_parameters, and one expert's matrix of it: gate_up {H, 2I}
+// (the first I outputs go to w1, the next I to w3), down {I, H}.
+enum class LoraExpertParam : int { kGateUp = 0, kDown };
+inline constexpr int kLoraExpertParams = 2;
+const char* lora_expert_param_name(LoraExpertParam p);  // "experts.gate_up_proj", "experts.down_proj"
+std::array<int64_t, 2> lora_expert_features(const LlamaConfig& config, LoraExpertParam p);  // {in, out}
 
 struct LoraModule {
   int64_t rank = 0, in = 0, out = 0;  // rank 0: not adapted
@@ -65,13 +84,25 @@ struct LoraAdapter {
   // LLaVA's projector (multi_modal_projector.linear_1, linear_2), always in f32: the image path applies them on the
   // host's model (LlavaModel::encode_images). Absent (rank 0) for every other adapter.
   std::array<LoraModule, 2> projector;
+  // Mixtral's experts (target_parameters), always in f32 (the CPU forward applies them; a GPU model refuses them):
+  // [num_hidden_layers][param] one module per expert (A_e [r, in], B_e [out, r], de-interleaved at load), or no
+  // modules where the adapter leaves the parameter alone; empty for a model without experts.
+  std::vector<std::array<std::vector<LoraModule>, kLoraExpertParams>> experts;
   bool adapts_projector() const { return projector[0].present() || projector[1].present(); }
+  bool adapts_experts() const;
   const LoraModule& module(int64_t layer, LoraTarget t) const { return layers[layer][static_cast<int>(t)]; }
+  // Expert e's module of `p` in `layer`, or null where the adapter leaves the parameter alone.
+  const LoraModule* expert_module(int64_t layer, LoraExpertParam p, int64_t e) const {
+    if (experts.empty()) return nullptr;
+    const std::vector<LoraModule>& modules = experts[layer][static_cast<int>(p)];
+    return modules.empty() ? nullptr : &modules[e];
+  }
   // The host memory it holds: its f32 copies (a CPU model's) and its slot image (a GPU model's).
   int64_t bytes() const;
   // Whether LoraModule::a/b hold the matrices (what the CPU forward and the f32 packer read).
   bool holds_f32() const;
-  // The adapted linears' short names, in LoraTarget order ("q_proj", "v_proj").
+  // The adapted linears' short names, in LoraTarget order ("q_proj", "v_proj"), then the experts' parameters
+  // ("experts.gate_up_proj", "experts.down_proj") and LLaVA's projector linears.
   std::vector<std::string> target_names() const;
 };
 
@@ -101,7 +132,8 @@ struct LoraProjectorShape {
 // converted to f32 (LoraModule::a/b, what a CPU model computes with); with it they are handed to `pack` and the
 // adapter keeps its result as slot_image and no f32 copy (a GPU model's: half the bytes for a bf16 adapter, and no
 // conversion at all into a bf16 model). Every refusal comes before either, the same with or without `pack`; the
-// packer's own errors are returned as they are. With `projector` (a LLaVA), its two linears may be adapted too.
+// packer's own errors are returned as they are. With `projector` (a LLaVA), its two linears may be adapted too. An
+// adapter on Mixtral's experts is refused with `pack` (kUnimplemented, after every other check).
 // Mutable until the caller shares it.
 StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir, const std::string& name,
                                                          const LlamaConfig& config,

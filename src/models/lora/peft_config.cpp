@@ -140,9 +140,9 @@ StatusOr<PeftLoraConfig> parse_peft_lora_config(const std::string& json_text, co
   }
   // Options that change the forward (initialisation-only ones such as loftq_config, eva_config, corda_config and
   // lora_ga_config do not).
-  for (const char* key : {"use_dora", "lora_bias", "modules_to_save", "target_parameters", "layer_replication",
-                          "trainable_token_indices", "alora_invocation_tokens", "use_qalora", "arrow_config",
-                          "kasa_config", "monteclora_config", "velora_config", "use_bdlora"}) {
+  for (const char* key : {"use_dora", "lora_bias", "modules_to_save", "layer_replication", "trainable_token_indices",
+                          "alora_invocation_tokens", "use_qalora", "arrow_config", "kasa_config", "monteclora_config",
+                          "velora_config", "use_bdlora"}) {
     if (set(j, key)) return unimplemented(where + ": " + key + " is not supported (mmserve applies plain LoRA deltas)");
   }
   if (j.contains("bias") && !j["bias"].is_null() && j["bias"] != "none") {
@@ -170,7 +170,17 @@ StatusOr<PeftLoraConfig> parse_peft_lora_config(const std::string& json_text, co
   }
   RETURN_IF_ERROR(read_modules(j, "target_modules", where, c.target_list, c.target_regex));
   RETURN_IF_ERROR(read_modules(j, "exclude_modules", where, c.exclude_list, c.exclude_regex));
-  if (c.target_list.empty() && !c.target_regex) return invalid_argument(where + ": target_modules names no module");
+  if (j.contains("target_parameters") && !j["target_parameters"].is_null()) {
+    const ojson& v = j["target_parameters"];
+    if (!v.is_array()) return invalid_argument(where + ": target_parameters must be a list of parameter names");
+    for (const ojson& e : v) {
+      if (!e.is_string()) return invalid_argument(where + ": target_parameters must hold strings");
+      c.target_parameters.push_back(e.get<std::string>());
+    }
+  }
+  if (c.target_list.empty() && !c.target_regex && c.target_parameters.empty()) {
+    return invalid_argument(where + ": target_modules names no module");
+  }
   for (const char* key : {"rank_pattern", "alpha_pattern"}) {
     if (!j.contains(key) || j[key].is_null()) continue;
     if (!j[key].is_object()) return invalid_argument(where + ": " + key + " must be an object");
@@ -187,6 +197,11 @@ StatusOr<PeftLoraConfig> parse_peft_lora_config(const std::string& json_text, co
       } else {
         c.alpha_pattern.emplace_back(pattern, value.get<double>());
       }
+    }
+    if (!j[key].empty() && !c.target_parameters.empty()) {
+      return unimplemented(where + ": " + std::string(key) +
+                           " beside target_parameters is not supported (how PEFT matches its keys to parameters is "
+                           "not known to mmserve; give every parameter r and lora_alpha)");
     }
   }
   return c;

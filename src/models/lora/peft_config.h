@@ -8,13 +8,16 @@
 // `target_modules` is a list (a module matches when its name equals an entry or ends with "." + entry) or one
 // regular expression (a full match), as PEFT's check_target_module_exists; `exclude_modules` likewise removes
 // modules. `fan_in_fan_out` only changes how PEFT merges into Conv1D-style weights, never the unmerged forward,
-// so it is accepted. `lora_dropout` and the init options do not act at inference.
+// so it is accepted. `lora_dropout` and the init options do not act at inference. `target_parameters` (LoRA on raw
+// parameters, PEFT's ParamWrapper: Mixtral's fused experts) is a list of names read as given; the model's loader
+// decides what it takes (lora_adapter.h), and `target_modules` may then be empty.
 //
 // Refused at parse, naming the field: a peft_type other than LORA, use_dora, bias other than "none", lora_bias,
-// modules_to_save, target_parameters (LoRA on raw parameters), layer_replication, trainable_token_indices,
-// alora_invocation_tokens, use_qalora; r <= 0; patterns that are not regular expressions. Unknown keys are ignored
-// (PEFT adds options every release; the ones above change the forward).
-// Tests: tests/unit/models/lora_adapter_test.cpp; fuzz: fuzz/peft_config_fuzz.cpp.
+// modules_to_save, layer_replication, trainable_token_indices, alora_invocation_tokens, use_qalora; r <= 0; patterns
+// that are not regular expressions; rank_pattern or alpha_pattern beside target_parameters (how PEFT matches their
+// keys to parameters is not known here). Unknown keys are ignored (PEFT adds options every release; the ones above
+// change the forward).
+// Tests: tests/unit/models/lora_adapter_test.cpp, lora_experts_test.cpp; fuzz: fuzz/peft_config_fuzz.cpp.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +42,7 @@ struct PeftLoraConfig {
   std::optional<std::string> target_regex;  // ... as one regular expression
   std::vector<std::string> exclude_list;
   std::optional<std::string> exclude_regex;
+  std::vector<std::string> target_parameters;  // as written ("experts.gate_up_proj"); empty: none
 
   // The module's rank and alpha by the patterns, and its scale. Patterns are matched as Python's re (PCRE2, with
   // its work bounded): kInvalidArgument, naming the pattern, for one too costly to match (nested quantifiers).

@@ -29,6 +29,10 @@ StatusOr<PeftLoraFile> read_peft_lora_dir(const std::string& dir, const PeftModu
   std::ostringstream text;
   text << in.rdbuf();
   ASSIGN_OR_RETURN(out.config, parse_peft_lora_config(text.str(), config_path));
+  if (!out.config.target_parameters.empty()) {
+    return unimplemented(config_path + ": target_parameters (LoRA on raw parameters) is not supported for this model " +
+                         "(mmserve adapts " + supported + ")");
+  }
   const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
   if (!fs::exists(weights_path)) {
     return not_found(weights_path +

@@ -4,8 +4,9 @@
 // rank_pattern give it, with both matrices; read into f32 with the module's scale.
 //
 // The family says which modules it adapts and their shapes through `lookup` (CLIP's towers: models/clip/clip_lora.h);
-// a tensor of any other module is kUnimplemented naming it and `supported` (what the family adapts), anything else
-// malformed kInvalidArgument naming the file and tensor, all before any matrix is converted.
+// a tensor of any other module, or a config with target_parameters, is kUnimplemented naming it and `supported` (what
+// the family adapts), anything else malformed kInvalidArgument naming the file and tensor, all before any matrix is
+// converted.
 // Tests: tests/unit/models/clip_lora_test.cpp (and the families' conformance tests against PEFT).
 #pragma once
 

@@ -20,12 +20,16 @@
 #include "models/llama/llama.h"
 #include "models/lora/lora_adapter.h"
 #include "models/lora/peft_config.h"
+#include "lora_decoder_check.h"
 #include "peft_adapter_writer.h"
 
 namespace mmserve::models {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::expect_close;
+using testing::prefill_step;
+using testing::run_step;
 using testing::write_adapter;
 
 const fs::path kBase = fs::path(MMSERVE_FIXTURES_DIR) / "llama/llama-gqa-f32";
@@ -94,8 +98,6 @@ TEST(PeftConfig, WhatMmserveDoesNotApplyIsRefusedNamingTheField) {
        StatusCode::kUnimplemented, "modules_to_save"},
       {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "bias": "all"})", StatusCode::kUnimplemented,
        "bias"},
-      {R"({"peft_type": "LORA", "r": 8, "target_modules": ["q_proj"], "target_parameters": ["experts.gate_up_proj"]})",
-       StatusCode::kUnimplemented, "target_parameters"},
       {R"({"peft_type": "IA3", "target_modules": ["q_proj"]})", StatusCode::kUnimplemented, "IA3"},
       {R"({"peft_type": "LORA", "r": 0, "target_modules": ["q_proj"]})", StatusCode::kInvalidArgument, "r must"},
       {R"({"peft_type": "LORA", "r": 2.5, "target_modules": ["q_proj"]})", StatusCode::kInvalidArgument, "r must"},
@@ -191,49 +193,6 @@ TEST_F(LoraAdapterTest, BrokenAdaptersAreRefusedNamingTheTensor) {
   EXPECT_FALSE(load_lora_adapter((root_ / "half").string(), "half", c).ok());
 }
 
-// One prefill of `prompts` (one sequence each, block b of the pool for sequence b) with adapters per sequence:
-// every row's logits.
-constexpr int64_t kBlock = 32;
-
-DecoderStep prefill_step(const std::vector<std::vector<int32_t>>& prompts,
-                         const std::vector<const LoraAdapter*>& loras) {
-  const int64_t block = kBlock;
-  DecoderStep step;
-  step.table_ld = 1;
-  step.query_start.push_back(0);
-  for (size_t s = 0; s < prompts.size(); ++s) {
-    for (size_t p = 0; p < prompts[s].size(); ++p) {
-      step.logit_rows.push_back(static_cast<int32_t>(step.tokens.size()));
-      step.tokens.push_back(prompts[s][p]);
-      step.positions.push_back(static_cast<int32_t>(p));
-      step.slots.push_back(static_cast<int32_t>(s * block + p));
-    }
-    step.query_start.push_back(static_cast<int32_t>(step.tokens.size()));
-    step.seq_lens.push_back(static_cast<int32_t>(prompts[s].size()));
-    step.block_tables.push_back(static_cast<int32_t>(s));
-    step.max_seq_len = std::max<int64_t>(step.max_seq_len, static_cast<int64_t>(prompts[s].size()));
-  }
-  step.max_query_len = step.max_seq_len;
-  step.loras = loras;
-  return step;
-}
-
-std::vector<std::vector<float>> run_step(const LlamaModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                         const std::vector<const LoraAdapter*>& loras) {
-  const int64_t vocab = model.config().vocab_size;
-  auto pool = model.new_pool(static_cast<int64_t>(prompts.size()), kBlock);
-  EXPECT_TRUE(pool.ok());
-  const DecoderStep step = prefill_step(prompts, loras);
-  std::vector<float> logits(step.logit_rows.size() * static_cast<size_t>(vocab));
-  const Status st = model.forward_step(step, *pool, logits.data());
-  EXPECT_TRUE(st.ok()) << st.to_string();
-  std::vector<std::vector<float>> rows;
-  for (size_t r = 0; r < step.logit_rows.size(); ++r) {
-    rows.emplace_back(logits.begin() + static_cast<int64_t>(r) * vocab, logits.begin() + static_cast<int64_t>(r + 1) * vocab);
-  }
-  return rows;
-}
-
 // A GPU model's load (a LoraImagePacker): every check before the packer (a broken adapter never reaches it), which
 // gets each module's matrices as the file stores them (shape, dtype, bytes) with the ranks and scales already set;
 // the adapter keeps its image and no f32 copy, bytes() reports the image, the packer's own error is the load's, and
@@ -284,7 +243,7 @@ TEST_F(LoraAdapterTest, APackerTakesTheFilesMatricesAndNoF32CopyIsKept) {
       });
   EXPECT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
   // The CPU forward: the step is refused naming the adapter.
-  auto pool = (*base)->new_pool(1, kBlock);
+  auto pool = (*base)->new_pool(1, testing::kStepBlock);
   ASSERT_TRUE(pool.ok());
   const DecoderStep step = prefill_step({{1, 17, 93}}, {a->get()});
   std::vector<float> logits(3 * static_cast<size_t>(c.vocab_size));
@@ -293,52 +252,9 @@ TEST_F(LoraAdapterTest, APackerTakesTheFilesMatricesAndNoF32CopyIsKept) {
   EXPECT_NE(st.message().find("GPU model"), std::string::npos) << st.to_string();
 }
 
-// The base checkpoint with W += scale * B @ A for every module of `w` (the merge PEFT's merge_and_unload does).
+// The base checkpoint with W += scale * B @ A for every module of `adapter` (the merge PEFT's merge_and_unload does).
 void write_merged(const fs::path& dir, const LoraAdapter& adapter) {
-  fs::create_directories(dir);
-  fs::copy_file(kBase / "config.json", dir / "config.json");
-  auto store = WeightStore::open_model_dir(kBase.string());
-  ASSERT_TRUE(store.ok());
-  std::map<std::string, std::vector<float>> values;
-  for (const std::string& name : (*store)->names()) {
-    const TensorInfo* t = (*store)->find(name);
-    ASSERT_EQ(t->dtype, DType::kF32);
-    const float* p = reinterpret_cast<const float*>(t->data);
-    values[name].assign(p, p + t->numel());
-  }
-  for (size_t l = 0; l < adapter.layers.size(); ++l) {
-    for (int t = 0; t < kLoraTargets; ++t) {
-      const LoraModule& m = adapter.layers[l][t];
-      if (!m.present()) continue;
-      const std::string path = t <= 3 ? std::string("self_attn.") : std::string("mlp.");
-      std::vector<float>& weight =
-          values["model.layers." + std::to_string(l) + "." + path + lora_target_name(static_cast<LoraTarget>(t)) +
-                 ".weight"];
-      ASSERT_EQ(weight.size(), static_cast<size_t>(m.out * m.in));
-      for (int64_t o = 0; o < m.out; ++o) {
-        for (int64_t i = 0; i < m.in; ++i) {
-          double d = 0;
-          for (int64_t j = 0; j < m.rank; ++j) d += double{m.b[o * m.rank + j]} * m.a[j * m.in + i];
-          weight[o * m.in + i] += static_cast<float>(d * m.scale);
-        }
-      }
-    }
-  }
-  std::vector<TensorToWrite> out;
-  for (const std::string& name : (*store)->names()) {
-    out.push_back({name, DType::kF32, (*store)->find(name)->shape, values[name].data()});
-  }
-  ASSERT_TRUE(write_safetensors((dir / "model.safetensors").string(), out).ok());
-}
-
-void expect_close(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want,
-                  float tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  float worst = 0;
-  for (size_t r = 0; r < got.size(); ++r) {
-    for (size_t v = 0; v < got[r].size(); ++v) worst = std::max(worst, std::fabs(got[r][v] - want[r][v]));
-  }
-  EXPECT_LE(worst, tol) << what;
+  testing::write_edited_checkpoint(kBase, dir, [&](testing::WeightValues& v) { testing::merge_dense(v, adapter); });
 }
 
 TEST_F(LoraAdapterTest, TheDecoderUnderAnAdapterIsTheMergedModelAndBatchesMix) {
