@@ -152,7 +152,18 @@ Status ModelRuntime::unload_adapter(const std::string& name, bool fail_running) 
 }
 
 std::vector<engine::AdapterInfo> ModelRuntime::adapter_list() const {
-  return executors_.empty() ? std::vector<engine::AdapterInfo>{} : executors_.front()->adapter_list();
+  if (executors_.empty()) return {};
+  std::vector<engine::AdapterInfo> list = executors_.front()->adapter_list();
+  if (!executors_.front()->adapters_per_instance()) return list;
+  // Each instance counts the requests it ran under its copy: the registry reports their sum.
+  for (size_t i = 1; i < executors_.size(); ++i) {
+    for (const engine::AdapterInfo& other : executors_[i]->adapter_list()) {
+      for (engine::AdapterInfo& info : list) {
+        if (info.name == other.name) info.requests += other.requests;
+      }
+    }
+  }
+  return list;
 }
 
 std::string ModelRuntime::first_device() const {
