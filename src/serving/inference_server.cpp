@@ -108,19 +108,15 @@ class InferenceServerImpl final : public InferenceServer {
     if (repository_->status(name).ok()) {
       return Status(StatusCode::kAlreadyExists, "'" + name + "' names a model; an adapter needs a name of its own");
     }
-    std::shared_ptr<ModelRuntime> runtime;
+    std::vector<std::shared_ptr<ModelRuntime>> candidates;
     if (!model.empty()) {
-      ASSIGN_OR_RETURN(runtime, repository_->ready_runtime(model));
-    } else {  // the one loaded model that takes adapters
+      ASSIGN_OR_RETURN(std::shared_ptr<ModelRuntime> runtime, repository_->ready_runtime(model));
+      candidates.push_back(std::move(runtime));
+    } else {  // the loaded models that take adapters: the one whose modules the adapter's are
       for (const auto& r : repository_->loaded_runtimes()) {
-        if (!r->takes_adapters()) continue;
-        if (runtime) {
-          return invalid_argument("adapter '" + name + "': several loaded models take adapters ('" + runtime->name() +
-                                  "', '" + r->name() + "'); name the base model");
-        }
-        runtime = r;
+        if (r->takes_adapters()) candidates.push_back(r);
       }
-      if (!runtime) return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
+      if (candidates.empty()) return Status(StatusCode::kNotFound, "adapter '" + name + "': no loaded model takes adapters");
     }
     if (std::optional<std::string> parent = resolve_adapter(name)) {
       return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded (on '" + *parent + "')");
@@ -129,9 +125,32 @@ class InferenceServerImpl final : public InferenceServer {
     if (adapters_.count(name) > 0) {
       return Status(StatusCode::kAlreadyExists, "adapter '" + name + "' is already loaded (on '" + adapters_[name] + "')");
     }
-    RETURN_IF_ERROR(runtime->load_adapter(name, dir));
-    adapters_[name] = runtime->name();
-    return ok_status();
+    if (candidates.size() == 1) {
+      RETURN_IF_ERROR(candidates.front()->load_adapter(name, dir));
+      adapters_[name] = candidates.front()->name();
+      return ok_status();
+    }
+    // Several models take adapters and none was named: an adapter's modules fit one family's (a CLIP adapter is
+    // refused by a decoder at its first tensor, and the other way round), so it goes where it loads; where it loads on
+    // more than one (two decoders of one shape), the base must be named.
+    std::vector<std::shared_ptr<ModelRuntime>> loaded;
+    Status first_error;
+    for (const auto& r : candidates) {
+      const Status status = r->load_adapter(name, dir);
+      if (status.ok()) {
+        loaded.push_back(r);
+      } else if (first_error.ok()) {
+        first_error = status.with_context("on '" + r->name() + "'");
+      }
+    }
+    if (loaded.size() == 1) {
+      adapters_[name] = loaded.front()->name();
+      return ok_status();
+    }
+    for (const auto& r : loaded) (void)r->unload_adapter(name);
+    if (loaded.empty()) return first_error;
+    return invalid_argument("adapter '" + name + "': several loaded models take adapters ('" + loaded[0]->name() +
+                            "', '" + loaded[1]->name() + "') and it fits both; name the base model");
   }
 
   Status unload_adapter(const std::string& name, bool fail_running) override {

@@ -593,6 +593,24 @@ TEST_F(LoraServer, ClipsImageAdaptersServePeftsEmbeddingsBesideTheBase) {
     ASSERT_TRUE(r);
     ASSERT_EQ(r->status, 200) << r->body;
   }
+  // Without base_model it goes to the one loaded model whose modules it adapts (the decoders refuse CLIP's modules).
+  auto unnamed = post("/v1/load_lora_adapter",
+                      {{"lora_name", "vision-unnamed"}, {"lora_path", (kFixtures / "lora/clip-vision-r4").string()}});
+  ASSERT_TRUE(unnamed);
+  ASSERT_EQ(unnamed->status, 200) << unnamed->body;
+  {
+    auto listed = server_->client().Get("/v2/adapters");
+    ASSERT_TRUE(listed);
+    const json all = json::parse(listed->body);
+    bool found = false;
+    for (const json& e : all["adapters"]) {
+      if (e["id"] == "vision-unnamed") found = e["parent"] == "clip";
+    }
+    EXPECT_TRUE(found) << listed->body;
+    auto gone = post("/v1/unload_lora_adapter", {{"lora_name", "vision-unnamed"}});
+    ASSERT_TRUE(gone);
+    EXPECT_EQ(gone->status, 200) << gone->body;
+  }
   auto wrong = post("/v1/load_lora_adapter", {{"lora_name", "qv-on-clip"},
                                               {"lora_path", (kFixtures / "lora/llama-qv-r4").string()},
                                               {"base_model", "clip"}});
