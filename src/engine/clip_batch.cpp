@@ -73,7 +73,9 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
   }
   if (groups.size() == 1 && groups.begin()->first.empty()) return run_on(batch, hooks);
   BatchStats stats;
-  for (const auto& [name, indices] : groups) {
+  for (const auto& group : groups) {
+    const std::string& name = group.first;
+    const std::vector<size_t>& indices = group.second;  // a plain reference: lambdas below capture it
     if (stats.device_fault) {  // the device broke in an earlier group: these fail as it did (and are retried)
       for (size_t i : indices) hooks.finish(i, *stats.device_fault, 0);
       continue;
