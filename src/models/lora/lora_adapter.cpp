@@ -13,11 +13,11 @@
 #include "core/dtype.h"
 #include "core/safetensors.h"
 #include "models/common/weight_table.h"
+#include "models/lora/peft_lora_file.h"
 
 namespace mmserve::models {
 namespace {
 
-constexpr const char* kSavedPrefix = "base_model.model.";
 // Mixtral's experts under the layer, as PEFT's ParamWrapper saves them: the outer wrapper's pair, and the inner one's
 // when two parameters are adapted (nested).
 constexpr const char* kExpertModules[] = {"mlp.experts", "mlp.experts.base_layer"};
@@ -57,14 +57,6 @@ std::array<int64_t, 2> lora_expert_features(const LlamaConfig& c, LoraExpertPara
 }
 
 namespace {
-
-StatusOr<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found(path + ": cannot be read (an adapter directory holds adapter_config.json)");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // A stored matrix and the module vector it becomes.
 struct Conversion {
@@ -216,20 +208,14 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
                                                          const std::vector<std::string>& prefixes,
                                                          const LoraImagePacker& pack,
                                                          const LoraProjectorShape* projector) {
-  namespace fs = std::filesystem;
-  const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
-  ASSIGN_OR_RETURN(const std::string text, read_text(config_path));
+  ASSIGN_OR_RETURN(PeftDir opened, open_peft_dir(dir));
   auto adapter = std::make_shared<LoraAdapter>();
   static std::atomic<uint64_t> next_id{1};
   adapter->name = name, adapter->dir = dir, adapter->id = next_id++;
-  ASSIGN_OR_RETURN(adapter->config, parse_peft_lora_config(text, config_path));
-  const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
-  if (!fs::exists(weights_path)) {
-    return not_found(weights_path +
-                     ": missing (PEFT's adapter_model.bin pickles are not read; re-save with "
-                     "safe_serialization=True)");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
+  adapter->config = std::move(opened.config);
+  const std::string& config_path = opened.config_path;
+  const std::string& weights_path = opened.weights_path;
+  const std::unique_ptr<SafetensorsFile>& file = opened.file;
   const PeftLoraConfig& pc = adapter->config;
   const std::string experts_supported = "mmserve adapts Mixtral's experts.gate_up_proj and experts.down_proj";
   if (!pc.target_parameters.empty() && config.num_experts == 0) {
@@ -288,20 +274,12 @@ StatusOr<std::shared_ptr<LoraAdapter>> load_lora_adapter(const std::string& dir,
   LoraFileModules stored(static_cast<size_t>(config.num_hidden_layers));
   for (const auto& [tensor_name, info] : file->tensors()) {
     const std::string where = weights_path + ": " + tensor_name;
-    std::string module = tensor_name;
-    if (module.rfind(kSavedPrefix, 0) == 0) module = module.substr(std::string(kSavedPrefix).size());
-    bool is_a = false;
-    for (const char* suffix : {".lora_A.weight", ".lora_B.weight"}) {
-      const std::string s = suffix;
-      if (module.size() > s.size() && module.compare(module.size() - s.size(), s.size(), s) == 0) {
-        is_a = s == ".lora_A.weight";
-        module.resize(module.size() - s.size());
-        break;
-      }
-      if (s == ".lora_B.weight") {
-        return invalid_argument(where + ": not a LoRA matrix (PEFT saves <module>.lora_A.weight and .lora_B.weight)");
-      }
+    const std::optional<LoraTensorName> parsed = parse_lora_tensor_name(tensor_name);
+    if (!parsed) {
+      return invalid_argument(where + ": not a LoRA matrix (PEFT saves <module>.lora_A.weight and .lora_B.weight)");
     }
+    const std::string& module = parsed->module;
+    const bool is_a = parsed->is_a;
     if (const auto p = projector_modules.find(module); p != projector_modules.end()) {
       const auto [index, features] = p->second;
       StatusOr<bool> targeted = pc.targets(module);

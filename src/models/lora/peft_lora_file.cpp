@@ -18,44 +18,61 @@ int64_t PeftLoraFile::bytes() const {
   return total;
 }
 
-StatusOr<PeftLoraFile> read_peft_lora_dir(const std::string& dir, const PeftModuleLookup& lookup,
-                                          const std::string& supported) {
+StatusOr<PeftDir> open_peft_dir(const std::string& dir) {
   namespace fs = std::filesystem;
-  PeftLoraFile out;
-  out.dir = dir;
-  const std::string config_path = (fs::path(dir) / "adapter_config.json").string();
-  std::ifstream in(config_path, std::ios::binary);
-  if (!in) return not_found(config_path + ": cannot be read (an adapter directory holds adapter_config.json)");
+  PeftDir out;
+  out.config_path = (fs::path(dir) / "adapter_config.json").string();
+  std::ifstream in(out.config_path, std::ios::binary);
+  if (!in) return not_found(out.config_path + ": cannot be read (an adapter directory holds adapter_config.json)");
   std::ostringstream text;
   text << in.rdbuf();
-  ASSIGN_OR_RETURN(out.config, parse_peft_lora_config(text.str(), config_path));
+  ASSIGN_OR_RETURN(out.config, parse_peft_lora_config(text.str(), out.config_path));
+  out.weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
+  if (!fs::exists(out.weights_path)) {
+    return not_found(out.weights_path +
+                     ": missing (PEFT's adapter_model.bin pickles are not read; re-save with "
+                     "safe_serialization=True)");
+  }
+  ASSIGN_OR_RETURN(out.file, SafetensorsFile::open(out.weights_path));
+  return out;
+}
+
+std::optional<LoraTensorName> parse_lora_tensor_name(const std::string& tensor_name) {
+  LoraTensorName out;
+  out.module = tensor_name;
+  const std::string saved_prefix = "base_model.model.";
+  if (out.module.rfind(saved_prefix, 0) == 0) out.module = out.module.substr(saved_prefix.size());
+  for (const std::string suffix : {".lora_A.weight", ".lora_B.weight"}) {
+    const std::string& m = out.module;
+    if (m.size() > suffix.size() && m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      out.is_a = suffix == ".lora_A.weight";
+      out.module.resize(m.size() - suffix.size());
+      return out;
+    }
+  }
+  return std::nullopt;
+}
+
+StatusOr<PeftLoraFile> read_peft_lora_dir(const std::string& dir, const PeftModuleLookup& lookup,
+                                          const std::string& supported) {
+  PeftLoraFile out;
+  out.dir = dir;
+  ASSIGN_OR_RETURN(PeftDir opened, open_peft_dir(dir));
+  out.config = std::move(opened.config);
+  const std::string& config_path = opened.config_path;
+  const std::string& weights_path = opened.weights_path;
   if (!out.config.target_parameters.empty()) {
     return unimplemented(config_path + ": target_parameters (LoRA on raw parameters) is not supported for this model " +
                          "(mmserve adapts " + supported + ")");
   }
-  const std::string weights_path = (fs::path(dir) / "adapter_model.safetensors").string();
-  if (!fs::exists(weights_path)) {
-    return not_found(weights_path +
-                     ": missing (PEFT's adapter_model.bin pickles are not read; re-save with "
-                     "safe_serialization=True)");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::open(weights_path));
   const PeftLoraConfig& pc = out.config;
   std::vector<std::pair<const TensorInfo*, std::vector<float>*>> work;  // every check first, then the conversions
-  for (const auto& [tensor_name, info] : file->tensors()) {
+  for (const auto& [tensor_name, info] : opened.file->tensors()) {
     const std::string where = weights_path + ": " + tensor_name;
-    std::string module = tensor_name;
-    const std::string saved_prefix = "base_model.model.";
-    if (module.rfind(saved_prefix, 0) == 0) module = module.substr(saved_prefix.size());
-    bool is_a = false, matrix = false;
-    for (const std::string suffix : {".lora_A.weight", ".lora_B.weight"}) {
-      if (module.size() > suffix.size() && module.compare(module.size() - suffix.size(), suffix.size(), suffix) == 0) {
-        is_a = suffix == ".lora_A.weight", matrix = true;
-        module.resize(module.size() - suffix.size());
-        break;
-      }
-    }
-    if (!matrix) return invalid_argument(where + ": not a LoRA matrix (PEFT saves <module>.lora_A.weight and .lora_B.weight)");
+    const std::optional<LoraTensorName> parsed = parse_lora_tensor_name(tensor_name);
+    if (!parsed) return invalid_argument(where + ": not a LoRA matrix (PEFT saves <module>.lora_A.weight and .lora_B.weight)");
+    const std::string& module = parsed->module;
+    const bool is_a = parsed->is_a;
     const std::optional<PeftModuleShape> shape = lookup(module);
     if (!shape) {
       return unimplemented(where + ": LoRA on '" + module.substr(0, 120) + "' is not supported (mmserve adapts " +

@@ -13,14 +13,33 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "core/safetensors.h"
 #include "core/status.h"
 #include "models/lora/lora_adapter.h"
 #include "models/lora/peft_config.h"
 
 namespace mmserve::models {
+
+// An adapter directory opened: adapter_config.json parsed and adapter_model.safetensors mapped (kNotFound naming the
+// file for a missing one, the config's own errors, the file's). The paths are kept for messages.
+struct PeftDir {
+  std::string config_path, weights_path;
+  PeftLoraConfig config;
+  std::unique_ptr<SafetensorsFile> file;
+};
+StatusOr<PeftDir> open_peft_dir(const std::string& dir);
+
+// A saved tensor's module and matrix: "base_model.model.<module>.lora_A.weight" (or without the prefix) -> {module,
+// true}; nullopt for a name that is not a LoRA matrix.
+struct LoraTensorName {
+  std::string module;
+  bool is_a = false;
+};
+std::optional<LoraTensorName> parse_lora_tensor_name(const std::string& tensor_name);
 
 struct PeftModuleShape {
   int64_t in = 0, out = 0;
