@@ -73,20 +73,25 @@ std::string server_timing(const serving::PhaseTimes& t, const engine::ModelOutpu
   return timing + buf;
 }
 
+// A LoRA adapter's name in the path answers for the adapter: its base model's metadata and readiness under the
+// adapter's name (KServe clients ask for both before they infer on the name).
 Reply handle_model_metadata(const HandlerEnv& env, const std::string& model, const std::string& version) {
   if (std::optional<Reply> bad = check_model_version(model, version)) return *bad;
-  StatusOr<serving::ModelMetadata> metadata = env.server.model_metadata(model);
+  const ResolvedModel resolved = resolve_model(env, model);
+  StatusOr<serving::ModelMetadata> metadata = env.server.model_metadata(resolved.model);
   if (!metadata.ok()) return error_reply(ApiFamily::kKServe, metadata.status());
+  metadata->name = model;
   return Reply{200, encode_model_metadata(*metadata)};
 }
 
 Reply handle_model_ready(const HandlerEnv& env, const std::string& model, const std::string& version) {
   if (std::optional<Reply> bad = check_model_version(model, version)) return *bad;
-  StatusOr<serving::ModelStatus> status = env.server.model_status(model);
+  const ResolvedModel resolved = resolve_model(env, model);
+  StatusOr<serving::ModelStatus> status = env.server.model_status(resolved.model);
   if (!status.ok()) return error_reply(ApiFamily::kKServe, status.status());
   const bool ready = status->state == serving::ModelState::kReady && !env.shutting_down;
   nlohmann::ordered_json body;
-  body["name"] = status->name;
+  body["name"] = model;
   body["ready"] = ready;
   return Reply{ready ? 200 : 503, dump_json(body)};
 }

@@ -671,6 +671,17 @@ TEST_F(LoraServer, ClipsImageAdaptersServePeftsEmbeddingsBesideTheBase) {
   expect_rows(std::vector<float>(adapted_texts.second.begin() + kDim, adapted_texts.second.end()), text_ref, 1, 2,
               "text 2 under clip-both");
 
+  // KServe clients ask for metadata and readiness on the name they infer on: the base's, under the adapter's name.
+  auto metadata = server_->client().Get("/v2/models/lora-vision-cats");
+  ASSERT_TRUE(metadata);
+  ASSERT_EQ(metadata->status, 200) << metadata->body;
+  const json meta = json::parse(metadata->body);
+  EXPECT_EQ(meta["name"], "lora-vision-cats");
+  EXPECT_EQ(meta["platform"], "mmserve_clip");
+  auto ready = server_->client().Get("/v2/models/lora-vision-cats/ready");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << ready->body;
+
   auto registry = server_->client().Get("/v2/adapters");
   ASSERT_TRUE(registry);
   json entry;
@@ -719,6 +730,9 @@ TEST_F(LoraServer, ClipsImageAdaptersServePeftsEmbeddingsBesideTheBase) {
     EXPECT_EQ(r->status, 200) << r->body;
   }
   EXPECT_EQ(infer_images("lora-vision-cats").first, 404);
+  auto gone = server_->client().Get("/v2/models/lora-vision-cats/ready");
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(gone->status, 404) << gone->body;
   EXPECT_EQ(infer_images("clip").first, 200);
 }
 
