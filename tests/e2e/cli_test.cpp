@@ -92,6 +92,29 @@ TEST(Cli, EmbedMatchesHfGoldens) {
   }
 }
 
+// `mmserve embed --adapter`: PEFT's adapter on both towers (tests/fixtures/lora/clip-both-r8-rslora) gives PEFT's
+// embeddings of the golden's first image and text (decoded and preprocessed here, as the base test above); a decoder's
+// adapter is refused naming what CLIP adapts, with a non-zero exit.
+TEST(Cli, EmbedWithAnAdapterGivesPeftsEmbeddings) {
+  const std::string model = fixture("clip-tiny-quickgelu-f32"), adapter = fixture("lora/clip-both-r8-rslora");
+  Result r = run({"embed", "--model", model, "--adapter", adapter, "--image", fixture("images/rocket.jpg"), "--text",
+                  "a photo of a cat", "--output", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json out = nlohmann::json::parse(r.out);
+  testing::Golden golden(adapter + "/golden.safetensors");
+  const size_t dim = 10;
+  const std::vector<float> img = out["image_embeds"][0].get<std::vector<float>>();
+  const std::vector<float> txt = out["text_embeds"][0].get<std::vector<float>>();
+  ASSERT_EQ(img.size(), dim);
+  ASSERT_EQ(txt.size(), dim);
+  EXPECT_LE(testing::relative_error(img.data(), golden.f32("image_embeds").data(), dim), 1e-4);
+  EXPECT_LE(testing::relative_error(txt.data(), golden.f32("text_embeds").data(), dim), 1e-4);
+  testing::Golden base(model + "/golden.safetensors");  // the adapter moves both (else this proves nothing)
+  EXPECT_GT(testing::relative_error(img.data(), base.f32("image_embeds").data(), dim), 1e-2);
+  expect_user_error(run({"embed", "--model", model, "--adapter", fixture("lora/llama-qv-r4"), "--text", "x"}),
+                    "visual_projection");
+}
+
 TEST(Cli, TokenizeGivesHfIds) {
   Result r =
       run({"tokenize", "--model", fixture("clip-tiny-quickgelu-f32"), "--text", "a photo of a cat", "--text", ""});
