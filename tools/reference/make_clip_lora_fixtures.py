@@ -33,7 +33,6 @@ import argparse
 import copy
 import json
 import os
-import shutil
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,7 +41,7 @@ import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from make_lora_fixtures import (ADAPTER, RHO, check_structure, expected_modules, lora_layers,  # noqa: E402
-                                lora_layers_left, redraw, rewrite_base_path, saved_tensors)
+                                lora_layers_left, redraw, save_adapter, saved_tensors)
 
 BASE = "clip-tiny-quickgelu-f32"
 MIN_SHIFT = 0.02  # max |embeds(adapter) - embeds(base)| on the adapted tower(s), embeddings being unit vectors
@@ -113,14 +112,7 @@ def main():
             stds = redraw(model, seed)
             check_structure(model, wanted, rslora, name)
             d = os.path.join(args.out, "lora", name)
-            if os.path.isdir(d):
-                shutil.rmtree(d)
-            os.makedirs(d)
-            model.save_pretrained(d)
-            if os.path.exists(os.path.join(d, "README.md")):
-                os.remove(os.path.join(d, "README.md"))
-            cfg_path = os.path.join(d, "adapter_config.json")
-            rewrite_base_path(cfg_path, "../../" + BASE)
+            cfg_path = save_adapter(model, d, "../../" + BASE)
             tensors = saved_tensors(os.path.join(d, "adapter_model.safetensors"), wanted)
 
             reloaded = PeftModel.from_pretrained(load_base(base_dir), d, torch_device="cpu").eval()

@@ -195,13 +195,7 @@ def make_param_variant(name, variant, args, base_of):
         raise RuntimeError(name + ": no seed gave clear margins and a visible change")
     layout = check_param_structure(model, r, alpha, name)
     d = os.path.join(args.out, "lora", name)
-    if os.path.isdir(d):
-        shutil.rmtree(d)
-    os.makedirs(d)
-    model.save_pretrained(d)
-    if os.path.exists(os.path.join(d, "README.md")):
-        os.remove(os.path.join(d, "README.md"))
-    rewrite_base_path(os.path.join(d, "adapter_config.json"), "../../" + base_rel)
+    save_adapter(model, d, "../../" + base_rel)
     with safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as f:
         tensors = {k: list(f.get_tensor(k).shape) for k in f.keys()}
     reloaded = PeftModel.from_pretrained(load_base(base_dir), d, torch_device="cpu").eval()
@@ -343,6 +337,20 @@ def rewrite_base_path(path, new):
     open(path, "w").write(text)
 
 
+def save_adapter(model, d, base_path):
+    """PeftModel.save_pretrained into a fresh `d`, PEFT's README.md (a model card) removed and base_model_name_or_path
+    rewritten to `base_path` (the base seen from `d`). Returns the adapter_config.json path."""
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    os.makedirs(d)
+    model.save_pretrained(d)
+    if os.path.exists(os.path.join(d, "README.md")):
+        os.remove(os.path.join(d, "README.md"))
+    cfg_path = os.path.join(d, "adapter_config.json")
+    rewrite_base_path(cfg_path, base_path)
+    return cfg_path
+
+
 def saved_tensors(path, wanted):
     """{saved name: shape}; every tensor is a lora_A / lora_B weight (F32) of an expected module, and each has both."""
     from safetensors import safe_open
@@ -429,14 +437,7 @@ def main():
             seed, model, stds = choose_seed(base_dir, config_args, wanted, rslora, prompt, base_prompt, base_greedy,
                                             run)
             d = os.path.join(args.out, "lora", name)
-            if os.path.isdir(d):
-                shutil.rmtree(d)
-            os.makedirs(d)
-            model.save_pretrained(d)
-            if os.path.exists(os.path.join(d, "README.md")):
-                os.remove(os.path.join(d, "README.md"))
-            cfg_path = os.path.join(d, "adapter_config.json")
-            rewrite_base_path(cfg_path, BASE_REL)
+            cfg_path = save_adapter(model, d, BASE_REL)
             tensors = saved_tensors(os.path.join(d, "adapter_model.safetensors"), wanted)
 
             # Goldens from the adapter as written, over a fresh base; checked against the one in memory.
