@@ -6,7 +6,10 @@
 // its type from bits 3-7), the rest the filtered rows (filter bytes included, so unknown filter types appear). The
 // raw input is decoded too.
 // Whenever the fast path answers it must equal decode_png_libpng (pixels or refusal); decode_png must always
-// equal decode_png_libpng. Traps on any difference.
+// equal decode_png_libpng. The GPU decoder's input (split_png_for_device) and its CPU twin (kernels/png_inflate,
+// header-only) against the fast path, both ways: whenever the fast path succeeds, split + twin give its pixels;
+// whenever split gives a stream and the twin succeeds, the fast path succeeded with the same pixels; no stream
+// where the fast path gives up before inflating. Traps on any difference.
 // Seeds: fuzz/corpus/png_fast_path_fuzz. Run: build/fuzz/fuzz/png_fast_path_fuzz -max_total_time=60
 // fuzz/corpus/png_fast_path_fuzz (docs/testing.md).
 #include <zlib.h>
@@ -19,6 +22,8 @@
 
 #include "frontends/image/codecs.h"
 #include "frontends/image/image.h"
+#include "frontends/image/png_device.h"
+#include "kernels/png_inflate/png_unfilter_core.h"
 
 namespace {
 
@@ -88,6 +93,28 @@ std::vector<uint8_t> build_png(const uint8_t* data, size_t size) {
   return out;
 }
 
+// split_png_for_device + the CPU twin of kernels/png_inflate against decode_png_fast's answer `fast`.
+void check_split(std::span<const uint8_t> file, const DecodeOptions& options,
+                 const std::optional<mmserve::StatusOr<RgbImage>>& fast) {
+  const std::optional<mmserve::StatusOr<PngStream>> split = split_png_for_device(file, options);
+  if (!split.has_value()) {
+    if (fast.has_value()) __builtin_trap();  // split refused a file the fast path inflated
+    return;
+  }
+  if (!split->ok()) {
+    if (!fast.has_value() || fast->ok() || fast->status().message() != split->status().message()) __builtin_trap();
+    return;
+  }
+  const PngStream& png = **split;
+  std::vector<uint8_t> rgb(size_t{png.width} * png.height * 3);
+  const bool twin_ok =
+      mmserve::kernels::inflate_png_image(png.zlib(), png.width, png.height, static_cast<uint32_t>(png.channels),
+                                          rgb.data()) == mmserve::kernels::PngInflateStatus::kOk;
+  const bool fast_ok = fast.has_value() && fast->ok();
+  if (twin_ok != fast_ok) __builtin_trap();
+  if (fast_ok && rgb != (*fast)->pixels) __builtin_trap();
+}
+
 void check(std::span<const uint8_t> file) {
   DecodeOptions options;
   options.max_pixels = 4LL * 1024 * 1024;
@@ -100,6 +127,7 @@ void check(std::span<const uint8_t> file) {
   };
   if (fast && !same(*fast)) __builtin_trap();
   if (!same(detail::decode_png(file, options))) __builtin_trap();
+  check_split(file, options, fast);
 }
 
 }  // namespace

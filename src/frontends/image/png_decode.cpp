@@ -20,8 +20,10 @@
 // IDAT chunks within every libpng build's length limit, every CRC right, one zlib stream with a 32 KiB window that
 // inflates (libdeflate, ~1.6x zlib's speed) to exactly the image's filtered rows; the rows are unfiltered here
 // and converted by the same convert_row. Anything else (and any doubt) goes to libpng, which therefore still
-// produces every error message. Tests: tests/unit/frontends/image/png_variants_test.cpp, image_decode_test.cpp,
-// png_fast_path_test.cpp; fuzz/png_fast_path_fuzz.cpp checks that the two paths agree.
+// produces every error message. The fast path's checks up to the inflate are split_png_for_device (png_device.h),
+// which also hands the zlib stream to the GPU decoder (kernels/png_inflate); decode_png_fast inflates what it gives.
+// Tests: tests/unit/frontends/image/png_variants_test.cpp, image_decode_test.cpp, png_fast_path_test.cpp;
+// fuzz/png_fast_path_fuzz.cpp checks that the two paths agree.
 #include <libdeflate.h>
 #include <png.h>
 
@@ -39,6 +41,7 @@
 #include <vector>
 
 #include "frontends/image/codecs.h"
+#include "frontends/image/png_device.h"
 
 namespace mmserve::image::detail {
 namespace {
@@ -192,7 +195,6 @@ Status png_error_status(const char* what) {
   return invalid_argument(std::string("PNG: ") + what);
 }
 
-
 // ---- The fast path (see the file comment). ----
 
 uint32_t load_be32(const uint8_t* p) {
@@ -214,8 +216,8 @@ libdeflate_decompressor* thread_decompressor() {
 // none of them can fail the decode or change a pixel (PIL ignores them all; see the file comment). Any other chunk
 // sends the file to libpng.
 bool harmless_ancillary(const uint8_t* type) {
-  static constexpr char kTypes[][5] = {"gAMA", "cHRM", "sRGB", "iCCP", "sBIT", "pHYs", "tIME", "tEXt", "zTXt", "iTXt",
-                                       "tRNS"};
+  static constexpr char kTypes[][5] = {"gAMA", "cHRM", "sRGB", "iCCP", "sBIT", "pHYs",
+                                       "tIME", "tEXt", "zTXt", "iTXt", "tRNS"};
   for (const char* t : kTypes) {
     if (std::memcmp(type, t, 4) == 0) return true;
   }
@@ -269,8 +271,13 @@ bool unfilter_row(int filter, uint8_t* row, const uint8_t* prev, size_t bytes, s
 }
 
 }  // namespace
+}  // namespace mmserve::image::detail
 
-std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+namespace mmserve::image {
+
+// The fast path's checks up to the inflate (see the file comment); decode_png_fast inflates what this returns.
+std::optional<StatusOr<PngStream>> split_png_for_device(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+  using detail::load_be32;
   static constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   const uint8_t* p = bytes.data();
   const size_t size = bytes.size();
@@ -300,10 +307,10 @@ std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes
     if (libdeflate_crc32(0, type, 4 + size_t{length}) != crc) return std::nullopt;
     if (pos == 8) {  // IHDR, checked above
     } else if (std::memcmp(type, "IDAT", 4) == 0) {
-      if (length > idat_length_max(width, height, channels_of(color_type))) return std::nullopt;
+      if (length > detail::idat_length_max(width, height, detail::channels_of(color_type))) return std::nullopt;
       idats.emplace_back(type + 4, length);
       idat_bytes += length;
-    } else if (idats.empty() && harmless_ancillary(type) && length <= kAncillaryBytesMax) {
+    } else if (idats.empty() && detail::harmless_ancillary(type) && length <= detail::kAncillaryBytesMax) {
     } else if (std::memcmp(type, "IEND", 4) == 0 && length == 0 && !idats.empty()) {
       ended = true;
     } else {
@@ -311,42 +318,60 @@ std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes
     }
     pos += 12 + size_t{length};
   }
-  if (Status s = check_dimensions("PNG", width, height, options); !s.ok()) return StatusOr<RgbImage>(s);
+  if (Status s = detail::check_dimensions("PNG", width, height, options); !s.ok()) return StatusOr<PngStream>(s);
 
-  // One zlib stream with a 32 KiB window (a smaller declared window lets zlib refuse distances libdeflate takes).
-  std::vector<uint8_t> joined;
-  const uint8_t* stream = idats.front().first;
-  if (idats.size() > 1) {
-    joined.reserve(idat_bytes);
-    for (const auto& [data, length] : idats) joined.insert(joined.end(), data, data + length);
-    stream = joined.data();
+  PngStream png;
+  png.width = width;
+  png.height = height;
+  png.channels = detail::channels_of(color_type);
+  png.color_type = color_type;
+  if (idats.size() == 1) {
+    png.borrowed = std::span<const uint8_t>(idats.front().first, idats.front().second);
+  } else {
+    png.joined.reserve(idat_bytes);
+    for (const auto& [data, length] : idats) png.joined.insert(png.joined.end(), data, data + length);
   }
-  if (idat_bytes < 2 || (stream[0] >> 4) != 7) return std::nullopt;
-  const size_t channels = static_cast<size_t>(channels_of(color_type));
-  const size_t row_bytes = size_t{width} * channels;
-  const size_t filtered_bytes = size_t{height} * (row_bytes + 1);
+  // One zlib stream with a 32 KiB window (a smaller declared window lets zlib refuse distances libdeflate takes).
+  const std::span<const uint8_t> stream = png.zlib();
+  if (stream.size() < 2 || (stream[0] >> 4) != 7) return std::nullopt;
+  return StatusOr<PngStream>(std::move(png));
+}
+
+}  // namespace mmserve::image
+
+namespace mmserve::image::detail {
+
+std::optional<StatusOr<RgbImage>> decode_png_fast(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+  std::optional<StatusOr<PngStream>> split = split_png_for_device(bytes, options);
+  if (!split.has_value()) return std::nullopt;
+  if (!split->ok()) return StatusOr<RgbImage>(split->status());
+  const PngStream& png = **split;
+  const std::span<const uint8_t> stream = png.zlib();
+  const size_t channels = static_cast<size_t>(png.channels);
+  const size_t row_bytes = size_t{png.width} * channels;
+  const size_t filtered_bytes = size_t{png.height} * (row_bytes + 1);
   std::vector<uint8_t> filtered(filtered_bytes);
   size_t in_used = 0, out_made = 0;
-  if (libdeflate_zlib_decompress_ex(thread_decompressor(), stream, idat_bytes, filtered.data(), filtered_bytes,
-                                    &in_used, &out_made) != LIBDEFLATE_SUCCESS ||
-      in_used != idat_bytes || out_made != filtered_bytes) {
+  if (libdeflate_zlib_decompress_ex(thread_decompressor(), stream.data(), stream.size(), filtered.data(),
+                                    filtered_bytes, &in_used, &out_made) != LIBDEFLATE_SUCCESS ||
+      in_used != stream.size() || out_made != filtered_bytes) {
     return std::nullopt;
   }
 
   PngLayout layout{};
-  layout.width = static_cast<int>(width);
-  layout.height = static_cast<int>(height);
-  layout.bit_depth = bit_depth;
-  layout.color_type = color_type;
+  layout.width = static_cast<int>(png.width);
+  layout.height = static_cast<int>(png.height);
+  layout.bit_depth = 8;
+  layout.color_type = png.color_type;
   RgbImage image;
   image.width = layout.width;
   image.height = layout.height;
-  image.pixels.resize(size_t{width} * size_t{height} * 3);
+  image.pixels.resize(size_t{png.width} * size_t{png.height} * 3);
   const uint8_t* prev = nullptr;
-  for (size_t y = 0; y < height; ++y) {
+  for (size_t y = 0; y < png.height; ++y) {
     uint8_t* line = filtered.data() + y * (row_bytes + 1);
     if (!unfilter_row(line[0], line + 1, prev, row_bytes, channels)) return std::nullopt;
-    convert_row(layout, line + 1, image.pixels.data() + y * size_t{width} * 3);
+    convert_row(layout, line + 1, image.pixels.data() + y * size_t{png.width} * 3);
     prev = line + 1;
   }
   return StatusOr<RgbImage>(std::move(image));

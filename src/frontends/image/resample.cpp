@@ -13,9 +13,14 @@
 //    when its dimension is unchanged; the identity resize is a copy (Image.resize returns self.copy()).
 //  - filters: bilinear = max(0, 1 - |x|), support 1; bicubic with a = -0.5, support 2.
 // PIL's box/ybox cropping (only the source rows the vertical pass reads are resampled horizontally) is
-// applied too; it never changes a value. -ffp-contract=off (CMakeLists.txt) keeps the double arithmetic of
-// the weights identical to PIL's x86-64 build (no FMA).
-// Tests: tests/unit/frontends/image/resample_test.cpp (hand-computed cases); conformance against PIL:
+// applied too; it never changes a value (each row of the temporary depends on its source row alone). The GPU
+// path (kernels/pil_resize) does the same from the vertical table: its horizontal pass covers only the source
+// rows [xmin.front(), xmin.back() + count.back()) of the kept output rows (PilResizeAxis::src_start/src_count),
+// again the same values, and it bounds the scratch buffer for extreme aspect ratios. -ffp-contract=off
+// (CMakeLists.txt) keeps the double arithmetic of the weights identical to PIL's x86-64 build (no FMA).
+// pil_resample_coeffs exposes the tables so the GPU computes from the very same integers.
+// Tests: tests/unit/frontends/image/resample_test.cpp (hand-computed cases), resize_levels_test.cpp (the
+// kernels/pil_resize twin fed these tables equals resize_and_crop / SAM's resize); conformance against PIL:
 // tests/conformance/clip_pixels_test.cpp.
 #include "frontends/image/resample.h"
 
@@ -57,21 +62,14 @@ Filter filter_for(int resample) {
   return resample == 3 ? Filter{bicubic_weight, 2.0} : Filter{bilinear_weight, 1.0};
 }
 
-// Fixed-point coefficients for output indices [span.start, span.start + span.count) of an in -> out resize.
-struct Coefficients {
-  int ksize = 0;
-  std::vector<int> first;  // xmin per output index
-  std::vector<int> count;  // number of taps per output index
-  std::vector<int32_t> k;  // ksize per output index
-};
-
-Coefficients precompute_coeffs(int in_size, int out_size, const Filter& filter, Span1d span) {
+// Resample.c's precompute_coeffs and normalize_coeffs_8bpc for the output indices of `span`.
+ResampleCoeffs precompute_coeffs(int in_size, int out_size, const Filter& filter, Span1d span) {
   const double scale = static_cast<double>(static_cast<float>(in_size)) / out_size;  // (double)(in1 - in0) / out
   const double filterscale = scale < 1.0 ? 1.0 : scale;
   const double support = filter.support * filterscale;
-  Coefficients c;
+  ResampleCoeffs c;
   c.ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
-  c.first.resize(span.count);
+  c.xmin.resize(span.count);
   c.count.resize(span.count);
   c.k.assign(static_cast<size_t>(span.count) * c.ksize, 0);
   std::vector<double> w(c.ksize);
@@ -96,7 +94,7 @@ Coefficients precompute_coeffs(int in_size, int out_size, const Filter& filter, 
                                                          : static_cast<int32_t>(0.5 + kx * (1 << kPrecisionBits));
       // NOLINTEND(bugprone-incorrect-roundings)
     }
-    c.first[i] = xmin;
+    c.xmin[i] = xmin;
     c.count[i] = xmax;
   }
   return c;
@@ -108,8 +106,8 @@ inline uint8_t clip8(int32_t acc) {
 }
 
 // Horizontal pass over source rows [row_first, row_first + row_count) -> cols.count x row_count image.
-RgbImage horizontal_pass(const RgbImage& src, const Coefficients& c, int row_first, int row_count) {
-  const int out_width = static_cast<int>(c.first.size());
+RgbImage horizontal_pass(const RgbImage& src, const ResampleCoeffs& c, int row_first, int row_count) {
+  const int out_width = static_cast<int>(c.xmin.size());
   RgbImage out;
   out.width = out_width;
   out.height = row_count;
@@ -119,7 +117,7 @@ RgbImage horizontal_pass(const RgbImage& src, const Coefficients& c, int row_fir
     uint8_t* dst = out.pixels.data() + static_cast<size_t>(y) * out_width * 3;
     for (size_t i = 0; i < static_cast<size_t>(out_width); ++i) {
       const int32_t* k = c.k.data() + i * c.ksize;
-      const uint8_t* p = in + static_cast<size_t>(c.first[i]) * 3;
+      const uint8_t* p = in + static_cast<size_t>(c.xmin[i]) * 3;
       int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
       for (int x = 0; x < c.count[i]; ++x, p += 3) {
         s0 += p[0] * k[x];
@@ -134,10 +132,10 @@ RgbImage horizontal_pass(const RgbImage& src, const Coefficients& c, int row_fir
   return out;
 }
 
-// Vertical pass; `c.first` is relative to the first row of `src`. Integer sums, so accumulating row by row
+// Vertical pass; `c.xmin` is relative to the first row of `src`. Integer sums, so accumulating row by row
 // (cache friendly) gives exactly PIL's per-pixel loop.
-RgbImage vertical_pass(const RgbImage& src, const Coefficients& c, int row_offset) {
-  const int out_height = static_cast<int>(c.first.size());
+RgbImage vertical_pass(const RgbImage& src, const ResampleCoeffs& c, int row_offset) {
+  const int out_height = static_cast<int>(c.xmin.size());
   const size_t stride = static_cast<size_t>(src.width) * 3;
   RgbImage out;
   out.width = src.width;
@@ -148,7 +146,7 @@ RgbImage vertical_pass(const RgbImage& src, const Coefficients& c, int row_offse
     const int32_t* k = c.k.data() + static_cast<size_t>(j) * c.ksize;
     std::fill(acc.begin(), acc.end(), 1 << (kPrecisionBits - 1));
     for (int y = 0; y < c.count[j]; ++y) {
-      const uint8_t* in = src.pixels.data() + static_cast<size_t>(c.first[j] - row_offset + y) * stride;
+      const uint8_t* in = src.pixels.data() + static_cast<size_t>(c.xmin[j] - row_offset + y) * stride;
       const int32_t ky = k[y];
       for (size_t i = 0; i < stride; ++i) acc[i] += in[i] * ky;
     }
@@ -173,28 +171,36 @@ RgbImage copy_window(const RgbImage& src, Span1d cols, Span1d rows) {
 
 }  // namespace
 
+ResampleCoeffs pil_resample_coeffs(int in_size, int out_size, int resample, Span1d span) {
+  MMSERVE_CHECK(in_size > 0 && out_size > 0, "pil_resample_coeffs: empty resize");
+  MMSERVE_CHECK(span.start >= 0 && span.count >= 0 && span.start + span.count <= out_size,
+                "pil_resample_coeffs: span outside the output");
+  return precompute_coeffs(in_size, out_size, filter_for(resample), span);
+}
+
 RgbImage resize_window(const RgbImage& src, int out_width, int out_height, int resample, Span1d cols, Span1d rows) {
   MMSERVE_CHECK(src.width > 0 && src.height > 0 && out_width > 0 && out_height > 0, "empty resize");
   MMSERVE_CHECK(cols.start >= 0 && cols.count >= 0 && cols.start + cols.count <= out_width, "bad columns");
   MMSERVE_CHECK(rows.start >= 0 && rows.count >= 0 && rows.start + rows.count <= out_height, "bad rows");
   MMSERVE_CHECK(src.pixels.size() == static_cast<size_t>(src.width) * src.height * 3, "bad RgbImage");
-  const Filter filter = filter_for(resample);
+  (void)filter_for(resample);  // refuses other filters even where no pass runs
   const bool need_horizontal = out_width != src.width;
   const bool need_vertical = out_height != src.height;
   if (cols.count == 0 || rows.count == 0) return RgbImage{cols.count, rows.count, {}};
 
   // Source rows the output rows read (all of `rows` itself when there is no vertical pass).
-  Coefficients vertical;
+  ResampleCoeffs vertical;
   int row_first = rows.start;
   int row_end = rows.start + rows.count;
   if (need_vertical) {
-    vertical = precompute_coeffs(src.height, out_height, filter, rows);
-    row_first = vertical.first.front();
-    row_end = vertical.first.back() + vertical.count.back();
+    vertical = pil_resample_coeffs(src.height, out_height, resample, rows);
+    row_first = vertical.xmin.front();
+    row_end = vertical.xmin.back() + vertical.count.back();
   }
   RgbImage temp;
   if (need_horizontal) {
-    temp = horizontal_pass(src, precompute_coeffs(src.width, out_width, filter, cols), row_first, row_end - row_first);
+    temp =
+        horizontal_pass(src, pil_resample_coeffs(src.width, out_width, resample, cols), row_first, row_end - row_first);
   } else {
     temp = copy_window(src, cols, Span1d{row_first, row_end - row_first});
   }

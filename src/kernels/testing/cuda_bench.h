@@ -73,6 +73,8 @@ void bench_kv_cache_cuda(CudaBench& bench);
 void bench_im2col_1d_cuda(CudaBench& bench);
 void bench_mask_resize_cuda(CudaBench& bench);
 void bench_pixel_levels_cuda(CudaBench& bench);
+void bench_png_inflate_cuda(CudaBench& bench);
+void bench_pil_resize_cuda(CudaBench& bench);
 void bench_paged_attention_cuda(CudaBench& bench);  // the decoders (issue 14)
 void bench_rms_norm_cuda(CudaBench& bench);
 void bench_rope_cuda(CudaBench& bench);

@@ -75,6 +75,8 @@ int main(int argc, char** argv) {
       {"im2col_1d", bench_im2col_1d_cuda},
       {"mask_resize", bench_mask_resize_cuda},
       {"pixel_levels", bench_pixel_levels_cuda},
+      {"png_inflate", bench_png_inflate_cuda},
+      {"pil_resize", bench_pil_resize_cuda},
       {"paged_attention", bench_paged_attention_cuda},
       {"rms_norm", bench_rms_norm_cuda},
       {"rope", bench_rope_cuda},

@@ -2,12 +2,17 @@
 // (every filter type, every 8-bit colour type it takes, IDAT split anywhere) must be taken and decode to
 // libpng's pixels; files libpng writes itself (adaptive filters, 8 KiB IDATs) too; and every file it must not
 // take (bad CRC, unknown filter, too much or too little data, other chunks, small zlib windows, 16-bit, palette,
-// interlace) must be left to libpng, so that decode_rgb's answer and message stay libpng's.
+// interlace) must be left to libpng, so that decode_rgb's answer and message stay libpng's. Every file here also
+// goes through split_png_for_device + the GPU decoder's CPU twin (kernels/png_inflate, header-only here), which must
+// give the fast path's pixels when it succeeds and fail where it gives up; so must the fixture PNGs.
 #include <gtest/gtest.h>
 #include <png.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <span>
 #include <string>
@@ -15,6 +20,8 @@
 
 #include "frontends/image/codecs.h"
 #include "frontends/image/image.h"
+#include "frontends/image/png_device.h"
+#include "kernels/png_inflate/png_unfilter_core.h"
 #include "reference_codecs.h"
 
 namespace mmserve::image {
@@ -65,8 +72,10 @@ std::vector<uint8_t> build_png(const RawPng& spec) {
 }
 
 int channels(int color_type) {
-  return color_type == PNG_COLOR_TYPE_GRAY ? 1 : color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
-         : color_type == PNG_COLOR_TYPE_RGB ? 3 : 4;
+  return color_type == PNG_COLOR_TYPE_GRAY         ? 1
+         : color_type == PNG_COLOR_TYPE_GRAY_ALPHA ? 2
+         : color_type == PNG_COLOR_TYPE_RGB        ? 3
+                                                   : 4;
 }
 
 // Random rows, each with the given filter type (-1: a random one per row).
@@ -82,9 +91,44 @@ RawPng random_png(uint32_t width, uint32_t height, int color_type, int filter, u
   return spec;
 }
 
-std::span<const uint8_t> span_of(const std::vector<uint8_t>& v) { return {v.data(), v.size()}; }
+std::span<const uint8_t> span_of(const std::vector<uint8_t>& v) {
+  return {v.data(), v.size()};
+}
+
+// split_png_for_device + the CPU twin of the GPU decoder against decode_png_fast: no stream where the fast path
+// gives up before inflating, its guard's error, and otherwise success exactly when the fast path succeeds, with its
+// pixels. Returns whether a stream came out.
+bool expect_split_agrees(const std::vector<uint8_t>& file, const std::string& what, const DecodeOptions& options = {}) {
+  const std::optional<StatusOr<RgbImage>> fast = detail::decode_png_fast(span_of(file), options);
+  const std::optional<StatusOr<PngStream>> split = split_png_for_device(span_of(file), options);
+  if (!split.has_value()) {
+    EXPECT_FALSE(fast.has_value()) << what << ": split refused a file the fast path takes";
+    return false;
+  }
+  if (!split->ok()) {
+    EXPECT_TRUE(fast.has_value() && !fast->ok()) << what;
+    if (fast.has_value() && !fast->ok()) {
+      EXPECT_EQ(split->status().message(), fast->status().message()) << what;
+    }
+    return false;
+  }
+  const PngStream& png = **split;
+  std::vector<uint8_t> rgb(size_t{png.width} * png.height * 3);
+  const kernels::PngInflateStatus status =
+      kernels::inflate_png_image(png.zlib(), png.width, png.height, static_cast<uint32_t>(png.channels), rgb.data());
+  const bool taken = fast.has_value() && fast->ok();
+  EXPECT_EQ(status == kernels::PngInflateStatus::kOk, taken)
+      << what << ": the twin says " << kernels::png_inflate_status_name(status);
+  if (taken && status == kernels::PngInflateStatus::kOk) {
+    EXPECT_EQ(static_cast<int>(png.width), (*fast)->width) << what;
+    EXPECT_EQ(static_cast<int>(png.height), (*fast)->height) << what;
+    EXPECT_EQ(rgb, (*fast)->pixels) << what;
+  }
+  return true;
+}
 
 void expect_fast_equals_libpng(const std::vector<uint8_t>& file, const std::string& what) {
+  EXPECT_TRUE(expect_split_agrees(file, what)) << what;
   std::optional<StatusOr<RgbImage>> fast = detail::decode_png_fast(span_of(file), {});
   ASSERT_TRUE(fast.has_value()) << what << ": the fast path gave up";
   ASSERT_TRUE(fast->ok()) << what << ": " << fast->status().to_string();
@@ -97,6 +141,7 @@ void expect_fast_equals_libpng(const std::vector<uint8_t>& file, const std::stri
 
 void expect_left_to_libpng(const std::vector<uint8_t>& file, const std::string& what) {
   EXPECT_FALSE(detail::decode_png_fast(span_of(file), {}).has_value()) << what;
+  expect_split_agrees(file, what);
   StatusOr<RgbImage> decoded = decode_rgb(span_of(file));
   StatusOr<RgbImage> reference = detail::decode_png_libpng(span_of(file), {});
   ASSERT_EQ(decoded.ok(), reference.ok()) << what;
@@ -109,7 +154,8 @@ void expect_left_to_libpng(const std::vector<uint8_t>& file, const std::string& 
 
 TEST(PngFastPath, EveryFilterAndColourTypeEqualsLibpng) {
   unsigned seed = 1;
-  for (int color_type : {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA}) {
+  for (int color_type :
+       {PNG_COLOR_TYPE_GRAY, PNG_COLOR_TYPE_GRAY_ALPHA, PNG_COLOR_TYPE_RGB, PNG_COLOR_TYPE_RGB_ALPHA}) {
     for (int filter = -1; filter <= 4; ++filter) {
       for (auto [w, h] : {std::pair<uint32_t, uint32_t>{1, 1}, {1, 9}, {7, 5}, {64, 33}, {201, 3}}) {
         RawPng spec = random_png(w, h, color_type, filter, seed++);
@@ -214,6 +260,54 @@ TEST(PngFastPath, IdatLongerThanLibpngsLimitIsLeftToLibpng) {
   expect_fast_equals_libpng(build_png(spec), "the same stream in 1000-byte IDATs");
 }
 
+TEST(PngFastPath, SplitForTheDeviceAgreesOnTheFixtures) {
+  int taken = 0, files = 0;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(MMSERVE_FIXTURES_DIR)) {
+    if (entry.path().extension() != ".png") continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ++files;
+    expect_split_agrees(file, entry.path().filename().string());
+    const std::optional<StatusOr<RgbImage>> fast = detail::decode_png_fast(span_of(file), {});
+    taken += fast.has_value() && fast->ok() ? 1 : 0;
+  }
+  EXPECT_GT(files, 5);
+  EXPECT_GT(taken, 0);  // some fixtures are plain 8-bit files the fast path takes
+}
+
+TEST(PngFastPath, SplitGivesNoStreamForFilesTheFastPathDoesNotTake) {
+  const RawPng good = random_png(40, 30, PNG_COLOR_TYPE_RGB, -1, 79);
+  std::vector<uint8_t> file = build_png(good);
+  ASSERT_TRUE(split_png_for_device(span_of(file), {}).has_value());
+  file[file.size() - 20] ^= 1;  // an IDAT CRC
+  EXPECT_FALSE(split_png_for_device(span_of(file), {}).has_value());
+  RawPng spec = good;
+  spec.window_bits = 9;
+  EXPECT_FALSE(split_png_for_device(span_of(build_png(spec)), {}).has_value()) << "a 512-byte window";
+  spec = good;
+  spec.bit_depth = 16;
+  EXPECT_FALSE(split_png_for_device(span_of(build_png(spec)), {}).has_value()) << "16-bit";
+  spec = good;
+  spec.interlace = 1;
+  EXPECT_FALSE(split_png_for_device(span_of(build_png(spec)), {}).has_value()) << "Adam7";
+  // One IDAT: the stream lies inside the file; several: joined.
+  const std::vector<uint8_t> one = build_png(good);
+  const auto split_one = split_png_for_device(span_of(one), {});
+  ASSERT_TRUE(split_one.has_value() && split_one->ok());
+  EXPECT_TRUE((*split_one)->joined.empty());
+  EXPECT_GE((*split_one)->zlib().data(), one.data());
+  EXPECT_LE((*split_one)->zlib().data() + (*split_one)->zlib().size(), one.data() + one.size());
+  spec = good;
+  spec.idat_max = 100;
+  const std::vector<uint8_t> many = build_png(spec);
+  const auto split_many = split_png_for_device(span_of(many), {});
+  ASSERT_TRUE(split_many.has_value() && split_many->ok());
+  EXPECT_FALSE((*split_many)->joined.empty());
+  EXPECT_EQ((*split_many)->channels, 3);
+  EXPECT_EQ((*split_many)->color_type, PNG_COLOR_TYPE_RGB);
+  expect_split_agrees(many, "many IDATs");
+}
+
 TEST(PngFastPath, PixelGuardComesFirstAsInLibpngsPath) {
   const std::vector<uint8_t> file = build_png(random_png(64, 64, PNG_COLOR_TYPE_RGB, 1, 9));
   DecodeOptions options;
@@ -225,6 +319,7 @@ TEST(PngFastPath, PixelGuardComesFirstAsInLibpngsPath) {
   ASSERT_FALSE(reference.ok());
   EXPECT_EQ(fast->status().code(), reference.status().code());
   EXPECT_EQ(fast->status().message(), reference.status().message());
+  expect_split_agrees(file, "above the pixel limit", options);
 }
 
 }  // namespace

@@ -1,0 +1,129 @@
+// inflate_png_rows on the GPU (see png_inflate_cuda.h), in two kernels over png_inflate_core.h and png_unfilter_core.h:
+//   inflate: one warp per image, its workspace (64 KiB output ring, decode tables, the batch of literals and matches)
+//            in dynamic shared memory. Lane 0 decodes the bit stream (bit buffer in registers, tables in shared
+//            memory); the warp builds the tables, writes each batch's literals in coalesced runs and copies each
+//            match with 32 lanes, and sums the Adler-32. Stored blocks are copied by the whole warp.
+//   rows:    one block of kRowThreads per image, reading the inflate's status: thread t unfilters rows t, t + T, ...
+//            a chunk of pixels per step, one step behind the row above, and writes RGB.
+// Decoding one deflate stream is serial; the batch's images run side by side on the SMs (two per SM by shared
+// memory), so more images per call fill more of the GPU.
+#include <climits>
+#include <string>
+
+#include "kernels/png_inflate/png_inflate_cuda.h"
+#include "kernels/png_inflate/png_unfilter_core.h"
+
+namespace mmserve::kernels {
+namespace {
+
+using png_inflate::InflateWorkspace;
+
+constexpr int kRowThreads = 64;
+
+// The teams of the core headers. __host__ __device__ only so that the templates compile for both sides; they run
+// on the device alone.
+struct WarpTeam {
+  __host__ __device__ uint32_t lane() const {
+#if defined(__CUDA_ARCH__)
+    return threadIdx.x & 31;
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ uint32_t size() const {
+    return 32;
+  }
+  __host__ __device__ bool leader() const {
+    return lane() == 0;
+  }
+  __host__ __device__ void sync() const {
+#if defined(__CUDA_ARCH__)
+    __syncwarp();
+#endif
+  }
+  __host__ __device__ uint32_t reduce_sum(uint32_t v) const {
+#if defined(__CUDA_ARCH__)
+    for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+#endif
+    return v;
+  }
+};
+
+struct BlockTeam {
+  __host__ __device__ uint32_t lane() const {
+#if defined(__CUDA_ARCH__)
+    return threadIdx.x;
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ uint32_t size() const {
+#if defined(__CUDA_ARCH__)
+    return blockDim.x;
+#else
+    return 1;
+#endif
+  }
+  __host__ __device__ bool sync_or(bool p) const {
+#if defined(__CUDA_ARCH__)
+    return __syncthreads_or(p) != 0;
+#else
+    return p;
+#endif
+  }
+};
+
+__global__ void __launch_bounds__(32)
+    inflate_kernel(const uint8_t* __restrict__ streams, uint64_t streams_bytes,
+                   const PngInflateImage* __restrict__ images, uint8_t* __restrict__ scratch, uint64_t scratch_bytes,
+                   uint64_t out_bytes, int32_t* __restrict__ status) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  InflateWorkspace& ws = *reinterpret_cast<InflateWorkspace*>(smem);
+  const PngInflateImage image = images[blockIdx.x];
+  const uint64_t filtered = png_inflate::checked_filtered_bytes(image, streams_bytes, scratch_bytes, out_bytes);
+  PngInflateStatus result = PngInflateStatus::kBadImage;
+  if (filtered != 0) {
+    WarpTeam team;
+    result = png_inflate::inflate_zlib(team, ws, streams + image.stream_offset, image.stream_bytes,
+                                       scratch + image.scratch_offset, static_cast<uint32_t>(filtered));
+  }
+  if (threadIdx.x == 0) status[blockIdx.x] = static_cast<int32_t>(result);
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+    rows_kernel(const PngInflateImage* __restrict__ images, uint8_t* __restrict__ scratch, uint8_t* __restrict__ out,
+                int32_t* __restrict__ status) {
+  if (status[blockIdx.x] != 0) return;  // the inflate failed (or the descriptor was bad): nothing to unfilter
+  const PngInflateImage image = images[blockIdx.x];
+  BlockTeam team;
+  const bool ok = png_inflate::unfilter_rows_any(team, scratch + image.scratch_offset, image.width, image.height,
+                                                 image.channels, out + image.out_offset);
+  if (!ok && threadIdx.x == 0) status[blockIdx.x] = static_cast<int32_t>(PngInflateStatus::kBadFilter);
+}
+
+}  // namespace
+
+Status inflate_png_rows_cuda(const uint8_t* streams, uint64_t streams_bytes, const PngInflateImage* images, int64_t n,
+                             uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes,
+                             int32_t* status, cudaStream_t stream) {
+  if (n < 0 || n > INT_MAX) return invalid_argument("inflate_png_rows_cuda: bad batch size " + std::to_string(n));
+  if (n == 0) return ok_status();
+  if (streams == nullptr || images == nullptr || scratch == nullptr || out == nullptr || status == nullptr) {
+    return invalid_argument("inflate_png_rows_cuda: null pointer");
+  }
+  if (reinterpret_cast<uintptr_t>(streams) % 8 != 0) {
+    return invalid_argument("inflate_png_rows_cuda: streams must be 8-byte aligned");
+  }
+  constexpr size_t kShared = sizeof(InflateWorkspace);
+  cudaError_t error = cudaFuncSetAttribute(inflate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  if (error == cudaSuccess) {
+    inflate_kernel<<<static_cast<unsigned>(n), 32, kShared, stream>>>(streams, streams_bytes, images, scratch,
+                                                                      scratch_bytes, out_bytes, status);
+    rows_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(images, scratch, out, status);
+    error = cudaGetLastError();
+  }
+  if (error != cudaSuccess) return internal_error(std::string("inflate_png_rows_cuda: ") + cudaGetErrorString(error));
+  return ok_status();
+}
+
+}  // namespace mmserve::kernels
