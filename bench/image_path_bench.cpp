@@ -5,20 +5,34 @@
 //   png      decode_png_libpng                                   vs decode_rgb (the fast path for these files)
 //   resize   resize_and_crop + to_pixel_values (unchanged: measured for the total)
 //   request  the whole path: parse_kserve_infer + decode_rgb + resize; the baseline chains the baseline stages.
+//   body     the HTTP worker reading that body from a socket: httplib's 4 KiB reads through the transport's 16 KiB
+//            buffer appended to a growing string (as before 2026-12-06) vs one recv'd buffer of Content-Length
+//            (ConnectionServer::read_accepted_body); a local socket pair with the body already queued, so the
+//            figures are the reader's CPU alone (user copies, syscalls, allocation), not the network's.
+//   answer   writing a 512-float KServe answer's data array and its Server-Timing header: per-character appends and
+//            snprintf (before) vs append_json_floats in place and to_chars (now); both must give the same bytes.
 // The request body is exactly what `mmserve bench` sends (cli::prepare_requests: the synthetic PNG at 224x224
 // and at 320x240, base64 in a BYTES element). Each stage also checks that both sides produce the same result.
 //   build/cpu-release/bench/image_path_bench --benchmark_format=json --benchmark_min_time=0.5
 // Results: docs/perf/server_image_path.md.
 #include <benchmark/benchmark.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "api/base64.h"
+#include "api/handlers.h"
 #include "api/json_parse.h"
+#include "api/json_writer.h"
 #include "api/kserve_codec.h"
 #include "cli/bench_payloads.h"
 #include "frontends/image/codecs.h"
@@ -65,15 +79,15 @@ const Payload& payload(int width, int height) {
   StatusOr<std::string> png = api::base64_decode_bitwise(p.base64);
   if (!png.ok()) die(png.status().to_string());
   p.png = *png;
-  StatusOr<image::RgbImage> rgb = image::detail::decode_png_libpng(
-      std::span(reinterpret_cast<const uint8_t*>(p.png.data()), p.png.size()), {});
+  StatusOr<image::RgbImage> rgb =
+      image::detail::decode_png_libpng(std::span(reinterpret_cast<const uint8_t*>(p.png.data()), p.png.size()), {});
   if (!rgb.ok()) die(rgb.status().to_string());
   p.rgb = std::move(*rgb);
   // The fast paths must give the baseline's results on this payload, and must be taken.
   if (api::parse_json_fast(p.body) != *root) die("the JSON fast path disagrees or gives up");
   if (api::base64_decode(p.base64).value() != p.png) die("base64 disagrees");
-  auto fast = image::detail::decode_png_fast(std::span(reinterpret_cast<const uint8_t*>(p.png.data()), p.png.size()),
-                                             {});
+  auto fast =
+      image::detail::decode_png_fast(std::span(reinterpret_cast<const uint8_t*>(p.png.data()), p.png.size()), {});
   if (!fast || !fast->ok() || (*fast)->pixels != p.rgb.pixels) die("the PNG fast path disagrees or gives up");
   cache.push_back({{width, height}, std::move(p)});
   return cache.back().second;
@@ -148,6 +162,136 @@ void BM_request(benchmark::State& state, bool fast) {
   }
 }
 
+// A connected local socket pair whose buffers hold a whole body, so one thread can queue it and then read it.
+struct SocketPair {
+  int writer = -1, reader = -1;
+  SocketPair() {
+    int fds[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0) die("socketpair");
+    writer = fds[0];
+    reader = fds[1];
+    const int size = 4 << 20;
+    ::setsockopt(writer, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+    ::setsockopt(reader, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  }
+  ~SocketPair() {
+    ::close(writer);
+    ::close(reader);
+  }
+  void queue(const std::string& bytes) const {
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t n = ::send(writer, bytes.data() + off, bytes.size() - off, 0);
+      if (n <= 0) die("send");
+      off += static_cast<size_t>(n);
+    }
+  }
+};
+
+// The read path before 2026-12-06, as httplib 0.11 and the transport's stream ran it: httplib asks for 4 KiB at a
+// time; the stream polls, recv's 16 KiB into its buffer and copies out; httplib appends to req.body.
+std::string read_body_baseline(int fd, size_t length) {
+  std::string body, buffer;
+  size_t pos = 0;
+  char chunk[4096];
+  while (body.size() < length) {
+    const size_t want = std::min(sizeof(chunk), length - body.size());
+    if (pos == buffer.size()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0) die("poll");
+      buffer.resize(16384);
+      const ssize_t n = ::recv(fd, buffer.data(), buffer.size(), MSG_DONTWAIT);
+      if (n <= 0) die("recv");
+      buffer.resize(static_cast<size_t>(n));
+      pos = 0;
+    }
+    const size_t n = std::min(want, buffer.size() - pos);
+    std::memcpy(chunk, buffer.data() + pos, n);
+    pos += n;
+    body.append(chunk, n);
+  }
+  return body;
+}
+
+// The read path now (BufferedSocketStream::read_planned_body): one buffer of Content-Length, recv'd into place,
+// polling only when the socket has nothing.
+std::string read_body_direct(int fd, size_t length) {
+  std::string body(length, '\0');
+  for (size_t got = 0; got < length;) {
+    const ssize_t n = ::recv(fd, body.data() + got, length - got, MSG_DONTWAIT);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (n == 0 || ::poll(&p, 1, 1000) <= 0) die("recv");
+  }
+  return body;
+}
+
+void BM_body(benchmark::State& state, bool fast) {
+  const Payload& p = payload(static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
+  SocketPair pair;
+  pair.queue(p.body);
+  if ((fast ? read_body_direct : read_body_baseline)(pair.reader, p.body.size()) != p.body) die("body read differs");
+  for (auto _ : state) {
+    state.PauseTiming();
+    pair.queue(p.body);
+    state.ResumeTiming();
+    std::string body =
+        fast ? read_body_direct(pair.reader, p.body.size()) : read_body_baseline(pair.reader, p.body.size());
+    benchmark::DoNotOptimize(body.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(p.body.size()));
+}
+
+// The answer's writers before 2026-12-06 (json_writer.cpp's float loop, kserve_handlers.cpp's Server-Timing).
+void append_json_floats_baseline(std::string& out, std::span<const float> values) {
+  out.push_back('[');
+  char buf[32];
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    const float v = values[i];
+    if (!std::isfinite(v)) {
+      out += "null";
+      continue;
+    }
+    const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
+    out.append(buf, r.ptr);
+  }
+  out.push_back(']');
+}
+
+std::string server_timing_baseline(const serving::PhaseTimes& t) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "queue;dur=%.3f, preprocess;dur=%.3f, compute;dur=%.3f, total;dur=%.3f", t.queue_ms,
+                t.preprocess_ms, t.compute_ms, t.total_ms);
+  return buf;
+}
+
+std::string answer(bool fast, std::span<const float> embedding, const serving::PhaseTimes& times) {
+  std::string out = R"({"model_name":"clip","model_version":"1","outputs":[{"name":"image_embeds","datatype":"FP32",)"
+                    R"("shape":[1,512],"data":)";
+  (fast ? api::append_json_floats : append_json_floats_baseline)(out, embedding);
+  out += "}]}";
+  out += fast ? api::server_timing(times) : server_timing_baseline(times);
+  return out;
+}
+
+void BM_answer(benchmark::State& state, bool fast) {
+  std::vector<float> embedding(512);
+  uint32_t x = 12345;
+  for (float& v : embedding) {  // unit-norm-like values, as an embedding's
+    x = x * 1664525u + 1013904223u;
+    v = (static_cast<float>(x >> 8) / 16777216.0f - 0.5f) * 0.09f;
+  }
+  const serving::PhaseTimes times{0.412, 1.137, 2.274, 4.051};
+  if (answer(true, embedding, times) != answer(false, embedding, times)) die("the answers differ");
+  for (auto _ : state) {
+    std::string out = answer(fast, embedding, times);
+    benchmark::DoNotOptimize(out.data());
+  }
+}
+
 #define MM_SIZES ->Args({224, 224})->Args({320, 240})->Unit(benchmark::kMicrosecond)
 BENCHMARK_CAPTURE(BM_json, baseline, false) MM_SIZES;
 BENCHMARK_CAPTURE(BM_json, fast, true) MM_SIZES;
@@ -158,6 +302,10 @@ BENCHMARK_CAPTURE(BM_png, fast, true) MM_SIZES;
 BENCHMARK(BM_resize) MM_SIZES;
 BENCHMARK_CAPTURE(BM_request, baseline, false) MM_SIZES;
 BENCHMARK_CAPTURE(BM_request, fast, true) MM_SIZES;
+BENCHMARK_CAPTURE(BM_body, baseline, false) MM_SIZES;
+BENCHMARK_CAPTURE(BM_body, fast, true) MM_SIZES;
+BENCHMARK_CAPTURE(BM_answer, baseline, false)->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_answer, fast, true)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

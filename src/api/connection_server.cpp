@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -75,6 +76,13 @@ void address_of(int fd, bool peer, std::string& ip, int& port) {
 }
 
 // httplib's Stream over a non-blocking socket, reading first from bytes the poller already received.
+//
+// Two shortcuts around httplib's own I/O, both measured on the image path (docs/perf/server_image_path.md,
+// "2026-12-06: the HTTP side"): a plain Content-Length body that the api accepted is read by read_planned_body()
+// in one buffer of that size, straight from the socket, instead of httplib's 4 KiB reads appended to a doubling
+// std::string (a quarter of the worker's CPU per 136 kB image request); and a response's head is held back and
+// sent with the body in one sendmsg (one syscall and one segment instead of two). Calls try the socket first and
+// poll only when it would block.
 class BufferedSocketStream final : public httplib::Stream {
  public:
   BufferedSocketStream(int fd, std::string pending, const TransportOptions& options, Clock::time_point read_deadline,
@@ -89,11 +97,8 @@ class BufferedSocketStream final : public httplib::Stream {
   }
 
   ssize_t read(char* ptr, size_t size) override {
-    if (context_->expect_continue) {  // the body is wanted now (see setup_request)
-      context_->expect_continue = false;
-      static constexpr char kContinue[] = "HTTP/1.1 100 Continue\r\n\r\n";
-      if (write(kContinue, sizeof(kContinue) - 1) < 0) return -1;
-    }
+    if (failed_) return -1;  // a planned body read failed: httplib's own read fails too and answers 400
+    if (!answer_continue()) return -1;
     if (pos_ < buffer_.size()) {
       const size_t n = std::min(size, buffer_.size() - pos_);
       std::memcpy(ptr, buffer_.data() + pos_, n);
@@ -103,7 +108,6 @@ class BufferedSocketStream final : public httplib::Stream {
     buffer_.clear();
     pos_ = 0;
     for (;;) {
-      if (!wait_for(fd_, POLLIN, options_.read_timeout_s, read_deadline_)) return -1;
       if (size >= kChunk) {  // large reads (bodies) go straight to the caller's buffer
         const ssize_t n = ::recv(fd_, ptr, size, MSG_DONTWAIT);
         if (n >= 0) return n;
@@ -117,6 +121,7 @@ class BufferedSocketStream final : public httplib::Stream {
         buffer_.clear();
       }
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+      if (errno != EINTR && !wait_for(fd_, POLLIN, options_.read_timeout_s, read_deadline_)) return -1;
     }
   }
 
@@ -124,13 +129,93 @@ class BufferedSocketStream final : public httplib::Stream {
     if (!write_started_ || context_->streaming) {
       write_started_ = true;
       write_deadline_ = Clock::now() + seconds(options_.response_timeout_s);
+      // httplib writes a response's status line and headers in one call, then its body: hold the head for the
+      // body's write. Streamed (chunked) responses send their head at once, for the client to see it start.
+      if (!head_sent_ && !context_->streaming) {
+        head_sent_ = true;
+        held_.assign(ptr, size);
+        return static_cast<ssize_t>(size);
+      }
+    }
+    while (held_pos_ < held_.size()) {
+      iovec parts[2] = {{held_.data() + held_pos_, held_.size() - held_pos_}, {const_cast<char*>(ptr), size}};
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = 2;
+      const ssize_t n = ::sendmsg(fd_, &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (!wait_writable()) return -1;
+        continue;
+      }
+      const size_t head_left = held_.size() - held_pos_;
+      if (static_cast<size_t>(n) < head_left) {
+        held_pos_ += static_cast<size_t>(n);
+        continue;
+      }
+      held_.clear();
+      held_pos_ = 0;
+      if (static_cast<size_t>(n) > head_left) return n - static_cast<ssize_t>(head_left);
     }
     for (;;) {
-      if (!wait_for(fd_, POLLOUT, options_.write_timeout_s, write_deadline_)) return -1;
       const ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n >= 0) return n;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+      if (!wait_writable()) return -1;
     }
+  }
+
+  // Sends a held response head that no body followed (HEAD, empty bodies). false when the connection failed.
+  bool flush() {
+    if (held_pos_ >= held_.size()) return true;
+    std::string head = std::move(held_);
+    const size_t from = held_pos_;
+    held_.clear();
+    held_pos_ = 0;
+    for (size_t off = from; off < head.size();) {
+      const ssize_t n = write(head.data() + off, head.size() - off);
+      if (n < 0) return false;
+      off += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // setup_request found a body to read here once the api accepts the request: `length` bytes for
+  // `request.body`, announced by a plain Content-Length (no chunking, no Content-Encoding, not multipart).
+  void plan_body(httplib::Request* request, size_t length) {
+    planned_request_ = request;
+    planned_length_ = length;
+  }
+
+  // Reads the planned body into the request in one buffer of its length: the bytes already buffered, then recv's
+  // of everything left, straight into place. On success the request's Content-Length becomes 0 so that httplib
+  // reads nothing more; on a short body, a timeout or an error the stream fails, httplib's own read then fails
+  // and answers 400 as before, and the connection closes (its remaining bytes are not a request).
+  void read_planned_body() {
+    httplib::Request* request = planned_request_;
+    planned_request_ = nullptr;
+    if (request == nullptr || failed_) return;
+    if (!answer_continue()) {
+      fail();
+      return;
+    }
+    std::string body(planned_length_, '\0');
+    size_t got = std::min(planned_length_, buffer_.size() - pos_);
+    std::memcpy(body.data(), buffer_.data() + pos_, got);
+    pos_ += got;
+    while (got < body.size()) {
+      const ssize_t n = ::recv(fd_, body.data() + got, body.size() - got, MSG_DONTWAIT);
+      if (n > 0) {
+        got += static_cast<size_t>(n);
+        continue;
+      }
+      if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+          (errno != EINTR && !wait_for(fd_, POLLIN, options_.read_timeout_s, read_deadline_))) {
+        fail();
+        return;
+      }
+    }
+    request->body = std::move(body);
+    request->headers.erase("Content-Length");
+    request->set_header("Content-Length", "0");
   }
 
   void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
@@ -142,6 +227,40 @@ class BufferedSocketStream final : public httplib::Stream {
 
  private:
   static constexpr size_t kChunk = 16384;
+
+  // `Expect: 100-continue` is answered when the body is first wanted (see setup_request). false on a failed write.
+  bool answer_continue() {
+    if (!context_->expect_continue) return true;
+    context_->expect_continue = false;
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    const Clock::time_point deadline = Clock::now() + seconds(options_.write_timeout_s);
+    for (size_t off = 0; off < kContinue.size();) {
+      const ssize_t n = ::send(fd_, kContinue.data() + off, kContinue.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n >= 0) {
+        off += static_cast<size_t>(n);
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return false;
+      } else if (!wait_for(fd_, POLLOUT, options_.write_timeout_s, deadline)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // After a send that would block or failed: true to try again.
+  bool wait_writable() const {
+    if (errno == EINTR) return true;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    return wait_for(fd_, POLLOUT, options_.write_timeout_s, write_deadline_);
+  }
+
+  void fail() {
+    failed_ = true;
+    context_->close_connection = true;
+    buffer_.clear();
+    pos_ = 0;
+  }
+
   int fd_;
   std::string buffer_;
   size_t pos_ = 0;
@@ -149,8 +268,18 @@ class BufferedSocketStream final : public httplib::Stream {
   Clock::time_point read_deadline_;
   bool write_started_ = false;
   Clock::time_point write_deadline_;
+  bool head_sent_ = false;  // the response's first write (its head) was taken
+  std::string held_;        // the response head, until the body's write or flush()
+  size_t held_pos_ = 0;
+  httplib::Request* planned_request_ = nullptr;
+  size_t planned_length_ = 0;
+  bool failed_ = false;
   RequestContext* context_;
 };
+
+// The stream of the request this worker thread is processing (serve() sets it around process_request), for
+// setup_request and read_accepted_body, which httplib calls without it.
+thread_local BufferedSocketStream* t_stream = nullptr;
 
 }  // namespace
 
@@ -226,11 +355,12 @@ class ConnectionServer::WorkerPool {
         ++running_;
       }
       task();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        --running_;
+      // Only the last running task takes the lock to tell wait_idle(): a lock per task here made the workers
+      // and the poller's enqueue wake each other through the mutex (a futex wake per request under load).
+      if (running_.fetch_sub(1) == 1) {
+        { std::lock_guard<std::mutex> lock(mutex_); }
+        idle_cv_.notify_all();
       }
-      idle_cv_.notify_all();
     }
   }
 
@@ -238,7 +368,7 @@ class ConnectionServer::WorkerPool {
   std::condition_variable cv_, idle_cv_;
   std::deque<std::function<void()>> tasks_;
   std::vector<std::thread> threads_;
-  int running_ = 0;
+  std::atomic<int> running_{0};  // raised under mutex_ with the pop, lowered without it
   bool stopped_ = false;
 };
 
@@ -385,8 +515,11 @@ void ConnectionServer::serve(Connection c, bool background) {
                                 &context);
     const bool last = stopping_ || ++c.served >= options_.keep_alive_requests_max;
     bool client_closes = false;
-    const bool ok =
+    t_stream = &stream;
+    bool ok =
         process_request(stream, last, client_closes, [this](httplib::Request& request) { setup_request(request); });
+    t_stream = nullptr;
+    ok = stream.flush() && ok;
     context.peer->detach();
     if (!ok || last || client_closes || context.close_connection || stopping_) {
       if (context.close_connection) {
@@ -405,6 +538,10 @@ void ConnectionServer::serve(Connection c, bool background) {
   const bool idle = c.pending.empty();
   const double wait_s = idle ? options_.keep_alive_timeout_s : options_.header_timeout_s;
   parker_->park(std::move(c), Clock::now() + seconds(wait_s), idle);
+}
+
+void ConnectionServer::read_accepted_body() {
+  if (t_stream != nullptr) t_stream->read_planned_body();
 }
 
 void ConnectionServer::setup_request(httplib::Request& request) {
@@ -448,6 +585,13 @@ void ConnectionServer::setup_request(httplib::Request& request) {
     if (length > options_.body_bytes_max) {
       refuse(413, "request body of " + std::to_string(length) + " bytes is larger than the limit of " +
                       std::to_string(options_.body_bytes_max) + " bytes (--max-body-mb)");
+      return;
+    }
+    // httplib reads a POST's body itself unless it is multipart (parsed into files) or compressed (inflated):
+    // those stay with httplib; the rest is read by read_accepted_body() once the api accepts the request.
+    if (t_stream != nullptr && length > 0 && request.method == "POST" && !request.is_multipart_form_data() &&
+        !request.has_header("Content-Encoding")) {
+      t_stream->plan_body(&request, static_cast<size_t>(length));
     }
     return;
   }

@@ -76,6 +76,13 @@ class ConnectionServer : public httplib::Server {
   // false when requests were still running at the timeout (the workers are then left running).
   bool finish_shutdown(std::chrono::milliseconds timeout);
   bool shutting_down() const { return stopping_.load(); }
+  // For the pre-routing handler, once the api has accepted the request it is routing on this thread: reads the
+  // request's body now, when it has a plain Content-Length (not chunked, compressed or multipart) and the method
+  // is POST, in one buffer of that length straight from the socket (httplib would read it 4 KiB at a time into a
+  // doubling string). A request refused before this call never has its body read. Does nothing for other requests
+  // or when called twice; a short or timed-out body is answered 400 by httplib as before, and the connection
+  // closes after the answer.
+  void read_accepted_body();
   const TransportOptions& transport_options() const { return options_; }
 
  private:
@@ -88,8 +95,8 @@ class ConnectionServer : public httplib::Server {
   // its next (pipelined) request belongs to the other set.
   void serve(Connection connection, bool background);
   bool is_background(const Connection& connection) const;  // its next request runs on the low-priority set
-  void dispatch(Connection connection);                     // to the worker set its next request belongs to
-  void setup_request(httplib::Request& request);          // before routing: early refusals
+  void dispatch(Connection connection);                    // to the worker set its next request belongs to
+  void setup_request(httplib::Request& request);           // before routing: early refusals
 
   TransportOptions options_;
   std::unique_ptr<WorkerPool> pool_;

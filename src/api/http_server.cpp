@@ -91,8 +91,9 @@ bool HttpServer::finish_shutdown(std::chrono::milliseconds timeout) {
 
 void HttpServer::install() {
   http_.set_pre_routing_handler([this](const Request& request, Response& response) {
-    return precheck(request, response) ? httplib::Server::HandlerResponse::Handled
-                                       : httplib::Server::HandlerResponse::Unhandled;
+    if (precheck(request, response)) return httplib::Server::HandlerResponse::Handled;
+    http_.read_accepted_body();  // only now: a refused request's body is never read (nor 100 Continue sent)
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   auto handler = [this](const Request& request, Response& response) { handle(request, response); };
   http_.Get(".*", handler);

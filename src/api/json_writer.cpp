@@ -3,23 +3,30 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstring>
 
 namespace mmserve::api {
 
 void append_json_floats(std::string& out, std::span<const float> values) {
-  out.push_back('[');
-  char buf[32];
+  // Written in place into room for the longest form of every value ("-1.17549435e-38," is 16 characters), then
+  // cut to size: one allocation, no per-character appends (an embedding response is mostly this loop).
+  constexpr size_t kRoom = 24;
+  const size_t start = out.size();
+  out.resize(start + 2 + values.size() * kRoom);
+  char* p = out.data() + start;
+  *p++ = '[';
   for (size_t i = 0; i < values.size(); ++i) {
-    if (i > 0) out.push_back(',');
+    if (i > 0) *p++ = ',';
     const float v = values[i];
     if (!std::isfinite(v)) {
-      out += "null";
+      std::memcpy(p, "null", 4);
+      p += 4;
       continue;
     }
-    const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
-    out.append(buf, r.ptr);
+    p = std::to_chars(p, p + kRoom - 1, v).ptr;
   }
-  out.push_back(']');
+  *p++ = ']';
+  out.resize(static_cast<size_t>(p - out.data()));
 }
 
 void append_json_ints(std::string& out, const std::vector<int64_t>& values) {

@@ -261,6 +261,76 @@ TEST(Transport, ChunkedMalformedAndOversizeHeadRequests) {
   ::close(fd);
 }
 
+// Bodies are read by the transport in one buffer of their Content-Length (read_accepted_body): the bytes that came
+// with the head, then the rest in pieces as they arrive, a pipelined request right behind the body, a body far
+// larger than one read; a body cut short gets a 400 JSON error and the connection closes.
+TEST(Transport, BodiesAreReadWholeInPiecesAndCutShort) {
+  TestServer s;
+  const std::string text = std::string(300000, 'a');  // many reads' worth; the text is echoed back by length
+  const std::string body = R"({"inputs":[{"name":"text","datatype":"BYTES","shape":[1],"data":[")" + text + R"("]}]})";
+  const std::string head =
+      "POST /v2/models/clip/infer HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
+  int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, head + body.substr(0, 100)));  // part of the body with the head
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(send_all(fd, body.substr(100, 150000)));
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(send_all(fd, body.substr(150100) + kLive));  // the rest, and the next request behind it
+  std::string carry;
+  const std::string response = read_response(fd, carry, 5s);
+  EXPECT_EQ(status_of(response), 200) << response.substr(0, 300);
+  EXPECT_NE(response.find("\"outputs\""), std::string::npos) << response.substr(0, 300);
+  EXPECT_EQ(status_of(read_response(fd, carry, 2s)), 200);
+  EXPECT_EQ(s.fake.infer_calls.load(), 1);
+  ASSERT_EQ(s.fake.last_texts.size(), 1u);
+  EXPECT_EQ(s.fake.last_texts[0], text);
+  ::close(fd);
+  // the whole request in one write, twice on one connection
+  fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, head + body + head + body));
+  carry.clear();
+  EXPECT_EQ(status_of(read_response(fd, carry, 5s)), 200);
+  EXPECT_EQ(status_of(read_response(fd, carry, 5s)), 200);
+  EXPECT_EQ(s.fake.infer_calls.load(), 3);
+  ::close(fd);
+  // cut short: the client stops sending (half-close) before Content-Length bytes
+  fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, head + body.substr(0, 1000)));
+  ::shutdown(fd, SHUT_WR);
+  const std::string short_answer = read_until_close(fd, 5s);
+  EXPECT_EQ(status_of(short_answer), 400) << short_answer;
+  EXPECT_NE(short_answer.find("\"error\""), std::string::npos) << short_answer;
+  ::close(fd);
+  EXPECT_EQ(s.fake.infer_calls.load(), 3);
+}
+
+// A response's head is held back and sent with its body in one write: what arrives is still one well-formed
+// response per request, bodyless answers (HEAD, 204-like) included, and streamed answers are unaffected.
+TEST(Transport, HeldResponseHeadsArriveWithTheirBodies) {
+  TestServer s;
+  const int fd = connect_to(s.port());
+  ASSERT_TRUE(send_all(fd, "HEAD /healthz HTTP/1.1\r\nHost: t\r\n\r\n" + kLive));
+  std::string carry;
+  // read_response would wait for a HEAD's Content-Length bytes: read the head alone
+  const auto deadline = Clock::now() + 2s;
+  while (carry.find("\r\n\r\n") == std::string::npos && Clock::now() < deadline) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n > 0) carry.append(buf, static_cast<size_t>(n));
+    if (n <= 0) std::this_thread::sleep_for(5ms);
+  }
+  const size_t end = carry.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << carry;
+  EXPECT_EQ(status_of(carry.substr(0, end + 4)), 200) << carry;
+  carry.erase(0, end + 4);
+  const std::string live = read_response(fd, carry, 2s);
+  EXPECT_EQ(status_of(live), 200) << live;
+  EXPECT_NE(live.find("{\"live\":true}"), std::string::npos) << live;
+  ::close(fd);
+}
+
 TEST(Transport, GetWithABodyIsAnsweredThenClosed) {
   TestServer s;
   const int fd = connect_to(s.port());
