@@ -2,7 +2,8 @@
 # build a model repository from the built-in demo CLIP with a given mmserve.yaml, start `mmserve serve` on a
 # free loopback port and wait until ready, sample its RSS from /proc, run `mmserve bench` into OUT, stop the
 # server. Sourced, not run: the caller sets MMSERVE (the binary), ROOT (the repository) and OUT (the result
-# directory), and calls srv_cleanup from its EXIT trap. Exercised by running the three scripts.
+# directory), and calls srv_cleanup from its EXIT trap. Exercised by running the three scripts. MMSERVE_CLIENT,
+# when set, is the `mmserve` that runs the load (an older server measured with the newer load generator).
 
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -71,7 +72,7 @@ rss_start() {
 bench_run() {
   local name=$1
   shift
-  "$MMSERVE" bench --url "$SRV_URL" --json-file "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>"$OUT/$name.err" || {
+  "${MMSERVE_CLIENT:-$MMSERVE}" bench --url "$SRV_URL" --json-file "$OUT/$name.json" "$@" >"$OUT/$name.txt" 2>"$OUT/$name.err" || {
     echo "mmserve bench $name failed:" >&2
     cat "$OUT/$name.err" "$OUT/$name.txt" >&2
     exit 1
