@@ -1,8 +1,6 @@
 // The open-loop scheduler and connection pool of `mmserve bench` (see bench_runner.h).
 #include "cli/bench_runner.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -11,6 +9,8 @@
 #include <optional>
 #include <random>
 #include <thread>
+
+#include "cli/bench_http_client.h"
 
 namespace mmserve::cli {
 namespace {
@@ -23,17 +23,6 @@ struct Job {
   Clock::time_point scheduled;
 };
 
-const char* transport_error_name(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection: return "connection";
-    case httplib::Error::ConnectionTimeout: return "connect_timeout";
-    case httplib::Error::Read: return "read";
-    case httplib::Error::Write: return "write";
-    case httplib::Error::Canceled: return "canceled";
-    default: return "other";
-  }
-}
-
 double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -44,17 +33,22 @@ class ConnectionPool {
  public:
   ConnectionPool(const RunnerOptions& options, const std::vector<PreparedClass>& classes)
       : classes_(classes), workers_(options.connections) {
-    const auto timeout = std::chrono::duration<double>(options.timeout_s);
     for (auto& w : workers_) {
-      w.client = std::make_unique<httplib::Client>(options.server.host, options.server.port);
-      w.client->set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-      w.client->set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-      w.client->set_write_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
-      w.client->set_keep_alive(options.keep_alive);
-      w.client->set_tcp_nodelay(true);
+      w.client = std::make_unique<BenchConnection>(options.server.host, options.server.port, options.timeout_s,
+                                                   options.keep_alive);
     }
-    base_headers_ = {{"Accept", "application/json"}};
-    if (!options.api_key.empty()) base_headers_.emplace("Authorization", "Bearer " + options.api_key);
+    // Every request's head is built here, once, like its body: the send loop only writes bytes.
+    std::vector<std::pair<std::string, std::string>> base_headers = {{"Accept", "application/json"}};
+    if (!options.api_key.empty()) base_headers.emplace_back("Authorization", "Bearer " + options.api_key);
+    for (const PreparedClass& pc : classes) {
+      std::vector<std::pair<std::string, std::string>> headers = base_headers;
+      headers.insert(headers.end(), pc.headers.begin(), pc.headers.end());
+      heads_.emplace_back();
+      for (const PreparedRequest& req : pc.variants) {
+        heads_.back().push_back(build_post_head(encode_request_path(req.path), headers, req.body.size(),
+                                                options.server.host, options.server.port, options.keep_alive));
+      }
+    }
     // Idle stack: worker 0 on top, so at low rates the same few connections do the work.
     for (int i = options.connections - 1; i >= 0; --i) idle_.push_back(i);
     for (int i = 0; i < options.connections; ++i) workers_[i].thread = std::thread([this, i] { work(i); });
@@ -94,7 +88,7 @@ class ConnectionPool {
         std::unique_lock<std::mutex> lock(mutex_);
         if (all_idle_.wait_for(lock, std::chrono::milliseconds(100), [&] { return busy_ == 0; })) break;
       }
-      for (auto& w : workers_) w.client->stop();
+      for (auto& w : workers_) w.client->cancel();
     }
     for (auto& w : workers_) {
       if (w.thread.joinable()) w.thread.join();
@@ -113,7 +107,7 @@ class ConnectionPool {
 
  private:
   struct Worker {
-    std::unique_ptr<httplib::Client> client;
+    std::unique_ptr<BenchConnection> client;
     std::condition_variable wake;
     std::optional<Job> job;         // guarded by mutex_
     std::vector<Outcome> outcomes;  // touched only by the worker's thread until it is joined
@@ -131,20 +125,14 @@ class ConnectionPool {
         job = *w.job;
         w.job.reset();
       }
-      const PreparedClass& pc = classes_[job.class_index];
-      const PreparedRequest& req = pc.variants[job.variant];
-      httplib::Headers headers = base_headers_;
-      for (const auto& [k, v] : pc.headers) headers.emplace(k, v);
-      httplib::Result res = w.client->Post(req.path, headers, req.body, "application/json");
+      const ExchangeResult res = w.client->exchange(heads_[job.class_index][job.variant],
+                                                    classes_[job.class_index].variants[job.variant].body);
       const Clock::time_point done = Clock::now();
       Outcome o;
       o.class_index = job.class_index;
       o.latency_ms = seconds_between(job.scheduled, done) * 1e3;
-      if (res) {
-        o.http_status = res->status;
-      } else {
-        o.transport_error = transport_error_name(res.error());
-      }
+      o.http_status = res.http_status;
+      o.transport_error = res.transport_error;
       w.outcomes.push_back(o);
       {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -157,7 +145,7 @@ class ConnectionPool {
   }
 
   const std::vector<PreparedClass>& classes_;
-  httplib::Headers base_headers_;
+  std::vector<std::vector<std::string>> heads_;  // [class][variant]
   std::vector<Worker> workers_;
   std::mutex mutex_;
   std::condition_variable all_idle_;

@@ -12,7 +12,11 @@
 #               SPEC 5.3's two PromQL expressions and the recorded series are numbers; promtool check metrics
 #   locust      a 10 s headless Locust run of deploy/locust/locustfile.py: requests made, zero failures
 #   bench       `mmserve bench`: JSON report, ok > 0, no 5xx; every payload kind over both APIs; client drops;
-#               usage errors
+#               every request sent counted ok; a wrong model's 404s counted as errors; usage errors
+#   bench-wire  `mmserve bench`'s HTTP client against a scripted server (bench_wire_server.py): the request
+#               head byte for byte as cpp-httplib 0.11.4 wrote it, keep-alive reuse, chunked / close-delimited /
+#               100 Continue / HTTP/1.0 answers ok, 503s counted as errors, broken and unanswered requests as
+#               transport errors, server-closed idle connections reopened
 #   bench-generate  `mmserve bench --generate` against the real stories260K: closed loop with a shared prefix and
 #               open loop with a text prompt; counts, token totals, latencies positive and ordered; usage errors
 #
@@ -20,7 +24,7 @@
 # Needs curl, python3, node + `npm ci --prefix tests/e2e/openai`, prometheus + promtool, locust (make deps).
 set -euo pipefail
 
-MODE=${1:?mode: openai | openai-audio | openai-completions | prometheus | locust | bench | bench-generate}
+MODE=${1:?mode: openai | openai-audio | openai-completions | prometheus | locust | bench | bench-wire | bench-generate}
 MMSERVE=$(realpath "${2:?path to the mmserve binary}")
 SRC=$(realpath "${3:?source directory}")
 MODEL=clip-tiny-quickgelu-f32
@@ -273,7 +277,31 @@ print({k: o[k] for k in ("arrivals", "sent", "ok", "dropped_by_client")})
 assert o["dropped_by_client"] > 0 and o["ok"] > 0 and o["sent"] + o["dropped_by_client"] == o["arrivals"], o
 assert o["arrivals"] > 400, o  # ~800 expected: arrivals do not wait for answers
 PY
-  # 4. Usage errors: exit 1 with a message, quickly.
+  # 4. Counts: every request sent is counted ok at a rate the server holds; a wrong model name's 404s are
+  # counted as errors (and the run fails: nothing succeeded).
+  printf 'classes:\n  - {name: img, kind: image, api: kserve, image_size: [224, 224], image_format: png}\n' \
+    >"$TMP/img.yaml"
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --model "$MODEL" --profile "$TMP/img.yaml" --rate 10 \
+    --duration 3 --connections 8 --output json >"$out" || fail "mmserve bench (counts)"
+  "$PY" - "$out" <<'PY' || fail "counts"
+import json, sys
+o = json.load(open(sys.argv[1]))["overall"]
+print({k: o[k] for k in ("arrivals", "sent", "ok", "dropped_by_client", "errors", "transport_errors")})
+assert o["sent"] > 10 and o["ok"] == o["sent"] == o["arrivals"], o
+assert not o["errors"] and not o["transport_errors"] and o["rejected_429"] == 0, o
+PY
+  local rc=0
+  "$MMSERVE" bench --url "$URL" --api-key bench-key --model no-such-model --profile "$TMP/img.yaml" --rate 10 \
+    --duration 2 --connections 4 --json-file "$out" >/dev/null 2>"$TMP/bench.err" || rc=$?
+  [ "$rc" = 1 ] || fail "bench against a wrong model exited $rc, not 1"
+  grep -q "no request succeeded" "$TMP/bench.err" || fail "unclear message: $(cat "$TMP/bench.err")"
+  "$PY" - "$out" <<'PY' || fail "wrong model's errors"
+import json, sys
+o = json.load(open(sys.argv[1]))["overall"]
+print({k: o[k] for k in ("sent", "ok", "errors", "transport_errors")})
+assert o["sent"] > 5 and o["ok"] == 0 and o["errors"] == {"404": o["sent"]} and not o["transport_errors"], o
+PY
+  # 5. Usage errors: exit 1 with a message, quickly.
   local err
   err=$("$MMSERVE" bench --url "$URL" --duration 1 2>&1 >/dev/null) && fail "bench without the API key succeeded"
   grep -q "401" <<<"$err" || fail "no 401 in: $err"
@@ -285,6 +313,64 @@ PY
   err=$(timeout 20 "$MMSERVE" bench --url "http://127.0.0.1:$closed" --duration 1 2>&1 >/dev/null) \
     && fail "bench against a closed port succeeded"
   grep -q "not reachable\|not ready" <<<"$err" || fail "unclear connection error: $err"
+}
+
+run_bench_wire() {
+  "$PY" "$SRC/tests/e2e/bench_wire_server.py" "$TMP/wire.port" "$TMP/wire.log" >"$TMP/server.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 100); do [ -s "$TMP/wire.port" ] && break; sleep 0.1; done
+  [ -s "$TMP/wire.port" ] || fail "bench_wire_server.py did not start"
+  URL=http://127.0.0.1:$(cat "$TMP/wire.port")
+  local profile='classes:\n  - {name: img, kind: image, api: kserve, priority: 2, deadline_ms: 900, image_size: [32, 32]}\n'
+  printf "timeout_s: 1\n$profile" >"$TMP/wire.yaml"
+  printf "timeout_s: 1\nkeep_alive: false\n$profile" >"$TMP/wire-noka.yaml"
+  local model rc
+  for model in length chunked eof continue http10 error garbage idle hang "a b,é" length-noka; do
+    local yaml=$TMP/wire.yaml
+    [ "$model" = length-noka ] && yaml=$TMP/wire-noka.yaml
+    rc=0
+    timeout 30 "$MMSERVE" bench --url "$URL" --api-key wire-key --model "$model" --profile "$yaml" --rate 10 \
+      --duration 1.5 --connections 2 --seed 5 --json-file "$TMP/wire-${model// /_}.json" >/dev/null \
+      2>"$TMP/wire.err" || rc=$?
+    echo "$model: exit $rc" >>"$TMP/wire.rc"
+  done
+  "$PY" - "$TMP" <<'PY' || fail "bench-wire"
+import collections, json, sys
+tmp = sys.argv[1]
+rc = dict(line.rsplit(": exit ", 1) for line in open(f"{tmp}/wire.rc").read().splitlines())
+log = [json.loads(line) for line in open(f"{tmp}/wire.log")]
+by_model = collections.defaultdict(list)
+for r in log:
+    by_model[r["model"]].append(r)
+def report(model):
+    return json.load(open(f"{tmp}/wire-{model.replace(' ', '_')}.json"))["overall"]
+# What cpp-httplib 0.11.4's Client::Post sent (captured before the bench got its own client).
+def golden(model, n, close):
+    return ("POST /v2/models/%s/infer HTTP/1.1\r\nAccept: application/json\r\nAuthorization: Bearer wire-key\r\n"
+            "%sContent-Length: %d\r\nContent-Type: application/json\r\nHost: 127.0.0.1:PORT\r\n"
+            "User-Agent: cpp-httplib/0.11.4\r\nx-mmserve-priority: 2\r\nx-mmserve-timeout-ms: 900\r\n\r\n"
+            % (model, "Connection: close\r\n" if close else "", n))
+for r in log:
+    assert r["head"] == golden(r["model"], r["body_bytes"], r["model"] == "length-noka"), r
+    assert r["body_json"] and r["body_bytes"] > 100, r
+wire_name = {"a b,é": "a%20b%2C%C3%A9"}
+for model in ["length", "chunked", "eof", "continue", "http10", "idle", "a b,é", "length-noka"]:
+    o, seen = report(model), by_model[wire_name.get(model, model)]
+    print(model, {k: o[k] for k in ("sent", "ok", "errors", "transport_errors")}, len({r["conn"] for r in seen}), "conns")
+    assert rc[model] == "0" and o["sent"] > 5 and o["ok"] == o["sent"] == len(seen), (model, rc[model], o, len(seen))
+    conns = len({r["conn"] for r in seen})
+    if model in ("eof", "http10", "length-noka"):
+        assert conns == len(seen), f"{model}: {conns} connections for {len(seen)} requests"
+    elif model != "idle":
+        assert conns <= 2, f"{model}: {conns} connections for {len(seen)} requests (no keep-alive)"
+for model, kind in (("error", "errors"), ("garbage", "transport_errors"), ("hang", "transport_errors")):
+    o = report(model)
+    print(model, {k: o[k] for k in ("sent", "ok", "errors", "transport_errors", "cut_at_drain") if k in o})
+    want = {"503": o["sent"]} if model == "error" else {"read": o["sent"]}
+    sent_min = 2 if model == "hang" else 5  # each hung request holds one of the 2 connections for timeout_s
+    assert rc[model] == "1" and o["sent"] >= sent_min and o["ok"] == 0 and o[kind] == want, (model, rc[model], o)
+    assert o["sent"] == len(by_model[model]), (model, o["sent"], len(by_model[model]))
+PY
 }
 
 run_bench_generate() {
@@ -346,6 +432,7 @@ case "$MODE" in
   prometheus) run_prometheus ;;
   locust) run_locust ;;
   bench) run_bench ;;
+  bench-wire) run_bench_wire ;;
   bench-generate) run_bench_generate ;;
   *) fail "unknown mode $MODE" ;;
 esac
