@@ -14,9 +14,10 @@
 // 1-bit codeword are accepted (both codewords decode to its symbol), a code-length repeat may run past the last
 // length; and zlib's window must be 32 KiB (CINFO 7), as decode_png_fast requires. Pixels of a failed image are
 // unspecified.
-// CPU twin: inflate_png_rows below (png_inflate_cpu.cpp); the decoder itself is png_inflate_core.h, shared with the
-// CUDA twin (png_inflate_cuda.h). Tests: png_inflate_test.cpp (against libdeflate and a naive unfilter),
-// png_inflate_cuda_test.cpp (CUDA == CPU twin, byte for byte and status for status); bench: png_inflate_cuda_bench.cpp.
+// CPU twin: inflate_png_rows below (png_inflate_cpu.cpp); the decoder itself is png_inflate_core.h,
+// png_inflate_spec_core.h and png_inflate_zlib_core.h, shared with the CUDA twin (png_inflate_cuda.h). Tests:
+// png_inflate_test.cpp (against libdeflate and a naive unfilter), png_inflate_cuda_test.cpp (CUDA == CPU twin, byte for
+// byte and status for status); bench: png_inflate_cuda_bench.cpp.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,11 @@ inline const char* png_inflate_status_name(PngInflateStatus status) {
   return "unknown";
 }
 
+// How the symbols of a Huffman block are decoded; the same output and status either way. kSerial: one thread walks
+// the bit stream (png_inflate_core.h). kSpeculative: the warp decodes 32 parts of it at once and resynchronises
+// (png_inflate_spec_core.h); on the CPU one thread plays the 32 lanes, for the tests.
+enum class PngHuffmanDecoder : int32_t { kSerial = 0, kSpeculative = 1 };
+
 // One image of a batch. Offsets are in bytes from the start of the respective buffer.
 struct PngInflateImage {
   uint64_t stream_offset = 0;
@@ -103,6 +109,7 @@ inline uint64_t png_inflate_assign_scratch(std::span<PngInflateImage> images) {
 // pointers. Precondition (checked, aborts): n >= 0 and non-null pointers when n > 0. A descriptor whose ranges fall
 // outside the buffers is kBadImage (nothing written for it).
 void inflate_png_rows(const uint8_t* streams, uint64_t streams_bytes, const PngInflateImage* images, int64_t n,
-                      uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes, int32_t* status);
+                      uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes, int32_t* status,
+                      PngHuffmanDecoder decoder = PngHuffmanDecoder::kSerial);
 
 }  // namespace mmserve::kernels

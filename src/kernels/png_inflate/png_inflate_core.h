@@ -1,8 +1,10 @@
 // The PNG decoder shared by the CPU twin (png_inflate_cpu.cpp) and the CUDA kernels (png_inflate_cuda.cu), first
 // half: zlib inflate into the filtered rows, written once as __host__ __device__ templates over
-// a "team" of threads (lane(), size(), leader(), sync(), sync_or(), reduce_sum()). The CPU runs them with a team of
-// one (SerialTeam below); the GPU with a warp for the inflate and a block for the rows. The contract (what succeeds,
-// the status codes) is png_inflate.h's.
+// a "team" of threads (lane(), size(), leader(), sync(), sync_or(), reduce_sum(), for_lanes()). The CPU runs them with
+// a team of one (SerialTeam below); the GPU with a warp for the inflate and a block for the rows. The contract (what
+// succeeds, the status codes) is png_inflate.h's. This file: the bit reader, the workspace, the tables and the serial
+// Huffman block decoder; png_inflate_spec_core.h the speculative one (the whole warp decodes a block's symbols);
+// png_inflate_zlib_core.h the zlib layer over blocks (inflate_zlib).
 //
 // Inflate: the leader decodes the bit stream (64-bit bit buffer, table-driven Huffman decoding as libdeflate and
 // zlib's inflate_fast do: a primary table of kLitlenBits / kDistBits bits per code, with two-literal entries where
@@ -13,7 +15,8 @@
 // goes to the output and to a 64 KiB ring in the workspace that matches read from: twice the 32 KiB window, so that
 // a batch (under 32 KiB of output) never overwrites what one of its matches still reads. The Adler-32 is summed by
 // every lane over the bytes it writes (weights from the expected output size, which is the only size that succeeds).
-// Tables are built by the team: the leader counts and sorts the code lengths, the lanes fill the entries.
+// Tables are built by the team: the leader counts and sorts the code lengths, the lanes fill the entries. A fault's
+// status is the first in stream order (inflate_huffman_block), whichever decoder finds it.
 // The rows' half (unfilter + convert) and the whole-image entry points are png_unfilter_core.h.
 // Tests: png_inflate_test.cpp, png_inflate_cuda_test.cpp; tests/unit/frontends/image/png_fast_path_test.cpp and
 // fuzz/png_fast_path_fuzz.cpp check the whole decode against decode_png_fast.
@@ -50,7 +53,7 @@ inline constexpr uint32_t kAdlerMod = 65521;
 inline constexpr uint32_t kKindLiteral = 0;  // also a code-length symbol
 inline constexpr uint32_t kKindMatch = 1;    // a length (litlen code) or a distance (distance code)
 inline constexpr uint32_t kKindEnd = 2;
-inline constexpr uint32_t kKindPair = 3;  // two literals (value: first | second << 8) whose codewords fit the table
+inline constexpr uint32_t kKindPair = 3;  // two literals (value: first | second << 8; extra: the first's length)
 
 enum class CodeKind { kPrecode, kLitlen, kDist };
 
@@ -174,6 +177,14 @@ struct BitReader {
     return v;
   }
   MMSERVE_PNG_INLINE uint64_t consumed() const { return pos * 8 - bits; }
+  // Positions the reader at bit `bit` of the data (past the end: zeros).
+  MMSERVE_PNG_INLINE void seek(uint64_t bit) {
+    pos = bit >> 3;
+    buf = 0;
+    bits = 0;
+    refill();
+    drop(static_cast<uint32_t>(bit & 7));
+  }
 };
 
 // ---- Workspace: what the team shares (shared memory on the GPU). ----
@@ -188,6 +199,32 @@ struct CodeInfo {
   uint32_t fill_entry;
   uint32_t used;  // symbols with a codeword
 };
+
+// The speculative decoder's window (png_inflate_spec_core.h): kSpecLanes lanes of kSpecLaneBits bits each; a lane
+// records at most kSpecLaneSymbols symbols, a window makes at most kSpecWindowOutput bytes (the ring's safe batch)
+// in at most kSpecMatches matches. 256 bits hold ~47 symbols of the bench's literal-heavy pictures (~5.4 bits a
+// byte); the record limit leaves room for denser parts (a full lane ends its window early, which costs only speed).
+inline constexpr uint32_t kSpecLanes = 32;
+inline constexpr uint32_t kSpecLaneBits = 256;
+inline constexpr uint32_t kSpecLaneSymbols = 80;
+inline constexpr uint32_t kSpecWindowOutput = 1u << 15;
+inline constexpr uint32_t kSpecMatches = 512;
+inline constexpr uint32_t kSpecSyncSymbols = 16;  // a corrected lane looks this far for its old symbols' boundaries
+
+// One speculative lane's decode of its subsequence.
+struct SpecLane {
+  uint64_t start;  // bit where its decode began
+  uint64_t end;    // bit after its last symbol
+  uint64_t want;   // where it should have begun: its predecessor's end
+  uint32_t first;  // index of its first record (a resynchronised lane keeps its old records where they were)
+  uint32_t count;  // symbols recorded
+  uint32_t out_len;
+  uint32_t matches;
+  uint32_t stop;  // kSpecStopEnd / kSpecStopFull: the lane ended before its subsequence did, so the window ends
+  uint32_t changed;
+  uint32_t fault;  // a fault on the true path (overrun, distance too far): the serial decoder reports it
+};
+inline constexpr uint32_t kSpecStopNone = 0, kSpecStopEnd = 1, kSpecStopFull = 2;
 
 struct InflateWorkspace {
   uint8_t window[kWindowBytes];
@@ -206,6 +243,13 @@ struct InflateWorkspace {
   uint8_t lit_val[kBatchLiterals];
   uint8_t lens[288 + 32 + 138];  // litlen then distance code lengths, with room for a repeat's overrun
   uint8_t precode_lens[20];
+  SpecLane spec[kSpecLanes];
+  // Symbol k of lane i at [k * kSpecLanes + i] (a warp's stores of one step fall in distinct banks): a match as
+  // length << 16 | distance, a literal as 1 << 16 | byte, so that >> 16 is always the bytes it makes.
+  uint32_t spec_records[kSpecLaneSymbols * kSpecLanes];
+  uint16_t spec_bounds[kSpecLaneSymbols * kSpecLanes];  // the bit where each record's codeword starts, from the base
+  uint32_t spec_match_pos[kSpecMatches];
+  uint32_t spec_match_val[kSpecMatches];
 };
 
 // ---- The team of one. ----
@@ -217,6 +261,11 @@ struct SerialTeam {
   MMSERVE_PNG_INLINE void sync() const {}
   MMSERVE_PNG_INLINE bool sync_or(bool p) const { return p; }
   MMSERVE_PNG_INLINE uint32_t reduce_sum(uint32_t v) const { return v; }
+  // The speculative decoder's per-lane steps: this one thread plays the warp's kSpecLanes lanes in order.
+  template <class F>
+  MMSERVE_PNG_INLINE void for_lanes(F&& f) const {
+    for (uint32_t i = 0; i < kSpecLanes; ++i) f(i);
+  }
 };
 
 // The leader's N values to every lane of the team.
@@ -330,7 +379,9 @@ MMSERVE_PNG_HD void build_pairs(Team& team, InflateWorkspace& ws) {
     if (entry_kind(e) == kKindLiteral && len != 0 && len < kLitlenBits) {
       const uint32_t second = ws.litlen[i >> len];
       if (entry_kind(second) == kKindLiteral && entry_len(second) != 0 && len + entry_len(second) <= kLitlenBits) {
-        e = make_entry(kKindPair, entry_value(e) | entry_value(second) << 8, 0, len + entry_len(second));
+        // The first codeword's length in the extra bits' place: where the second literal starts (the speculative
+        // decoder's symbol boundaries).
+        e = make_entry(kKindPair, entry_value(e) | entry_value(second) << 8, len, len + entry_len(second));
       }
     }
     ws.litlen_pairs[i] = e;
@@ -463,7 +514,10 @@ MMSERVE_PNG_HD Status inflate_huffman_block(Team& team, InflateWorkspace& ws, Bi
         pos += length;
         if (++matches == kBatchMatches) break;
       }
-      if (status == Status::kOk && br.consumed() > br.size * 8) status = Status::kTruncatedInput;
+      // Truncation wins over a fault found after the input ran out (the zero bits past the end are no data): the
+      // status is then the first fault in stream order whatever the batching, so the speculative decoder, which
+      // cuts the stream differently, reports the same one.
+      if (br.consumed() > br.size * 8) status = Status::kTruncatedInput;
       v[0] = static_cast<uint32_t>(status);
       v[1] = literals;
       v[2] = matches;
@@ -494,119 +548,6 @@ MMSERVE_PNG_HD Status inflate_huffman_block(Team& team, InflateWorkspace& ws, Bi
     out_pos = v[4];
     if (v[3] != 0) return Status::kOk;
   }
-}
-
-// zlib stream `in` -> exactly out_size bytes at out (png_inflate.h's rules). The same status in every lane.
-template <class Team>
-MMSERVE_PNG_HD Status inflate_zlib(Team& team, InflateWorkspace& ws, const uint8_t* in, uint64_t in_size, uint8_t* out,
-                                   uint32_t out_size) {
-  if (in_size > 0xfffffff0u) return Status::kBadImage;  // positions are 32-bit
-  if (in_size < 6) return Status::kTruncatedInput;
-  const uint32_t cmf = load_u8(in), flg = load_u8(in + 1);
-  // Deflate, a 32 KiB window (decode_png_fast's rule: zlib may refuse distances a smaller one forbids), FCHECK, and
-  // no preset dictionary.
-  if ((cmf & 15) != 8 || (cmf >> 4) != 7 || (cmf * 256 + flg) % 31 != 0 || (flg & 0x20) != 0) {
-    return Status::kBadZlibHeader;
-  }
-  BitReader br{in + 2, in_size - 6, 0, 0, 0};
-  const uint32_t lane = team.lane(), lanes = team.size();
-  Adler adler;
-  uint32_t out_pos = 0;
-  bool fixed_loaded = false;
-  for (bool final_block = false; !final_block;) {
-    uint32_t header[1] = {0};
-    if (team.leader()) {
-      br.need(3);
-      header[0] = br.pop(3);
-    }
-    hand_out(team, ws, header);
-    final_block = (header[0] & 1) != 0;
-    const uint32_t type = header[0] >> 1;
-    if (type == 3) return Status::kBadBlockType;
-    if (type == 0) {
-      uint32_t v[3] = {0, 0, 0};  // status, first byte, length
-      if (team.leader()) {
-        const uint64_t consumed = br.consumed(), start = (consumed + 7) / 8;
-        if (consumed > br.size * 8 || start + 4 > br.size) {
-          v[0] = static_cast<uint32_t>(Status::kTruncatedInput);
-        } else {
-          const uint32_t len = load_u8(br.data + start) | load_u8(br.data + start + 1) << 8;
-          const uint32_t nlen = load_u8(br.data + start + 2) | load_u8(br.data + start + 3) << 8;
-          if (len != (~nlen & 0xffff)) {
-            v[0] = static_cast<uint32_t>(Status::kBadStoredLength);
-          } else if (len > out_size - out_pos) {
-            v[0] = static_cast<uint32_t>(Status::kOutputOverrun);
-          } else if (start + 4 + len > br.size) {
-            v[0] = static_cast<uint32_t>(Status::kTruncatedInput);
-          } else {
-            v[1] = static_cast<uint32_t>(start + 4);
-            v[2] = len;
-            br.pos = start + 4 + len;
-            br.buf = 0;
-            br.bits = 0;
-          }
-        }
-      }
-      hand_out(team, ws, v);
-      if (v[0] != 0) return static_cast<Status>(v[0]);
-      // Sixteen loads in flight per lane before their stores (the team's loads of one round are consecutive bytes).
-      const uint8_t* from = br.data + v[1];
-      constexpr uint32_t kUnroll = 16;
-      for (uint32_t base = 0; base < v[2]; base += lanes * kUnroll) {
-        uint32_t b[kUnroll];
-        for (uint32_t u = 0; u < kUnroll; ++u) {
-          const uint32_t j = base + u * lanes + lane;
-          b[u] = j < v[2] ? load_u8(from + j) : 0;
-        }
-        for (uint32_t u = 0; u < kUnroll; ++u) {
-          const uint32_t j = base + u * lanes + lane, p = out_pos + j;
-          if (j < v[2]) {
-            out[p] = static_cast<uint8_t>(b[u]);
-            ws.window[p & kWindowMask] = static_cast<uint8_t>(b[u]);
-            adler.add(b[u], out_size - p);
-          }
-        }
-      }
-      adler.reduce();
-      out_pos += v[2];
-      team.sync();
-      continue;
-    }
-    if (type == 1) {
-      if (!fixed_loaded) {
-        for (uint32_t i = lane; i < 320; i += lanes) {
-          ws.lens[i] = static_cast<uint8_t>(i < 144 ? 8 : i < 256 ? 9 : i < 280 ? 7 : i < 288 ? 8 : 5);
-        }
-        team.sync();
-        build_code(team, ws.lens + 288, 32, 15, kDistBits, CodeKind::kDist, ws.dist, ws.dist_info, ws.dist_sorted);
-        build_code(team, ws.lens, 288, 15, kLitlenBits, CodeKind::kLitlen, ws.litlen, ws.litlen_info, ws.litlen_sorted);
-        build_pairs(team, ws);
-        fixed_loaded = true;
-      }
-    } else {
-      fixed_loaded = false;
-      const Status header_status = read_dynamic_header(team, ws, br);
-      if (header_status != Status::kOk) return header_status;
-    }
-    const Status block_status = inflate_huffman_block(team, ws, br, out, out_size, out_pos, adler);
-    if (block_status != Status::kOk) return block_status;
-  }
-  uint32_t end[2] = {0, 0};  // truncated, trailing input
-  if (team.leader()) {
-    const uint64_t consumed = br.consumed();
-    end[0] = consumed > br.size * 8 ? 1 : 0;
-    end[1] = (consumed + 7) / 8 != br.size ? 1 : 0;
-  }
-  hand_out(team, ws, end);
-  if (end[0] != 0) return Status::kTruncatedInput;
-  if (out_pos != out_size) return Status::kOutputShort;
-  if (end[1] != 0) return Status::kTrailingInput;
-  const uint32_t s1 = team.reduce_sum(static_cast<uint32_t>(adler.s1)) % kAdlerMod;
-  const uint32_t s2 = team.reduce_sum(static_cast<uint32_t>(adler.s2)) % kAdlerMod;
-  const uint32_t a = (1 + s1) % kAdlerMod, b = (out_size % kAdlerMod + s2) % kAdlerMod;
-  const uint8_t* tail = in + in_size - 4;
-  const uint32_t expected = load_u8(tail) << 24 | load_u8(tail + 1) << 16 | load_u8(tail + 2) << 8 | load_u8(tail + 3);
-  return (b << 16 | a) == expected ? Status::kOk : Status::kAdlerMismatch;
 }
 
 }  // namespace mmserve::kernels::png_inflate

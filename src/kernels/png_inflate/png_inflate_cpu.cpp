@@ -9,7 +9,8 @@
 namespace mmserve::kernels {
 
 void inflate_png_rows(const uint8_t* streams, uint64_t streams_bytes, const PngInflateImage* images, int64_t n,
-                      uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes, int32_t* status) {
+                      uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes, int32_t* status,
+                      PngHuffmanDecoder decoder) {
   MMSERVE_CHECK(n >= 0, "inflate_png_rows: negative batch");
   MMSERVE_CHECK(
       n == 0 || (streams != nullptr && images != nullptr && scratch != nullptr && out != nullptr && status != nullptr),
@@ -23,7 +24,7 @@ void inflate_png_rows(const uint8_t* streams, uint64_t streams_bytes, const PngI
     }
     status[i] = static_cast<int32_t>(png_inflate::decode_image_serial(
         *ws, streams + image.stream_offset, image.stream_bytes, image.width, image.height, image.channels,
-        scratch + image.scratch_offset, out + image.out_offset));
+        scratch + image.scratch_offset, out + image.out_offset, decoder));
   }
 }
 

@@ -1,12 +1,14 @@
 // inflate_png_rows on the GPU (see png_inflate_cuda.h), in two kernels over png_inflate_core.h and png_unfilter_core.h:
 //   inflate: one warp per image, its workspace (64 KiB output ring, decode tables, the batch of literals and matches)
-//            in dynamic shared memory. Lane 0 decodes the bit stream (bit buffer in registers, tables in shared
-//            memory); the warp builds the tables, writes each batch's literals in coalesced runs and copies each
-//            match with 32 lanes, and sums the Adler-32. Stored blocks are copied by the whole warp.
+//            in dynamic shared memory. The warp builds the tables; a Huffman block's symbols are decoded either by
+//            lane 0 alone (kSerial: the warp then writes each batch's literals in coalesced runs and copies each match
+//            with 32 lanes) or by all 32 lanes at once (kSpeculative, the default: png_inflate_spec_core.h, each lane
+//            a part of a window of the bit stream, resynchronised); the warp sums the Adler-32. Stored blocks are
+//            copied by the whole warp.
 //   rows:    one block of kRowThreads per image, reading the inflate's status: thread t unfilters rows t, t + T, ...
 //            a chunk of pixels per step, one step behind the row above, and writes RGB.
-// Decoding one deflate stream is serial; the batch's images run side by side on the SMs (two per SM by shared
-// memory), so more images per call fill more of the GPU.
+// The batch's images run side by side on the SMs (two per SM by shared memory), so more images per call fill more of
+// the GPU.
 #include <climits>
 #include <string>
 
@@ -47,7 +49,13 @@ struct WarpTeam {
 #endif
     return v;
   }
+  // The speculative decoder's per-lane step: lane i of the window is thread i.
+  template <class F>
+  __host__ __device__ void for_lanes(F&& f) const {
+    f(lane());
+  }
 };
+static_assert(png_inflate::kSpecLanes == 32, "the speculative window's lanes are the warp's");
 
 struct BlockTeam {
   __host__ __device__ uint32_t lane() const {
@@ -73,6 +81,7 @@ struct BlockTeam {
   }
 };
 
+template <PngHuffmanDecoder kDecoder>
 __global__ void __launch_bounds__(32)
     inflate_kernel(const uint8_t* __restrict__ streams, uint64_t streams_bytes,
                    const PngInflateImage* __restrict__ images, uint8_t* __restrict__ scratch, uint64_t scratch_bytes,
@@ -85,7 +94,7 @@ __global__ void __launch_bounds__(32)
   if (filtered != 0) {
     WarpTeam team;
     result = png_inflate::inflate_zlib(team, ws, streams + image.stream_offset, image.stream_bytes,
-                                       scratch + image.scratch_offset, static_cast<uint32_t>(filtered));
+                                       scratch + image.scratch_offset, static_cast<uint32_t>(filtered), kDecoder);
   }
   if (threadIdx.x == 0) status[blockIdx.x] = static_cast<int32_t>(result);
 }
@@ -105,7 +114,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 Status inflate_png_rows_cuda(const uint8_t* streams, uint64_t streams_bytes, const PngInflateImage* images, int64_t n,
                              uint8_t* scratch, uint64_t scratch_bytes, uint8_t* out, uint64_t out_bytes,
-                             int32_t* status, cudaStream_t stream) {
+                             int32_t* status, cudaStream_t stream, PngHuffmanDecoder decoder) {
   if (n < 0 || n > INT_MAX) return invalid_argument("inflate_png_rows_cuda: bad batch size " + std::to_string(n));
   if (n == 0) return ok_status();
   if (streams == nullptr || images == nullptr || scratch == nullptr || out == nullptr || status == nullptr) {
@@ -115,10 +124,12 @@ Status inflate_png_rows_cuda(const uint8_t* streams, uint64_t streams_bytes, con
     return invalid_argument("inflate_png_rows_cuda: streams must be 8-byte aligned");
   }
   constexpr size_t kShared = sizeof(InflateWorkspace);
-  cudaError_t error = cudaFuncSetAttribute(inflate_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  const auto kernel = decoder == PngHuffmanDecoder::kSpeculative ? inflate_kernel<PngHuffmanDecoder::kSpeculative>
+                                                                 : inflate_kernel<PngHuffmanDecoder::kSerial>;
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
   if (error == cudaSuccess) {
-    inflate_kernel<<<static_cast<unsigned>(n), 32, kShared, stream>>>(streams, streams_bytes, images, scratch,
-                                                                      scratch_bytes, out_bytes, status);
+    kernel<<<static_cast<unsigned>(n), 32, kShared, stream>>>(streams, streams_bytes, images, scratch, scratch_bytes,
+                                                              out_bytes, status);
     rows_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(images, scratch, out, status);
     error = cudaGetLastError();
   }

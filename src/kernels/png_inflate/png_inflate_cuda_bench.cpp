@@ -2,7 +2,9 @@
 // `mmserve bench` encodes its synthetic PNGs (libpng's defaults: png_write_png, adaptive filters, zlib level 6), of
 // two kinds: uniform noise (zlib keeps it in stored blocks) and the picture of cli/bench_payloads.cpp's
 // synth_pixels (gradients, a disc, stripes and +-12 noise: Huffman-coded, nearly all literals). Beside each, on one
-// CPU thread: the CPU twin, and libdeflate's inflate alone (decode_png_fast's main cost). `bytes` = stream bytes read
+// CPU thread: the CPU twin, and libdeflate's inflate alone (decode_png_fast's main cost). The GPU runs with both
+// Huffman decoders, serial (lane 0 walks the stream) and speculative (the warp decodes 32 parts at once), in this
+// process. `bytes` = stream bytes read
 // + filtered rows written and read + RGB written. Prints ms per batch and images/s. Run: kernels_cuda_bench --only
 // png_inflate.
 #include <cuda_runtime_api.h>
@@ -149,23 +151,28 @@ void bench_case(CudaBench& bench, int n, bool noise) {
     cudaMemcpy(d_streams, streams.data(), streams.size(), cudaMemcpyHostToDevice);
     cudaMemcpy(d_images, images.data(), n * sizeof(PngInflateImage), cudaMemcpyHostToDevice);
   }
-  auto launch = [&] {
+  auto launch = [&](PngHuffmanDecoder decoder) {
     return inflate_png_rows_cuda(static_cast<const uint8_t*>(d_streams), streams.size(),
                                  static_cast<const PngInflateImage*>(d_images), n, static_cast<uint8_t*>(d_scratch),
                                  scratch_bytes, static_cast<uint8_t*>(d_out), out_bytes,
-                                 static_cast<int32_t*>(d_status), bench.stream());
+                                 static_cast<int32_t*>(d_status), bench.stream(), decoder);
   };
-  const Status first = allocated ? launch() : internal_error("cudaMalloc failed");
-  if (first.ok()) {
+  for (PngHuffmanDecoder decoder : {PngHuffmanDecoder::kSerial, PngHuffmanDecoder::kSpeculative}) {
+    const std::string name = decoder == PngHuffmanDecoder::kSerial ? "serial" : "speculative";
+    const std::string decoder_shape = shape + " " + name;
+    cudaMemset(d_out, 0, out_bytes);
+    const Status first = allocated ? launch(decoder) : internal_error("cudaMalloc failed");
+    if (!first.ok()) {
+      std::fprintf(stderr, "png_inflate %s: %s\n", decoder_shape.c_str(), first.to_string().c_str());
+      continue;
+    }
     const double bytes = static_cast<double>(streams.size() + 2 * scratch_bytes + out_bytes);
     const double us = bench.run(
-        "png_inflate", shape, 0, bytes, [&] { (void)launch(); }, 3, 20);
+        "png_inflate", decoder_shape, 0, bytes, [&] { (void)launch(decoder); }, 3, 20);
     std::vector<uint8_t> gpu_out(out_bytes);
     cudaMemcpy(gpu_out.data(), d_out, out_bytes, cudaMemcpyDeviceToHost);
-    std::printf("png_inflate %s: GPU %.3f ms/batch (%.0f images/s)%s\n", shape.c_str(), us * 1e-3, n / (us * 1e-6),
-                gpu_out == out ? ", equal to the CPU twin" : ", MISMATCH WITH THE CPU TWIN");
-  } else {
-    std::fprintf(stderr, "png_inflate %s: %s\n", shape.c_str(), first.to_string().c_str());
+    std::printf("png_inflate %s: GPU %.3f ms/batch (%.0f images/s)%s\n", decoder_shape.c_str(), us * 1e-3,
+                n / (us * 1e-6), gpu_out == out ? ", equal to the CPU twin" : ", MISMATCH WITH THE CPU TWIN");
   }
   cudaFree(d_streams);
   cudaFree(d_images);

@@ -3,7 +3,8 @@
 // cases; one stream per fault; a small stream truncated at every byte and with every bit flipped; 3000 random
 // mutations) in ONE batch, good and broken side by side, with sentinel bytes between the images' outputs (a broken
 // image must not write outside its own); batches of 1, 7, 64 and 300 server-sized images; bad descriptors and bad
-// arguments. Skipped, with the reason, where no GPU is visible.
+// arguments. Every batch runs with both Huffman decoders (serial and speculative) against the serial CPU twin
+// (png_inflate_test.cpp shows the two equal on the CPU). Skipped, with the reason, where no GPU is visible.
 #include "kernels/png_inflate/png_inflate_cuda.h"
 
 #include <gtest/gtest.h>
@@ -26,6 +27,7 @@ using png_inflate_test::Case;
 
 constexpr uint8_t kSentinel = 0xa5;
 constexpr uint64_t kGap = 16;  // sentinel bytes after each image's output
+constexpr PngHuffmanDecoder kDecoders[] = {PngHuffmanDecoder::kSerial, PngHuffmanDecoder::kSpeculative};
 
 struct Batch {
   std::vector<uint8_t> streams;
@@ -50,7 +52,7 @@ Batch make_batch(const std::vector<Case>& cases) {
 }
 
 // Runs the batch on both twins and compares; returns the number of images that decoded.
-size_t expect_twins_agree(const std::vector<Case>& cases, const Batch& b) {
+size_t expect_twins_agree(const std::vector<Case>& cases, const Batch& b, PngHuffmanDecoder decoder) {
   const size_t n = b.images.size();
   std::vector<uint8_t> want(b.out_bytes, kSentinel), scratch(b.scratch_bytes);
   std::vector<int32_t> want_status(n, -1);
@@ -65,7 +67,7 @@ size_t expect_twins_agree(const std::vector<Case>& cases, const Batch& b) {
   EXPECT_EQ(cudaMemset(d_status.get(), 0x7f, n * sizeof(int32_t)), cudaSuccess);  // every status must be written
   const Status st =
       inflate_png_rows_cuda(d_streams.get(), b.streams.size(), d_images.get(), static_cast<int64_t>(n), d_scratch.get(),
-                            b.scratch_bytes, d_out.get(), b.out_bytes, d_status.get(), nullptr);
+                            b.scratch_bytes, d_out.get(), b.out_bytes, d_status.get(), nullptr, decoder);
   EXPECT_TRUE(st.ok()) << st.to_string();
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<uint8_t> got = d_out.download();
@@ -95,7 +97,8 @@ size_t expect_twins_agree(const std::vector<Case>& cases, const Batch& b) {
     summary +=
         std::string(png_inflate_status_name(static_cast<PngInflateStatus>(code))) + " " + std::to_string(count) + ", ";
   }
-  std::printf("  %zu images: %s\n", n, summary.c_str());
+  std::printf("  %zu images, %s decoder: %s\n", n, decoder == PngHuffmanDecoder::kSerial ? "serial" : "speculative",
+              summary.c_str());
   return decoded;
 }
 
@@ -132,8 +135,10 @@ TEST(PngInflateCuda, MixedBatchEqualsCpuTwin) {
   bad = b.images[0];
   bad.scratch_offset = b.scratch_bytes;
   b.images.push_back(bad);
-  const size_t decoded = expect_twins_agree(cases, b);
-  EXPECT_GE(decoded, good);
+  for (PngHuffmanDecoder decoder : kDecoders) {
+    const size_t decoded = expect_twins_agree(cases, b, decoder);
+    EXPECT_GE(decoded, good);
+  }
 }
 
 TEST(PngInflateCuda, ServerBatchesEqualCpuTwin) {
@@ -164,7 +169,7 @@ TEST(PngInflateCuda, ServerBatchesEqualCpuTwin) {
     SCOPED_TRACE("batch of " + std::to_string(n));
     std::vector<Case> cases;
     for (size_t i = 0; i < n; ++i) cases.push_back(pool[(i * 7 + n) % pool.size()]);
-    EXPECT_EQ(expect_twins_agree(cases, make_batch(cases)), n);
+    for (PngHuffmanDecoder decoder : kDecoders) EXPECT_EQ(expect_twins_agree(cases, make_batch(cases), decoder), n);
   }
 }
 

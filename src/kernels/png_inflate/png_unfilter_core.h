@@ -16,6 +16,7 @@
 
 #include "kernels/png_inflate/png_inflate.h"
 #include "kernels/png_inflate/png_inflate_core.h"
+#include "kernels/png_inflate/png_inflate_zlib_core.h"
 
 namespace mmserve::kernels::png_inflate {
 
@@ -127,11 +128,12 @@ MMSERVE_PNG_INLINE uint64_t checked_filtered_bytes(const PngInflateImage& image,
 
 // The CPU twin's whole decode of one image: `scratch` holds filtered_bytes(...) bytes.
 inline Status decode_image_serial(InflateWorkspace& ws, const uint8_t* zlib, uint64_t zlib_bytes, uint32_t width,
-                                  uint32_t height, uint32_t channels, uint8_t* scratch, uint8_t* rgb) {
+                                  uint32_t height, uint32_t channels, uint8_t* scratch, uint8_t* rgb,
+                                  PngHuffmanDecoder decoder = PngHuffmanDecoder::kSerial) {
   const uint64_t filtered = filtered_bytes(width, height, channels);
   if (filtered == 0) return Status::kBadImage;
   SerialTeam team;
-  const Status inflated = inflate_zlib(team, ws, zlib, zlib_bytes, scratch, static_cast<uint32_t>(filtered));
+  const Status inflated = inflate_zlib(team, ws, zlib, zlib_bytes, scratch, static_cast<uint32_t>(filtered), decoder);
   if (inflated != Status::kOk) return inflated;
   return unfilter_rows_any(team, scratch, width, height, channels, rgb) ? Status::kOk : Status::kBadFilter;
 }
@@ -142,13 +144,16 @@ namespace mmserve::kernels {
 
 // One image, serially (png_inflate.h's contract): `rgb` holds width * height * 3 bytes. Header-only so that code
 // which does not link mmserve_kernels (the image frontend's tests, the PNG fuzz target) runs the same decoder.
+// `decoder` kSpeculative runs the warp's algorithm on this thread (the tests' check of it).
 inline PngInflateStatus inflate_png_image(std::span<const uint8_t> zlib, uint32_t width, uint32_t height,
-                                          uint32_t channels, uint8_t* rgb) {
+                                          uint32_t channels, uint8_t* rgb,
+                                          PngHuffmanDecoder decoder = PngHuffmanDecoder::kSerial) {
   const uint64_t filtered = png_inflate::filtered_bytes(width, height, channels);
   if (filtered == 0) return PngInflateStatus::kBadImage;
   std::vector<uint8_t> scratch(filtered);
   auto ws = std::make_unique<png_inflate::InflateWorkspace>();
-  return png_inflate::decode_image_serial(*ws, zlib.data(), zlib.size(), width, height, channels, scratch.data(), rgb);
+  return png_inflate::decode_image_serial(*ws, zlib.data(), zlib.size(), width, height, channels, scratch.data(), rgb,
+                                          decoder);
 }
 
 }  // namespace mmserve::kernels
