@@ -15,6 +15,8 @@
 #include <sstream>
 #include <string_view>
 
+#include "core/synthetic_image.h"
+
 namespace mmserve::cli {
 namespace {
 
@@ -30,27 +32,6 @@ constexpr std::array<std::string_view, 8> kDefaultTexts = {
     "猫の写真",
     "a black and white photograph of a man holding a camera on a tripod in a park",
 };
-
-// RGB8 pixels of a recognisable but not trivially compressible picture: gradients, a disc, stripes, noise.
-std::vector<uint8_t> synth_pixels(int width, int height, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> noise(-12, 12);
-  const double cx = width * (0.3 + 0.4 * (seed % 7) / 7.0), cy = height * 0.5, r = std::min(width, height) * 0.3;
-  std::vector<uint8_t> px(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
-      const bool stripe = ((x + y + static_cast<int>(seed) * 13) / 16) % 2 == 0;
-      int rgb[3] = {255 * x / std::max(1, width - 1), 255 * y / std::max(1, height - 1),
-                    static_cast<int>(128 + 100 * ((seed % 3) - 1))};
-      if (disc) rgb[(seed + 1) % 3] = 230;
-      if (stripe && !disc) rgb[2] = rgb[2] / 2;
-      uint8_t* p = &px[(static_cast<size_t>(y) * width + x) * 3];
-      for (int c = 0; c < 3; ++c) p[c] = static_cast<uint8_t>(std::clamp(rgb[c] + noise(rng), 0, 255));
-    }
-  }
-  return px;
-}
 
 void png_write_to_string(png_structp png, png_bytep data, png_size_t length) {
   static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), length);
@@ -136,7 +117,7 @@ std::string base64_encode(const std::string& bytes) {
 }
 
 StatusOr<std::string> synthesize_png(int width, int height, unsigned seed) {
-  const std::vector<uint8_t> px = synth_pixels(width, height, seed);
+  const std::vector<uint8_t> px = synthetic_image_pixels(width, height, seed);
   std::vector<png_bytep> rows(height);
   for (int y = 0; y < height; ++y) rows[y] = const_cast<png_bytep>(&px[static_cast<size_t>(y) * width * 3]);
   std::string out;
@@ -157,7 +138,7 @@ StatusOr<std::string> synthesize_png(int width, int height, unsigned seed) {
 }
 
 StatusOr<std::string> synthesize_jpeg(int width, int height, unsigned seed, int quality) {
-  const std::vector<uint8_t> px = synth_pixels(width, height, seed);
+  const std::vector<uint8_t> px = synthetic_image_pixels(width, height, seed);
   jpeg_compress_struct cinfo{};
   JpegErrorManager err{};
   unsigned char* buffer = nullptr;

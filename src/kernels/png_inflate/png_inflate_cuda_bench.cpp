@@ -1,8 +1,8 @@
 // Micro-benchmark of inflate_png_rows_cuda on server batches of 64 and 256 images of 224x224 RGB, encoded as
 // `mmserve bench` encodes its synthetic PNGs (libpng's defaults: png_write_png, adaptive filters, zlib level 6), of
-// two kinds: uniform noise (zlib keeps it in stored blocks) and the picture of cli/bench_payloads.cpp's
-// synth_pixels (gradients, a disc, stripes and +-12 noise: Huffman-coded, nearly all literals). Beside each, on one
-// CPU thread: the CPU twin, and libdeflate's inflate alone (decode_png_fast's main cost). The GPU runs with both
+// two kinds: uniform noise (zlib keeps it in stored blocks) and the picture `mmserve bench` sends
+// (core/synthetic_image.h: gradients, a disc, stripes and +-12 noise: Huffman-coded, nearly all literals). Beside each,
+// on one CPU thread: the CPU twin, and libdeflate's inflate alone (decode_png_fast's main cost). The GPU runs with both
 // Huffman decoders, serial (lane 0 walks the stream) and speculative (the warp decodes 32 parts at once), in this
 // process. `bytes` = stream bytes read
 // + filtered rows written and read + RGB written. Prints ms per batch and images/s. Run: kernels_cuda_bench --only
@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/synthetic_image.h"
 #include "kernels/png_inflate/png_inflate.h"
 #include "kernels/png_inflate/png_inflate_cuda.h"
 #include "kernels/testing/cuda_bench.h"
@@ -28,27 +29,6 @@ namespace mmserve::kernels {
 namespace {
 
 constexpr int kSide = 224;
-
-// bench_payloads.cpp's synth_pixels (the CLI is above the kernels layer, so the recipe is repeated here).
-std::vector<uint8_t> synthetic_pixels(int width, int height, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> noise(-12, 12);
-  const double cx = width * (0.3 + 0.4 * (seed % 7) / 7.0), cy = height * 0.5, r = std::min(width, height) * 0.3;
-  std::vector<uint8_t> px(static_cast<size_t>(width) * height * 3);
-  for (int y = 0; y < height; ++y) {
-    for (int x = 0; x < width; ++x) {
-      const bool disc = (x - cx) * (x - cx) + (y - cy) * (y - cy) < r * r;
-      const bool stripe = ((x + y + static_cast<int>(seed) * 13) / 16) % 2 == 0;
-      int rgb[3] = {255 * x / std::max(1, width - 1), 255 * y / std::max(1, height - 1),
-                    static_cast<int>(128 + 100 * ((seed % 3) - 1))};
-      if (disc) rgb[(seed + 1) % 3] = 230;
-      if (stripe && !disc) rgb[2] = rgb[2] / 2;
-      uint8_t* p = &px[(static_cast<size_t>(y) * width + x) * 3];
-      for (int c = 0; c < 3; ++c) p[c] = static_cast<uint8_t>(std::clamp(rgb[c] + noise(rng), 0, 255));
-    }
-  }
-  return px;
-}
 
 std::vector<uint8_t> noise_pixels(int width, int height, unsigned seed) {
   std::mt19937 rng(seed);
@@ -100,8 +80,8 @@ void bench_case(CudaBench& bench, int n, bool noise) {
   // 64 distinct images, cycled.
   std::vector<std::vector<uint8_t>> distinct;
   for (unsigned seed = 1; seed <= 64; ++seed) {
-    distinct.push_back(
-        idat_stream(noise ? noise_pixels(kSide, kSide, seed) : synthetic_pixels(kSide, kSide, seed), kSide, kSide));
+    distinct.push_back(idat_stream(
+        noise ? noise_pixels(kSide, kSide, seed) : synthetic_image_pixels(kSide, kSide, seed), kSide, kSide));
   }
   std::vector<uint8_t> streams;
   std::vector<PngInflateImage> images(n);
