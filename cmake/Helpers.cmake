@@ -3,9 +3,9 @@
 function(mmserve_test name)
   cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
-  target_link_libraries(${name} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main)
-  target_compile_definitions(${name} PRIVATE MMSERVE_FIXTURES_DIR="${MMSERVE_FIXTURES_DIR}"
-                                             MMSERVE_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  # Paths to the source tree come from mmserve_test_paths (tests/support/test_paths.h), never from a -D here:
+  # an absolute path on every test's command line would defeat ccache in a clone elsewhere (CI's).
+  target_link_libraries(${name} PRIVATE ${ARG_LIBS} mmserve_test_paths GTest::gtest GTest::gtest_main)
   # A GTEST_SKIP (e.g. a GPU test on a machine without a GPU) shows as "Skipped" in ctest, with its reason
   # in the output, never as a pass.
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST PROPERTIES TIMEOUT 600 SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "frontends/text/clip_tokenizer.h"
+#include "test_paths.h"
 
 namespace mmserve::text {
 namespace {
@@ -23,7 +24,7 @@ using Ids = std::vector<int32_t>;
 
 const json& goldens() {
   static const json g = [] {
-    std::ifstream in(MMSERVE_FIXTURES_DIR "/clip_tokens.json", std::ios::binary);
+    std::ifstream in(MMSERVE_FIXTURES_DIR + "/clip_tokens.json", std::ios::binary);
     std::stringstream buffer;
     buffer << in.rdbuf();
     return json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
@@ -69,7 +70,7 @@ void check_all(const ClipTokenizer& tokenizer, const std::string& loader) {
 }
 
 TEST(ClipTokenizerConformanceTest, HfSavedDirectory) {
-  const std::string dir = MMSERVE_FIXTURES_DIR "/" + goldens().value("tokenizer_dir", "clip_tokenizer_hf");
+  const std::string dir = MMSERVE_FIXTURES_DIR + "/" + goldens().value("tokenizer_dir", "clip_tokenizer_hf");
   auto tokenizer = ClipTokenizer::from_model_dir(dir);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   EXPECT_EQ((*tokenizer)->model_max_length(), 77);
@@ -78,14 +79,14 @@ TEST(ClipTokenizerConformanceTest, HfSavedDirectory) {
 
 TEST(ClipTokenizerConformanceTest, HfTokenizerJson) {
   const std::string path =
-      MMSERVE_FIXTURES_DIR "/" + goldens().value("tokenizer_dir", "clip_tokenizer_hf") + "/tokenizer.json";
+      MMSERVE_FIXTURES_DIR + "/" + goldens().value("tokenizer_dir", "clip_tokenizer_hf") + "/tokenizer.json";
   auto tokenizer = ClipTokenizer::from_tokenizer_json(path);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   check_all(**tokenizer, "from_tokenizer_json(" + path + ")");
 }
 
 TEST(ClipTokenizerConformanceTest, VocabAndMerges) {
-  auto tokenizer = ClipTokenizer::from_model_dir(MMSERVE_SOURCE_DIR "/assets/clip_tokenizer");
+  auto tokenizer = ClipTokenizer::from_model_dir(MMSERVE_SOURCE_DIR + "/assets/clip_tokenizer");
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().to_string();
   check_all(**tokenizer, "from_model_dir(assets/clip_tokenizer)");
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/safetensors.h"
+#include "test_paths.h"
 
 namespace mmserve::testing {
 

@@ -20,6 +20,7 @@
 
 #include "../conformance/golden.h"
 #include "server_process.h"
+#include "test_paths.h"
 
 namespace mmserve {
 namespace {

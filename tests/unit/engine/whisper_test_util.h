@@ -13,6 +13,7 @@
 
 #include "engine/whisper_executor.h"
 #include "frontends/audio/audio.h"
+#include "test_paths.h"
 
 namespace mmserve::engine::testing {
 

@@ -12,6 +12,7 @@
 
 #include "models/llava/llava.h"
 #include "models/llava/llava_next.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {
@@ -26,7 +27,7 @@ LlavaConfig v16_geometry(const nlohmann::json& goldens) {
 }
 
 nlohmann::json goldens() {
-  return nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR "/llava/next_processor_goldens.json"));
+  return nlohmann::json::parse(std::ifstream(MMSERVE_FIXTURES_DIR + "/llava/next_processor_goldens.json"));
 }
 
 TEST(LlavaNextGeometry, TokenAndTileCountsAreLlavaNextProcessors) {

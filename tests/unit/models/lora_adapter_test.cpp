@@ -22,6 +22,7 @@
 #include "models/lora/peft_config.h"
 #include "lora_decoder_check.h"
 #include "peft_adapter_writer.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

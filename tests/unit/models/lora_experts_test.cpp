@@ -27,6 +27,7 @@
 #include "models/lora/peft_config.h"
 #include "models/lora/peft_lora_file.h"
 #include "peft_adapter_writer.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

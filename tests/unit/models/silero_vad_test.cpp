@@ -23,6 +23,7 @@
 
 #include "core/safetensors.h"
 #include "frontends/audio/audio.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

@@ -16,6 +16,7 @@
 #include "core/safetensors.h"
 #include "kernels/attention/attention.h"
 #include "kernels/gemm/gemm.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

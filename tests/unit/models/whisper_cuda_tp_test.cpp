@@ -19,6 +19,7 @@
 
 #include "kernels/testing/cuda_test_util.h"
 #include "whisper_gpu_decode.h"
+#include "test_paths.h"
 #if MMSERVE_HAS_NCCL
 #include "core/cuda/nccl_comm.h"
 #endif

@@ -17,6 +17,7 @@
 
 #include "frontends/audio/audio.h"
 #include "frontends/audio/log_mel.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

@@ -19,6 +19,7 @@
 #include "models/whisper/whisper.h"
 #include "models/whisper/whisper_cuda.h"
 #include "models/whisper/whisper_decoding.h"
+#include "test_paths.h"
 
 namespace mmserve::models::testing {
 

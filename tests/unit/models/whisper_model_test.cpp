@@ -15,6 +15,7 @@
 
 #include "core/safetensors.h"
 #include "models/whisper/whisper.h"
+#include "test_paths.h"
 
 namespace mmserve::models {
 namespace {

@@ -19,6 +19,7 @@
 #include "engine/clip_executor.h"
 #include "engine/whisper_executor.h"
 #include "serving/inference_server.h"
+#include "test_paths.h"
 
 namespace mmserve::serving::testing {
 

@@ -11,6 +11,7 @@
 #include <iterator>
 #include <numbers>
 #include <type_traits>
+#include "test_paths.h"
 
 namespace mmserve::audio::testing {
 namespace {

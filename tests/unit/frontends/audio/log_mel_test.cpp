@@ -20,6 +20,7 @@
 #include "audio_test_util.h"
 #include "core/safetensors.h"
 #include "frontends/audio/audio.h"
+#include "test_paths.h"
 
 namespace mmserve::audio {
 namespace {

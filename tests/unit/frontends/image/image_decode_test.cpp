@@ -22,6 +22,7 @@
 
 #include "frontends/image/image.h"
 #include "reference_codecs.h"
+#include "test_paths.h"
 
 namespace mmserve::image {
 namespace {

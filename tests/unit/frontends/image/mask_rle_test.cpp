@@ -17,6 +17,7 @@
 
 #include "core/json_config.h"
 #include "core/safetensors.h"
+#include "test_paths.h"
 
 namespace mmserve::image {
 namespace {

@@ -23,6 +23,7 @@
 #include "frontends/image/png_device.h"
 #include "kernels/png_inflate/png_unfilter_core.h"
 #include "reference_codecs.h"
+#include "test_paths.h"
 
 namespace mmserve::image {
 namespace {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include "test_paths.h"
 
 namespace mmserve::image::testing {
 

@@ -10,11 +10,12 @@
 #include <cstdint>
 #include <string>
 #include <vector>
+#include "test_paths.h"
 
 namespace mmserve::image::testing {
 
 std::vector<uint8_t> read_file_bytes(const std::string& path);
-std::string fixture(const std::string& name);  // MMSERVE_FIXTURES_DIR "/images/" name
+std::string fixture(const std::string& name);  // MMSERVE_FIXTURES_DIR + "/images/" name
 
 // PNG samples as stored: sub-byte samples unpacked to one byte each (unscaled), 16-bit samples as two
 // big-endian bytes, no colour conversion. palette: PLTE as RGB triplets.

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "frontends/text/chat_template/chat_template.h"
+#include "test_paths.h"
 
 namespace mmserve::chat_template {
 namespace {

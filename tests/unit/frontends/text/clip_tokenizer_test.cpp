@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <thread>
+#include "test_paths.h"
 
 namespace mmserve::text {
 namespace {
@@ -19,8 +20,8 @@ constexpr int32_t kEos = 49407;  // <|endoftext|>
 class ClipTokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    auto loaded = ClipTokenizer::from_vocab_merges(MMSERVE_SOURCE_DIR "/assets/clip_tokenizer/vocab.json",
-                                                   MMSERVE_SOURCE_DIR "/assets/clip_tokenizer/merges.txt");
+    auto loaded = ClipTokenizer::from_vocab_merges(MMSERVE_SOURCE_DIR + "/assets/clip_tokenizer/vocab.json",
+                                                   MMSERVE_SOURCE_DIR + "/assets/clip_tokenizer/merges.txt");
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     tokenizer_ = std::move(loaded).value().release();
   }
@@ -49,7 +50,7 @@ TEST_F(ClipTokenizerTest, KnownSentence) {
 }
 
 TEST_F(ClipTokenizerTest, ModelDirLoaderAgrees) {
-  auto from_dir = ClipTokenizer::from_model_dir(MMSERVE_SOURCE_DIR "/assets/clip_tokenizer");
+  auto from_dir = ClipTokenizer::from_model_dir(MMSERVE_SOURCE_DIR + "/assets/clip_tokenizer");
   ASSERT_TRUE(from_dir.ok()) << from_dir.status().to_string();
   EXPECT_EQ((*from_dir)->encode("a photo of a cat").value(), (Ids{kBos, 320, 1125, 539, 320, 2368, kEos}));
 }

@@ -15,13 +15,14 @@
 
 #include "core/json_config.h"
 #include "frontends/text/hf_tokenizer.h"
+#include "test_paths.h"
 
 namespace mmserve::text::testing_hf {
 
 using nlohmann::json;
 
 inline json load_golden(const std::string& name) {
-  auto golden = read_json_file(MMSERVE_FIXTURES_DIR "/hf_tokenizer_goldens/" + name + ".json");
+  auto golden = read_json_file(MMSERVE_FIXTURES_DIR + "/hf_tokenizer_goldens/" + name + ".json");
   EXPECT_TRUE(golden.ok()) << golden.status().to_string();
   return golden.ok() ? *golden : json();
 }

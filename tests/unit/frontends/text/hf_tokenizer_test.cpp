@@ -11,6 +11,7 @@
 
 #include "core/json_config.h"
 #include "hf_golden_support.h"
+#include "test_paths.h"
 
 namespace mmserve::text {
 namespace {
@@ -21,7 +22,7 @@ using testing_hf::check_goldens;
 using testing_hf::load_golden;
 using testing_hf::or_error;
 
-const std::string kFixtures = MMSERVE_FIXTURES_DIR "/hf_tokenizers/";
+const std::string kFixtures = MMSERVE_FIXTURES_DIR + "/hf_tokenizers/";
 
 class HfFixtureGoldens : public ::testing::TestWithParam<const char*> {};
 

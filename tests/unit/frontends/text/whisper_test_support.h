@@ -14,11 +14,12 @@
 #include <vector>
 
 #include "frontends/text/whisper_tokenizer.h"
+#include "test_paths.h"
 
 namespace mmserve::text::testing {
 
-inline const std::string kMultilingualPath = MMSERVE_SOURCE_DIR "/assets/whisper_tokenizer/multilingual.tiktoken";
-inline const std::string kGpt2Path = MMSERVE_SOURCE_DIR "/assets/whisper_tokenizer/gpt2.tiktoken";
+inline const std::string kMultilingualPath = MMSERVE_SOURCE_DIR + "/assets/whisper_tokenizer/multilingual.tiktoken";
+inline const std::string kGpt2Path = MMSERVE_SOURCE_DIR + "/assets/whisper_tokenizer/gpt2.tiktoken";
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -16,6 +16,7 @@
 #include "frontends/text/tiktoken_ranks.h"
 #include "frontends/text/whisper_tokenizer.h"
 #include "whisper_test_support.h"
+#include "test_paths.h"
 
 namespace mmserve::text {
 namespace {
@@ -408,7 +409,7 @@ TEST(WhisperGolden, MatchesTiktokenAndHf) {
   // "tiktoken_multilingual", "tiktoken_gpt2", "hf_multilingual"} with tiktoken's encode(text,
   // allowed_special="all") (or as plain text when allowed_special is false) and HF's
   // tokenizer(text, add_special_tokens=False).input_ids; a top-level array or {"entries": [...]}.
-  const std::string path = MMSERVE_FIXTURES_DIR "/whisper/whisper_tokens.json";
+  const std::string path = MMSERVE_FIXTURES_DIR + "/whisper/whisper_tokens.json";
   if (!fs::exists(path))
     GTEST_SKIP() << "golden not generated yet: run tools/reference/make_whisper_tokens.py on the GPU host";
   json golden = json::parse(testing::read_file(path), nullptr, /*allow_exceptions=*/false);
@@ -418,8 +419,8 @@ TEST(WhisperGolden, MatchesTiktokenAndHf) {
   ASSERT_FALSE(golden.empty());
   // An HF directory saved next to the goldens (save_pretrained), when the script writes one.
   std::unique_ptr<WhisperTokenizer> hf_dir;
-  if (fs::exists(MMSERVE_FIXTURES_DIR "/whisper/whisper_tokenizer_hf")) {
-    auto loaded = WhisperTokenizer::from_model_dir(MMSERVE_FIXTURES_DIR "/whisper/whisper_tokenizer_hf");
+  if (fs::exists(MMSERVE_FIXTURES_DIR + "/whisper/whisper_tokenizer_hf")) {
+    auto loaded = WhisperTokenizer::from_model_dir(MMSERVE_FIXTURES_DIR + "/whisper/whisper_tokenizer_hf");
     ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
     hf_dir = std::move(loaded).value();
   }
