@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <span>
 
 #include "engine/clip_executor.h"
@@ -65,16 +66,19 @@ StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks&
 }  // namespace
 
 BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHooks& hooks) {
-  // The requests by adapter, the base model's first (almost every batch is one group: it runs as it came).
-  std::map<std::string, std::vector<size_t>> groups;
+  // The requests by adapter, the base model's first (almost every batch is one group: it runs as it came). With
+  // the batch decoder, requests carrying pixel_values floats form groups of their own: a group's images are then
+  // all levels (decoded here or by the preparer) or all floats.
+  std::map<std::pair<std::string, bool>, std::vector<size_t>> groups;
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto* input = dynamic_cast<const ClipInput*>(batch[i].input);
-    groups[input != nullptr ? input->adapter : std::string()].push_back(i);
+    const bool floats = decoder_ != nullptr && input != nullptr && !input->pixels.empty();
+    groups[{input != nullptr ? input->adapter : std::string(), floats}].push_back(i);
   }
-  if (groups.size() == 1 && groups.begin()->first.empty()) return run_on(batch, hooks);
+  if (groups.size() == 1 && groups.begin()->first.first.empty()) return run_on(batch, hooks);
   BatchStats stats;
   for (const auto& group : groups) {
-    const std::string& name = group.first;
+    const std::string& name = group.first.first;
     const std::vector<size_t>& indices = group.second;  // a plain reference: lambdas below capture it
     if (stats.device_fault) {  // the device broke in an earlier group: these fail as it did (and are retried)
       for (size_t i : indices) hooks.finish(i, *stats.device_fault, 0);
@@ -127,7 +131,7 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
   std::vector<std::span<const float>> pixels;
   std::vector<std::span<const uint8_t>> levels;
   const std::vector<float>* level_table = nullptr;
-  bool all_levels = true;
+  bool all_levels = true, kept_pngs = false;
   int64_t images = 0;
   for (size_t i = 0; i < batch.size(); ++i) {
     inputs[i] = dynamic_cast<const ClipInput*>(batch[i].input);
@@ -137,7 +141,8 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
     }
     ids.insert(ids.end(), inputs[i]->text_ids.begin(), inputs[i]->text_ids.end());
     if (!inputs[i]->pixels.empty()) all_levels = false;
-    if (!inputs[i]->levels.empty()) {
+    if (!inputs[i]->kept_pngs.empty()) kept_pngs = true;
+    if (!inputs[i]->levels.empty() || !inputs[i]->kept_pngs.empty()) {
       if (level_table == nullptr) level_table = inputs[i]->level_table.get();
       const std::vector<float>* table = inputs[i]->level_table.get();
       if (table == nullptr || (table != level_table && *table != *level_table)) all_levels = false;
@@ -162,6 +167,39 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
                                  r.level_table->data(), values.data());
     pixels.emplace_back(values);
   }
+  // Kept PNGs (ClipOptions::image_decode kBatch; run() keeps floats out of such groups): every image of the batch
+  // in order, a PNG for the decoder or a block of the preparer's levels, and whose it is.
+  const int64_t per_image = 3 * image_size() * image_size();
+  std::vector<BatchImage> batch_images;
+  std::vector<size_t> image_request;
+  std::vector<const CompressedPng*> image_png;
+  if (kept_pngs && all_levels && decoder_ != nullptr) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (inputs[i] == nullptr) continue;
+      const ClipInput& r = *inputs[i];
+      size_t next_png = 0, next_block = 0;
+      for (int64_t k = 0; k < r.images; ++k) {
+        BatchImage im;
+        const CompressedPng* png = nullptr;
+        if (next_png < r.kept_pngs.size() && r.kept_pngs[next_png].image == k) {
+          png = r.kept_pngs[next_png++].png.get();
+          im.png = &png->stream;
+        } else {
+          im.levels = std::span<const uint8_t>(r.levels).subspan(next_block++ * per_image, per_image);
+        }
+        batch_images.push_back(im);
+        image_request.push_back(i);
+        image_png.push_back(png);
+      }
+    }
+  } else if (kept_pngs) {  // cannot happen (the preparer keeps PNGs only for such executors): say so, don't guess
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (inputs[i] != nullptr && !inputs[i]->kept_pngs.empty()) {
+        finish(i, internal_error("a CLIP request kept PNGs for a batch decoder this executor does not have"), 0);
+      }
+    }
+  }
+  std::vector<int32_t> decode_status;  // per image of batch_images, from the decoder's runs
   const int64_t texts = static_cast<int64_t>(ids.size()), dim = embedding_dim();
   stats.slot_items[kClipTextSlot] = texts;
   stats.slot_items[kClipImageSlot] = images;
@@ -223,9 +261,44 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
   }
   if (images > 0 && text_embeds.ok()) {
     image_embeds = run_tower(images, dim, hooks, image_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+      if (!batch_images.empty()) {
+        std::vector<int32_t> status;
+        StatusOr<std::vector<float>> part = embed_batch_images(batch_images, *level_table, begin, count, status);
+        decode_status.insert(decode_status.end(), status.begin(), status.end());
+        return part;
+      }
       if (all_levels) return embed_image_levels(levels, *level_table, begin, count);
       return embed_images(pixels, begin, count);
     });
+  }
+  // The images the batch decoder refused: decoded on the host as the preparer would have, then their rows
+  // recomputed; the requests whose image the host cannot decode either fail with the error the CPU path gives.
+  std::vector<std::optional<Status>> request_error(batch.size());
+  if (image_embeds.ok() && !batch_images.empty()) {
+    std::vector<size_t> redo;
+    std::vector<std::vector<uint8_t>> redo_levels;
+    for (size_t k = 0; k < decode_status.size(); ++k) {
+      if (decode_status[k] == 0 || image_png[k] == nullptr) continue;
+      StatusOr<std::vector<uint8_t>> host = decode_png_levels_on_host(*image_png[k], preprocess_);
+      if (!host.ok()) {
+        if (!request_error[image_request[k]]) request_error[image_request[k]] = host.status();
+        continue;
+      }
+      redo.push_back(k);
+      redo_levels.push_back(std::move(*host));
+    }
+    if (!redo.empty()) {
+      std::vector<std::span<const uint8_t>> pieces(redo_levels.begin(), redo_levels.end());
+      StatusOr<std::vector<float>> rows =
+          embed_image_levels(pieces, *level_table, 0, static_cast<int64_t>(redo.size()));
+      if (!rows.ok()) {
+        image_embeds = rows.status();
+      } else {
+        for (size_t j = 0; j < redo.size(); ++j) {
+          std::copy(rows->begin() + j * dim, rows->begin() + (j + 1) * dim, image_embeds->begin() + redo[j] * dim);
+        }
+      }
+    }
   }
   stats.compute_ms = ms_since(start) - preempted_ms;
 
@@ -235,6 +308,8 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
     if (done[i]) continue;
     if (!text_embeds.ok() || !image_embeds.ok()) {
       finish(i, failed.with_context("model forward"), stats.compute_ms);
+    } else if (request_error[i]) {
+      finish(i, *request_error[i], stats.compute_ms);
     } else {
       finish(i, build(i, *text_embeds, *image_embeds), stats.compute_ms);
     }

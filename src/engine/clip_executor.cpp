@@ -41,11 +41,22 @@ std::vector<std::span<const T>> slice_images(std::span<const std::span<const T>>
 StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::string& model_dir,
                                                                     const ExecutorOptions& options,
                                                                     const nlohmann::json& family_config) {
-  RETURN_IF_ERROR(check_known_keys(family_config, {"vision_micro_batch", "text_micro_batch"}, "CLIP"));
+  RETURN_IF_ERROR(
+      check_known_keys(family_config, {"vision_micro_batch", "text_micro_batch", "image_decode"}, "CLIP"));
   ClipOptions clip;
   if (family_config.is_object()) {
     clip.vision_micro_batch = family_config.value("vision_micro_batch", clip.vision_micro_batch);
     clip.text_micro_batch = family_config.value("text_micro_batch", clip.text_micro_batch);
+    if (family_config.contains("image_decode")) {
+      const nlohmann::json& mode = family_config["image_decode"];
+      if (mode == "batch") {
+        clip.image_decode = ClipOptions::ImageDecode::kBatch;
+      } else if (mode != "preprocess") {
+        return invalid_argument("image_decode: " + mode.dump() +
+                                " (preprocess: the preprocessing pool decodes images; batch: the model's device "
+                                "decodes PNGs batch by batch)");
+      }
+    }
   }
   ASSIGN_OR_RETURN(std::unique_ptr<ClipExecutor> executor, create(model_dir, options, clip));
   return std::unique_ptr<Executor>(std::move(executor));
@@ -82,6 +93,7 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
         std::max(model.image_workspace_bytes(options.batch_size_max),
                  model.text_workspace_bytes(options.batch_size_max, model.config().text.max_position_embeddings)));
     executor->fill_info();
+    RETURN_IF_ERROR(executor->make_batch_decoder());
     return executor;
   }
 #if MMSERVE_HAS_CUDA
@@ -111,11 +123,29 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
   executor->logit_scale_ = executor->cuda_model_->logit_scale();
   executor->dtype_ = cuda.dtype;
   executor->fill_info();
+  RETURN_IF_ERROR(executor->make_batch_decoder());
   return executor;
 #else
   return unimplemented("device " + options.device.to_string() +
                        ": this build has no CUDA backend (build with nvcc present, -DMMSERVE_CUDA=ON)");
 #endif
+}
+
+Status ClipExecutor::make_batch_decoder() {
+  if (clip_.image_decode != ClipOptions::ImageDecode::kBatch) return ok_status();
+#if MMSERVE_HAS_CUDA
+  if (cuda_model_ && !cuda_model_->takes_device_levels()) {
+    return unimplemented("image_decode: batch needs a single-GPU CLIP model (not tensor or pipeline parallel)");
+  }
+#endif
+  ASSIGN_OR_RETURN(preprocess_, image::load_clip_preprocess_config(model_dir_));
+  std::optional<ImageDecodeGeometry> geometry = clip_decode_geometry(preprocess_);
+  if (!geometry || geometry->out_width != image_size() || geometry->out_height != image_size()) {
+    return invalid_argument("image_decode: batch needs preprocessor_config.json to centre-crop to the model's " +
+                            std::to_string(image_size()) + "x" + std::to_string(image_size()) + " input");
+  }
+  ASSIGN_OR_RETURN(decoder_, BatchImageDecoder::create(options_.device, std::move(*geometry)));
+  return ok_status();
 }
 
 int64_t ClipExecutor::memory_bytes() const {
@@ -136,7 +166,7 @@ int64_t ClipExecutor::memory_bytes() const {
     }
   }
 #if MMSERVE_HAS_CUDA
-  if (cuda_model_) return on_device(*cuda_model_) + adapters;
+  if (cuda_model_) return on_device(*cuda_model_) + adapters + (decoder_ ? decoder_->device_bytes() : 0);
 #endif
   return static_cast<int64_t>(model_->weight_bytes() + arena_.capacity()) + adapters;
 }
@@ -158,10 +188,12 @@ std::string ClipExecutor::describe() const {
             std::to_string(cuda_model_->max_batch()) + "), cuBLASLt workspace " + mib(m.workspace_bytes) + ", graphs " +
             mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes) +
             "; host pixels: " + cuda_model_->host_copy_description();
+    if (decoder_) text += "; PNGs decoded on the GPU in the batch (image_decode: batch)";
     return text;
   }
 #endif
   text += ": weights " + mib(model_->weight_bytes()) + ", activations " + mib(arena_.capacity());
+  if (decoder_) text += "; PNGs decoded in the batch (image_decode: batch, the GPU kernels' CPU twins)";
   return text;
 }
 
@@ -290,6 +322,43 @@ StatusOr<std::vector<float>> ClipExecutor::embed_image_levels(std::span<const st
     Tensor in(cpu_pixels_.data(), DType::kF32, {count, channels, size, size});
     Tensor out(embeds.data() + begin * dim, DType::kF32, {count, dim});
     RETURN_IF_ERROR(cpu_->encode_images(in, out, arena_));
+  }
+  return embeds;
+}
+
+StatusOr<std::vector<float>> ClipExecutor::embed_batch_images(std::span<const BatchImage> images,
+                                                              std::span<const float> table, int64_t first, int64_t n,
+                                                              std::vector<int32_t>& status) {
+  if (decoder_ == nullptr) return internal_error("embed_batch_images without a batch decoder");
+  if (first < 0 || n < 0 || first + n > static_cast<int64_t>(images.size())) {
+    return invalid_argument("images [" + std::to_string(first) + ", " + std::to_string(first + n) + ") of " +
+                            std::to_string(images.size()));
+  }
+  const int64_t per_image = config_.vision.num_channels * image_size() * image_size(), dim = embedding_dim();
+  std::vector<float> embeds(static_cast<size_t>(n * dim));
+  status.assign(static_cast<size_t>(n), 0);
+  for (int64_t begin = 0; begin < n; begin += options_.batch_size_max) {
+    const int64_t count = std::min(options_.batch_size_max, n - begin);
+    const std::span<const BatchImage> chunk = images.subspan(static_cast<size_t>(first + begin), count);
+#if MMSERVE_HAS_CUDA
+    if (cuda_) {
+      RETURN_IF_ERROR(cuda_->encode_image_levels_with(
+          count, table,
+          [&](uint8_t* device_levels, cudaStream_t stream) { return decoder_->run(chunk, device_levels, stream); },
+          embeds.data() + begin * dim));
+      const std::span<const int32_t> st = decoder_->statuses();
+      std::copy(st.begin(), st.end(), status.begin() + begin);
+      continue;
+    }
+#endif
+    decoded_levels_.resize(static_cast<size_t>(count * per_image));
+    RETURN_IF_ERROR(decoder_->run(chunk, decoded_levels_.data()));
+    const std::span<const int32_t> st = decoder_->statuses();
+    std::copy(st.begin(), st.end(), status.begin() + begin);
+    const std::span<const uint8_t> piece(decoded_levels_);
+    ASSIGN_OR_RETURN(std::vector<float> part,
+                     embed_image_levels(std::span<const std::span<const uint8_t>>(&piece, 1), table, 0, count));
+    std::copy(part.begin(), part.end(), embeds.begin() + begin * dim);
   }
   return embeds;
 }

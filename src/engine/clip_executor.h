@@ -26,6 +26,7 @@
 #include "core/arena.h"
 #include "core/status.h"
 #include "core/tensor.h"
+#include "engine/batch_image_decode.h"
 #include "engine/executor.h"
 #include "models/clip/clip.h"
 #include "models/clip/clip_lora.h"
@@ -41,6 +42,12 @@ struct ClipOptions {
   // runs each micro-batch through both stages before the next (the bench baseline).
   int64_t vision_micro_batch = 8, text_micro_batch = 4;
   bool pipeline_overlap = true;
+  // Where encoded images are decoded (mmserve.yaml `image_decode`): kPreprocess, the preprocessing pool on the
+  // host (decode, resize, crop: levels); kBatch, the executor itself, batch by batch, with the kernels of
+  // engine/batch_image_decode.h on the model's device (on cuda the GPU's inflate and resize; the preparer only splits
+  // the PNG). PNGs only: other formats and PNGs the GPU decoder does not take are decoded by the pool as before.
+  enum class ImageDecode { kPreprocess, kBatch };
+  ImageDecode image_decode = ImageDecode::kPreprocess;
 };
 
 // A CLIP request's options: the LoRA adapter it runs under (issue 16: a name loaded on the model, "" = none).
@@ -59,6 +66,13 @@ struct ClipInput : ModelInput {
   std::vector<uint8_t> levels;
   std::shared_ptr<const std::vector<float>> level_table;  // [3 * 256], shared by the model's requests
   std::vector<float> pixels;
+  // ClipOptions::image_decode kBatch: the PNGs the executor decodes, each with its position among the request's
+  // images; `levels` then holds the other images' blocks, in order. Never beside `pixels`.
+  struct KeptPng {
+    int64_t image = 0;
+    std::unique_ptr<const CompressedPng> png;
+  };
+  std::vector<KeptPng> kept_pngs;
   int64_t images = 0;
   int64_t tokens = 0;  // sum of text_ids' lengths (OpenAI usage)
 };
@@ -86,6 +100,9 @@ class ClipExecutor final : public Executor {
   const models::ClipConfig& config() const { return config_; }
   int64_t embedding_dim() const { return config_.projection_dim; }
   int64_t image_size() const { return config_.vision.image_size; }
+  // ClipOptions::image_decode kBatch: the decoder and the preprocessing it reproduces (null / unset otherwise).
+  bool decodes_images_in_batch() const { return decoder_ != nullptr; }
+  const image::ClipPreprocessConfig& preprocess_config() const { return preprocess_; }
 
   // Executor.
   Device device() const override { return options_.device; }
@@ -155,8 +172,20 @@ class ClipExecutor final : public Executor {
   // The batch of requests under one adapter (or none: `adapter` null) on its model; run() calls it per adapter.
   BatchStats run_on(const std::vector<BatchItem>& batch, const BatchHooks& hooks);
   StatusOr<std::shared_ptr<AdapterModel>> adapter_model(const std::string& name) const;
+  // ClipOptions::image_decode kBatch: reads the preprocessor config and makes the decoder for this device.
+  Status make_batch_decoder();
+
+  // The image tower over a batch with kept PNGs: their decode on the device, in the tower's chunks, then the host
+  // fallback for the images the decoder refused (clip_batch.cpp).
+  // Images [first, first + n) of `images` through the decoder and the image tower; `status` gets the decoder's
+  // status per image of the range (nonzero: that image's row is to be recomputed from the host fallback).
+  StatusOr<std::vector<float>> embed_batch_images(std::span<const BatchImage> images, std::span<const float> table,
+                                                  int64_t first, int64_t n, std::vector<int32_t>& status);
 
   std::string model_dir_;
+  std::unique_ptr<BatchImageDecoder> decoder_;
+  image::ClipPreprocessConfig preprocess_;
+  std::vector<uint8_t> decoded_levels_;  // cpu with kBatch: the decoder's output (reused)
   mutable std::mutex adapters_mutex_;
   std::map<std::string, std::shared_ptr<AdapterModel>> adapters_;
   // Exactly one of these is set, by the device: the base model. `cpu_` / `cuda_` are the model embed_*() run, the

@@ -2,11 +2,13 @@
 // Tests: tests/unit/serving/inference_server_test.cpp, tests/e2e/cli_test.cpp.
 #include "engine/clip_inputs.h"
 
+#include <algorithm>
 #include <cmath>
 #include <span>
 
 #include "engine/request_image.h"
 #include "frontends/image/image.h"
+#include "frontends/image/png_device.h"
 #include "kernels/pixel_levels/pixel_levels.h"
 
 namespace mmserve::engine {
@@ -42,6 +44,7 @@ StatusOr<std::unique_ptr<ClipInputs>> ClipInputs::create(const std::string& mode
   clip.image_size = s;
   clip.image_tokens = executor.config().vision.num_patches();
   clip.max_text_tokens = static_cast<int>(executor.config().text.max_position_embeddings);
+  clip.keep_pngs = executor.decodes_images_in_batch();
   clip.common = options;
   return std::make_unique<ClipInputs>(std::move(tokenizer), image_config, clip);
 }
@@ -61,7 +64,7 @@ StatusOr<std::vector<int32_t>> ClipInputs::tokenize(const std::string& text) con
   return tokenizer_->encode(text, encode);
 }
 
-Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request) const {
+Status ClipInputs::add_image(InputItem& input, size_t index, bool keep_png, ClipInput& request) const {
   const int64_t s = options_.image_size, per_image = 3 * s * s;
   const std::string what = "input " + std::to_string(index);
   if (input.kind == InputKind::kPixelValues) {
@@ -84,6 +87,16 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
     request.pixels.insert(request.pixels.end(), input.pixel_values.begin(), input.pixel_values.end());
     std::vector<float>().swap(input.pixel_values);
     return ok_status();
+  }
+  if (keep_png) {
+    std::optional<StatusOr<std::unique_ptr<CompressedPng>>> kept =
+        keep_png_compressed(input.image_bytes, options_.common.max_image_pixels, what + " (image)");
+    if (kept) {
+      if (!kept->ok()) return kept->status();
+      request.kept_pngs.push_back({request.images, std::move(**kept)});
+      request.level_table = level_table_;
+      return ok_status();
+    }
   }
   ASSIGN_OR_RETURN(image::RgbImage decoded,
                    decode_request_image(input.image_bytes, options_.common.max_image_pixels, what + " (image)"));
@@ -108,11 +121,28 @@ Status ClipInputs::add_image(InputItem& input, size_t index, ClipInput& request)
   return ok_status();
 }
 
+bool ClipInputs::decodes_media(const std::vector<InputItem>& inputs) const {
+  if (!options_.keep_pngs) return InputPreparer::decodes_media(inputs);
+  // pixel_values beside images make prepare() decode them here (see prepare).
+  const bool floats = std::any_of(inputs.begin(), inputs.end(),
+                                  [](const InputItem& in) { return in.kind == InputKind::kPixelValues; });
+  return std::any_of(inputs.begin(), inputs.end(), [floats](const InputItem& in) {
+    return in.kind == InputKind::kAudioBytes ||
+           (in.kind == InputKind::kImageBytes &&
+            (floats || !image::png_header_fits_device(std::span<const uint8_t>(
+                           reinterpret_cast<const uint8_t*>(in.image_bytes.data()), in.image_bytes.size()))));
+  });
+}
+
 StatusOr<Prepared> ClipInputs::prepare(std::vector<InputItem>& inputs, const RequestParams* params) const {
   if (inputs.empty()) return invalid_argument("a CLIP request needs at least one text or image");
   auto request = std::make_unique<ClipInput>();
   if (const auto* clip = dynamic_cast<const ClipParams*>(params)) request->adapter = clip->adapter;
   int64_t text_chars = 0;
+  // A request with pixel_values tensors runs as floats, so its images are decoded here.
+  const bool keep_pngs = options_.keep_pngs && std::none_of(inputs.begin(), inputs.end(), [](const InputItem& in) {
+                           return in.kind == InputKind::kPixelValues;
+                         });
   for (size_t i = 0; i < inputs.size(); ++i) {
     InputItem& input = inputs[i];
     if (input.kind == InputKind::kAudioBytes) {
@@ -126,7 +156,7 @@ StatusOr<Prepared> ClipInputs::prepare(std::vector<InputItem>& inputs, const Req
     }
     request->input_is_image.push_back(input.is_image());
     if (input.is_image()) {
-      RETURN_IF_ERROR(add_image(input, i, *request));
+      RETURN_IF_ERROR(add_image(input, i, keep_pngs, *request));
       ++request->images;
       continue;
     }

@@ -275,24 +275,31 @@ bool unfilter_row(int filter, uint8_t* row, const uint8_t* prev, size_t bytes, s
 
 namespace mmserve::image {
 
-// The fast path's checks up to the inflate (see the file comment); decode_png_fast inflates what this returns.
-std::optional<StatusOr<PngStream>> split_png_for_device(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+bool png_header_fits_device(std::span<const uint8_t> bytes) {
   using detail::load_be32;
   static constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   const uint8_t* p = bytes.data();
-  const size_t size = bytes.size();
-  if (size < 8 + 25 || std::memcmp(p, kSignature, 8) != 0) return std::nullopt;
+  if (bytes.size() < 8 + 25 || std::memcmp(p, kSignature, 8) != 0) return false;
   // IHDR first (13 bytes), as the fast path takes it: 8-bit, not palette, deflate, filter method 0, no interlace.
-  if (load_be32(p + 8) != 13 || std::memcmp(p + 12, "IHDR", 4) != 0) return std::nullopt;
+  if (load_be32(p + 8) != 13 || std::memcmp(p + 12, "IHDR", 4) != 0) return false;
   const uint8_t* ihdr = p + 16;
   const uint32_t width = load_be32(ihdr), height = load_be32(ihdr + 4);
   const int bit_depth = ihdr[8], color_type = ihdr[9];
-  if (width == 0 || height == 0 || width > 0x7fffffffu || height > 0x7fffffffu || bit_depth != 8 ||
-      (color_type != PNG_COLOR_TYPE_GRAY && color_type != PNG_COLOR_TYPE_GRAY_ALPHA &&
-       color_type != PNG_COLOR_TYPE_RGB && color_type != PNG_COLOR_TYPE_RGB_ALPHA) ||
-      ihdr[10] != 0 || ihdr[11] != 0 || ihdr[12] != 0) {
-    return std::nullopt;
-  }
+  return width != 0 && height != 0 && width <= 0x7fffffffu && height <= 0x7fffffffu && bit_depth == 8 &&
+         (color_type == PNG_COLOR_TYPE_GRAY || color_type == PNG_COLOR_TYPE_GRAY_ALPHA ||
+          color_type == PNG_COLOR_TYPE_RGB || color_type == PNG_COLOR_TYPE_RGB_ALPHA) &&
+         ihdr[10] == 0 && ihdr[11] == 0 && ihdr[12] == 0;
+}
+
+// The fast path's checks up to the inflate (see the file comment); decode_png_fast inflates what this returns.
+std::optional<StatusOr<PngStream>> split_png_for_device(std::span<const uint8_t> bytes, const DecodeOptions& options) {
+  using detail::load_be32;
+  if (!png_header_fits_device(bytes)) return std::nullopt;
+  const uint8_t* p = bytes.data();
+  const size_t size = bytes.size();
+  const uint8_t* ihdr = p + 16;
+  const uint32_t width = load_be32(ihdr), height = load_be32(ihdr + 4);
+  const int color_type = ihdr[9];
   // Every chunk up to IEND: harmless ancillary chunks, then only IDATs up to IEND; lengths within the file and
   // below 2^31, every CRC right.
   std::vector<std::pair<const uint8_t*, size_t>> idats;

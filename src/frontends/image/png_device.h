@@ -27,6 +27,10 @@ struct PngStream {
   std::span<const uint8_t> zlib() const { return joined.empty() ? borrowed : std::span<const uint8_t>(joined); }
 };
 
+// Whether the signature and IHDR are of a PNG the fast path (and so the GPU decoder) may take: 8-bit gray, gray +
+// alpha, RGB or RGBA, not interlaced. A cheap look at the first 33 bytes; split_png_for_device checks the rest.
+bool png_header_fits_device(std::span<const uint8_t> bytes);
+
 // nullopt for a file decode_png_fast does not take; the pixel guard's error (check_dimensions: kInvalidArgument or
 // kResourceExhausted) as decode_png_fast returns it; else the stream.
 std::optional<StatusOr<PngStream>> split_png_for_device(std::span<const uint8_t> bytes, const DecodeOptions& options);

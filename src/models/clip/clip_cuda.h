@@ -147,6 +147,14 @@ class ClipCudaModel {
   // are the float path's bit for bit). Tensor / pipeline parallel models expand on the host and take the float path.
   Status encode_image_levels(std::span<const std::span<const uint8_t>> pieces, std::span<const float> table,
                              float* embeds, bool normalize = true);
+  // The same with the n images' levels written on the GPU by `fill(device_levels, stream)`: it queues, on the
+  // model's input stream, whatever writes [n, 3, image_size, image_size] bytes at device_levels (the engine's batch
+  // image decoder: PNGs decoded on the GPU). Single-rank models; n in [1, max_batch()].
+  Status encode_image_levels_with(int64_t n, std::span<const float> table,
+                                  const std::function<Status(uint8_t* device_levels, cudaStream_t stream)>& fill,
+                                  float* embeds, bool normalize = true);
+  // Whether encode_image_levels_with is available (single rank, no pipeline).
+  bool takes_device_levels() const;
   // The same with the pixels already on this GPU (benchmarks: the input copy is not timed, as HF's).
   Status encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize = true);
   // Token ids (BOS ... EOS) per text, n <= max_batch(), each at most max_position_embeddings long.

@@ -294,6 +294,38 @@ Status ClipCudaModel::encode_image_levels(std::span<const std::span<const uint8_
   return ok_status();
 }
 
+bool ClipCudaModel::takes_device_levels() const { return ranks_.size() == 1 && ranks_[0]->levels != nullptr; }
+
+Status ClipCudaModel::encode_image_levels_with(int64_t n, std::span<const float> table,
+                                               const std::function<Status(uint8_t*, cudaStream_t)>& fill,
+                                               float* embeds, bool normalize) {
+  const ClipVisionConfig& v = config_.vision;
+  if (!takes_device_levels()) {
+    return unimplemented("device-side image levels need a single-rank CLIP model (no tensor or pipeline parallel)");
+  }
+  if (n < 1 || n > max_batch()) {
+    return invalid_argument("image batch of " + std::to_string(n) + " (the GPU model takes 1.." +
+                            std::to_string(max_batch()) + " per call)");
+  }
+  if (static_cast<int64_t>(table.size()) != v.num_channels * 256) {
+    return invalid_argument("a level table of " + std::to_string(table.size()) + " values (the model takes " +
+                            std::to_string(v.num_channels) + " x 256)");
+  }
+  Rank& rank = *ranks_[0];
+  cudaStream_t s = rank.stream.get();
+  if (!std::equal(table.begin(), table.end(), rank.level_table_uploaded.begin(), rank.level_table_uploaded.end())) {
+    rank.level_table_uploaded.assign(table.begin(), table.end());
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rank.level_table, rank.level_table_uploaded.data(), table.size_bytes(),
+                                         cudaMemcpyHostToDevice, s));
+  }
+  RETURN_IF_ERROR(fill(rank.levels, s));
+  RETURN_IF_ERROR(kernels::expand_pixel_levels_cuda(rank.levels, n, v.num_channels, v.image_size * v.image_size,
+                                                    rank.level_table, rank.act->pixels, s));
+  RETURN_IF_ERROR(run(rank, Tower::kVision, bucket_for(n), n, normalize));
+  std::memcpy(embeds, rank.pinned_out.data(), n * config_.projection_dim * sizeof(float));
+  return ok_status();
+}
+
 Status ClipCudaModel::encode_images_on_device(const float* device_pixels, int64_t n, float* embeds, bool normalize) {
   // cudaMemcpyDefault: under tensor parallel the other ranks copy from rank 0's GPU.
   return copy_and_encode_images(device_pixels, cudaMemcpyDefault, n, embeds, normalize);

@@ -1,0 +1,403 @@
+// engine/batch_image_decode.h: PNGs kept compressed by the preparer and decoded batch by batch give the preparer's
+// own levels (decode_rgb + resize_and_crop + to_pixel_levels) bit for bit, for every colour type the GPU decoder
+// takes, sizes above and below the crop, mixed with host levels; what it refuses it says per image, and the host
+// fallback then gives the very errors of the CPU path. The executor with `image_decode: batch` (cpu: the kernels'
+// CPU twins) gives the same embeddings as the preprocessing path, keeps errors per request, and recomputes the
+// rows of images only the host decodes. On a GPU the CUDA decoder equals the CPU one (skipped without a GPU).
+#include "engine/batch_image_decode.h"
+
+#include <gtest/gtest.h>
+#include <png.h>
+#include <zlib.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../../conformance/golden.h"
+#include "../frontends/image/reference_codecs.h"
+#include "engine/clip_executor.h"
+#include "engine/clip_inputs.h"
+#include "engine/request_image.h"
+#include "frontends/image/image.h"
+#include "frontends/image/preprocess.h"
+#include "kernels/png_inflate/png_inflate.h"
+#if MMSERVE_HAS_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace mmserve::engine {
+namespace {
+
+// An 8-bit PNG of `channels` (1 gray, 2 gray+alpha, 3 RGB, 4 RGBA) of noisy but compressible content, written
+// here with zlib's compress2 (a 32 KiB window, which the GPU decoder requires: libpng's writer shrinks the window
+// of small images, and such files are decoded on the host), rows alternating filters None and Sub.
+std::string make_png(int width, int height, int channels, uint32_t seed) {
+  static const uint8_t kColorType[5] = {0, 0, 4, 2, 6};
+  std::mt19937 rng(seed);
+  const size_t row = static_cast<size_t>(width) * channels;
+  std::vector<uint8_t> raw(row * height), filtered;
+  for (size_t i = 0; i < raw.size(); ++i) {
+    raw[i] = static_cast<uint8_t>((i / channels) % 7 == 0 ? rng() : (i * 3 + seed) & 0xff);
+  }
+  for (int y = 0; y < height; ++y) {
+    const uint8_t* r = raw.data() + y * row;
+    filtered.push_back(static_cast<uint8_t>(y % 2));
+    for (size_t x = 0; x < row; ++x) {
+      filtered.push_back(y % 2 == 0 ? r[x] : static_cast<uint8_t>(r[x] - (x >= size_t(channels) ? r[x - channels] : 0)));
+    }
+  }
+  uLongf zlen = compressBound(filtered.size());
+  std::vector<uint8_t> z(zlen);
+  EXPECT_EQ(compress2(z.data(), &zlen, filtered.data(), filtered.size(), 6), Z_OK);
+  z.resize(zlen);
+  std::string out("\x89PNG\r\n\x1a\n", 8);
+  auto chunk = [&out](const char* type, const std::vector<uint8_t>& data) {
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>(data.size() >> (24 - 8 * b)));
+    std::string body(type, 4);
+    body.append(data.begin(), data.end());
+    out += body;
+    const uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(body.data()), body.size()));
+    for (int b = 0; b < 4; ++b) out.push_back(static_cast<char>(crc >> (24 - 8 * b)));
+  };
+  std::vector<uint8_t> ihdr;
+  for (uint32_t v : {static_cast<uint32_t>(width), static_cast<uint32_t>(height)}) {
+    for (int b = 0; b < 4; ++b) ihdr.push_back(static_cast<uint8_t>(v >> (24 - 8 * b)));
+  }
+  ihdr.insert(ihdr.end(), {8, kColorType[channels], 0, 0, 0});
+  chunk("IHDR", ihdr);
+  chunk("IDAT", z);
+  chunk("IEND", {});
+  return out;
+}
+
+// The preparer's CPU levels of one file under `config`.
+std::vector<uint8_t> cpu_levels(const std::string& file, const image::ClipPreprocessConfig& config) {
+  StatusOr<image::RgbImage> decoded = decode_request_image(file, 1 << 26, "input 0 (image)");
+  EXPECT_TRUE(decoded.ok()) << decoded.status().to_string();
+  const image::RgbImage cropped = image::resize_and_crop(*decoded, config);
+  std::vector<uint8_t> levels(static_cast<size_t>(3) * cropped.width * cropped.height);
+  image::to_pixel_levels(cropped, levels.data());
+  return levels;
+}
+
+std::unique_ptr<CompressedPng> keep(std::string file) {
+  auto kept = keep_png_compressed(file, 1 << 26, "input 0 (image)");
+  EXPECT_TRUE(kept.has_value());
+  EXPECT_TRUE(kept->ok()) << kept->status().to_string();
+  return std::move(**kept);
+}
+
+// Every colour type, shapes around the crop (identity, up, down, strips), a real photograph.
+std::vector<std::string> test_files() {
+  std::vector<std::string> files;
+  const int sizes[][2] = {{224, 224}, {640, 480}, {480, 640}, {100, 57}, {1, 300}, {301, 1}, {223, 225}, {13, 7}};
+  uint32_t seed = 1;
+  for (const auto& wh : sizes) {
+    for (int channels = 1; channels <= 4; ++channels) files.push_back(make_png(wh[0], wh[1], channels, seed++));
+  }
+  const std::vector<uint8_t> chelsea = image::testing::read_file_bytes(image::testing::fixture("chelsea.png"));
+  files.emplace_back(chelsea.begin(), chelsea.end());
+  return files;
+}
+
+class BatchImageDecode : public ::testing::TestWithParam<int> {};  // resample 2 or 3
+
+TEST_P(BatchImageDecode, CpuTwinsEqualThePreparersLevelsWithHostLevelsMixedIn) {
+  image::ClipPreprocessConfig config;
+  config.resample = GetParam();
+  std::optional<ImageDecodeGeometry> geometry = clip_decode_geometry(config);
+  ASSERT_TRUE(geometry.has_value());
+  auto decoder = BatchImageDecoder::create(Device::cpu(), *geometry);
+  ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
+  const std::vector<std::string> files = test_files();
+  std::vector<std::unique_ptr<CompressedPng>> kept;
+  std::vector<std::vector<uint8_t>> want;
+  std::vector<BatchImage> images;
+  for (size_t i = 0; i < files.size(); ++i) {
+    want.push_back(cpu_levels(files[i], config));
+    kept.push_back(keep(files[i]));
+  }
+  for (size_t i = 0; i < files.size(); ++i) {
+    BatchImage im;
+    if (i % 5 == 2) {
+      im.levels = want[i];  // every fifth image as host levels: placed between decoded ones
+    } else {
+      im.png = &kept[i]->stream;
+    }
+    images.push_back(im);
+  }
+  const size_t per_image = 3 * 224 * 224;
+  std::vector<uint8_t> out(images.size() * per_image, 0xab);
+  ASSERT_TRUE((*decoder)->run(images, out.data()).ok());
+  ASSERT_EQ((*decoder)->statuses().size(), images.size());
+  for (size_t i = 0; i < images.size(); ++i) {
+    EXPECT_EQ((*decoder)->statuses()[i], 0) << "image " << i;
+    EXPECT_TRUE(std::equal(want[i].begin(), want[i].end(), out.begin() + i * per_image)) << "image " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Resample, BatchImageDecode, ::testing::Values(2, 3));
+
+TEST(BatchImageDecodeKeep, FilesTheDecoderDoesNotTakeStayWithTheCaller) {
+  for (const char* name : {"rocket.jpg", "palette_color.png", "camera16.png", "chelsea_lossy.webp"}) {
+    const std::vector<uint8_t> bytes = image::testing::read_file_bytes(image::testing::fixture(name));
+    std::string file(bytes.begin(), bytes.end());
+    const std::string copy = file;
+    EXPECT_FALSE(keep_png_compressed(file, 1 << 26, "input 0 (image)").has_value()) << name;
+    EXPECT_EQ(file, copy) << name << ": the bytes are left as they were";
+  }
+  // libpng's writer declares a small window for a small image: the host decodes it (exact errors need a 32 KiB one).
+  image::testing::PngToWrite spec;
+  spec.width = spec.height = 10;
+  spec.color_type = PNG_COLOR_TYPE_RGB;
+  spec.rows.assign(300, 7);
+  const std::vector<uint8_t> small = image::testing::write_png(spec);
+  std::string small_file(small.begin(), small.end());
+  EXPECT_FALSE(keep_png_compressed(small_file, 1 << 26, "input 0 (image)").has_value());
+  // Above the pixel limit: the same error as the preparer's decode.
+  std::string big = make_png(300, 200, 3, 7);
+  const StatusOr<image::RgbImage> cpu = decode_request_image(big, 100 * 100, "input 3 (image)");
+  auto kept = keep_png_compressed(big, 100 * 100, "input 3 (image)");
+  ASSERT_TRUE(kept.has_value());
+  ASSERT_FALSE(kept->ok());
+  EXPECT_EQ(kept->status().code(), StatusCode::kTooLarge);
+  EXPECT_EQ(kept->status().code(), cpu.status().code());
+  EXPECT_EQ(kept->status().message(), cpu.status().message());
+}
+
+// A PNG whose chunks are sound (right CRCs) but whose zlib stream is not: the split takes it, the decoder refuses it
+// (a status), and the host fallback gives libpng's error, as the preparer would.
+std::string corrupt_idat(const std::string& png) {
+  std::string bad = png;
+  const size_t idat = bad.find("IDAT");
+  const uint32_t length = (static_cast<uint8_t>(bad[idat - 4]) << 24) | (static_cast<uint8_t>(bad[idat - 3]) << 16) |
+                          (static_cast<uint8_t>(bad[idat - 2]) << 8) | static_cast<uint8_t>(bad[idat - 1]);
+  for (size_t i = idat + 4 + 2; i < idat + 4 + length; i += 3) bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32(0, reinterpret_cast<const Bytef*>(bad.data() + idat), static_cast<uInt>(4 + length)));
+  for (int b = 0; b < 4; ++b) bad[idat + 4 + length + b] = static_cast<char>(crc >> (24 - 8 * b));
+  return bad;
+}
+
+TEST(BatchImageDecodeFallback, ABrokenStreamIsAStatusAndTheHostGivesTheCpuPathsError) {
+  image::ClipPreprocessConfig config;
+  auto decoder = BatchImageDecoder::create(Device::cpu(), *clip_decode_geometry(config));
+  ASSERT_TRUE(decoder.ok());
+  const std::string good = make_png(64, 48, 3, 5), bad = corrupt_idat(make_png(64, 48, 3, 6));
+  std::unique_ptr<CompressedPng> kept_good = keep(good), kept_bad = keep(bad);
+  const BatchImage images[] = {{&kept_good->stream, {}}, {&kept_bad->stream, {}}};
+  std::vector<uint8_t> out(2 * 3 * 224 * 224);
+  ASSERT_TRUE((*decoder)->run(images, out.data()).ok());
+  EXPECT_EQ((*decoder)->statuses()[0], 0);
+  EXPECT_NE((*decoder)->statuses()[1], 0);
+  const StatusOr<std::vector<uint8_t>> host = decode_png_levels_on_host(*kept_bad, config);
+  const StatusOr<image::RgbImage> cpu = decode_request_image(bad, 1 << 26, "input 0 (image)");
+  ASSERT_FALSE(cpu.ok());
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(host.status().message(), cpu.status().message());
+  // And the good one's host fallback is its levels.
+  const StatusOr<std::vector<uint8_t>> good_host = decode_png_levels_on_host(*kept_good, config);
+  ASSERT_TRUE(good_host.ok());
+  EXPECT_EQ(*good_host, cpu_levels(good, config));
+}
+
+TEST(BatchImageDecodeErrors, LevelsOfTheWrongSizeAreRefused) {
+  auto decoder = BatchImageDecoder::create(Device::cpu(), *clip_decode_geometry({}));
+  ASSERT_TRUE(decoder.ok());
+  const std::vector<uint8_t> small(10);
+  const BatchImage images[] = {{nullptr, small}};
+  std::vector<uint8_t> out(3 * 224 * 224);
+  EXPECT_EQ((*decoder)->run(images, out.data()).code(), StatusCode::kInvalidArgument);
+  image::ClipPreprocessConfig no_crop;
+  no_crop.do_center_crop = false;
+  EXPECT_FALSE(clip_decode_geometry(no_crop).has_value());
+  ImageDecodeGeometry nearest = *clip_decode_geometry({});
+  nearest.resample = 0;
+  EXPECT_EQ(BatchImageDecoder::create(Device::cpu(), nearest).status().code(), StatusCode::kUnimplemented);
+}
+
+// --- The executor with image_decode: batch (the tiny CLIP fixture, 32x32 input, on cpu).
+
+struct Prepared1 {
+  std::unique_ptr<ClipInput> input;
+  Status status;
+};
+
+Prepared1 prepare(const ClipInputs& inputs, const std::vector<std::string>& files) {
+  std::vector<InputItem> items;
+  for (const std::string& f : files) {
+    InputItem item;
+    item.kind = InputKind::kImageBytes;
+    item.image_bytes = f;
+    items.push_back(std::move(item));
+  }
+  StatusOr<Prepared> p = inputs.prepare(items, nullptr);
+  if (!p.ok()) return {nullptr, p.status()};
+  return {std::unique_ptr<ClipInput>(static_cast<ClipInput*>(p->input.release())), ok_status()};
+}
+
+std::vector<StatusOr<std::shared_ptr<const ModelOutput>>> run(ClipExecutor& executor,
+                                                              const std::vector<std::unique_ptr<ClipInput>>& inputs) {
+  std::vector<StatusOr<std::shared_ptr<const ModelOutput>>> out(inputs.size(), internal_error("not finished"));
+  BatchHooks hooks;
+  hooks.finish = [&](size_t i, StatusOr<std::shared_ptr<const ModelOutput>> o, double) { out[i] = std::move(o); };
+  std::vector<BatchItem> batch(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) batch[i].input = inputs[i].get();
+  executor.run(batch, hooks);
+  return out;
+}
+
+TEST(BatchImageDecodeExecutor, SameEmbeddingsAsThePreprocessingPathAndErrorsPerRequest) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  ClipOptions batch_decode;
+  batch_decode.image_decode = ClipOptions::ImageDecode::kBatch;
+  auto plain = ClipExecutor::create(dir, {});
+  auto deferred = ClipExecutor::create(dir, {}, batch_decode);
+  ASSERT_TRUE(plain.ok() && deferred.ok()) << deferred.status().to_string();
+  EXPECT_FALSE((*plain)->decodes_images_in_batch());
+  EXPECT_TRUE((*deferred)->decodes_images_in_batch());
+  auto plain_inputs = ClipInputs::create(dir, **plain, {});
+  auto deferred_inputs = ClipInputs::create(dir, **deferred, {});
+  ASSERT_TRUE(plain_inputs.ok() && deferred_inputs.ok());
+
+  const std::vector<uint8_t> jpeg = image::testing::read_file_bytes(image::testing::fixture("rocket.jpg"));
+  const std::string rocket(jpeg.begin(), jpeg.end());
+  // Where preparation runs: PNGs the batch decoder takes cost only the split (the submitting thread); anything
+  // the preparer decodes goes to the preprocessing pool.
+  auto items = [](std::vector<std::pair<InputKind, std::string>> list) {
+    std::vector<InputItem> out;
+    for (auto& [kind, bytes] : list) {
+      InputItem item;
+      item.kind = kind;
+      item.image_bytes = bytes;
+      if (kind == InputKind::kPixelValues) item.pixel_values.assign(3 * 32 * 32, 0.0f);
+      out.push_back(std::move(item));
+    }
+    return out;
+  };
+  const std::vector<uint8_t> palette = image::testing::read_file_bytes(image::testing::fixture("palette_color.png"));
+  const std::string png = make_png(40, 40, 3, 11);
+  EXPECT_FALSE((*deferred_inputs)->decodes_media(items({{InputKind::kImageBytes, png}, {InputKind::kText, ""}})));
+  EXPECT_TRUE((*plain_inputs)->decodes_media(items({{InputKind::kImageBytes, png}})));
+  EXPECT_TRUE((*deferred_inputs)->decodes_media(items({{InputKind::kImageBytes, rocket}})));
+  EXPECT_TRUE((*deferred_inputs)->decodes_media(
+      items({{InputKind::kImageBytes, std::string(palette.begin(), palette.end())}})));
+  EXPECT_TRUE((*deferred_inputs)->decodes_media(items({{InputKind::kImageBytes, png}, {InputKind::kPixelValues, ""}})));
+  EXPECT_FALSE((*deferred_inputs)->decodes_media(items({{InputKind::kPixelValues, ""}})));
+  const std::string bad = corrupt_idat(make_png(40, 30, 4, 9));
+  // Requests: two PNGs; a JPEG (decoded by the preparer) between PNGs; a broken PNG beside a good one; one PNG.
+  const std::vector<std::vector<std::string>> requests = {{make_png(50, 40, 3, 1), make_png(32, 32, 1, 2)},
+                                                          {make_png(31, 77, 2, 3), rocket, make_png(200, 90, 4, 4)},
+                                                          {make_png(33, 33, 3, 5), bad},
+                                                          {make_png(320, 240, 3, 6)}};
+  std::vector<std::unique_ptr<ClipInput>> a, b;
+  for (const auto& files : requests) {
+    Prepared1 pa = prepare(**plain_inputs, files), pb = prepare(**deferred_inputs, files);
+    if (&files == &requests[2]) {  // the preparer's decode refuses the broken PNG: a 400 before any batch
+      ASSERT_FALSE(pa.status.ok());
+      ASSERT_TRUE(pb.status.ok()) << "the batch path only splits it: " << pb.status.to_string();
+      EXPECT_EQ(pb.input->kept_pngs.size(), 2u);
+      a.push_back(nullptr);
+    } else {
+      ASSERT_TRUE(pa.status.ok() && pb.status.ok()) << pa.status.to_string() << " " << pb.status.to_string();
+      EXPECT_TRUE(pa.input->kept_pngs.empty());
+      a.push_back(std::move(pa.input));
+    }
+    b.push_back(std::move(pb.input));
+  }
+  EXPECT_EQ(b[1]->kept_pngs.size(), 2u);  // the JPEG went to levels
+  EXPECT_EQ(b[1]->levels.size(), 3u * 32 * 32);
+  const Status preparer_error = prepare(**plain_inputs, requests[2]).status;
+
+  std::vector<std::unique_ptr<ClipInput>> a_ok;  // the preprocessing path without the refused request
+  for (auto& r : a) {
+    if (r) a_ok.push_back(std::move(r));
+  }
+  const auto want = run(**plain, a_ok);
+  const auto got = run(**deferred, b);
+  const size_t map[] = {0, 1, 99, 2};
+  for (size_t i = 0; i < b.size(); ++i) {
+    if (i == 2) {
+      ASSERT_FALSE(got[i].ok());
+      EXPECT_EQ(got[i].status().code(), preparer_error.code());
+      EXPECT_EQ(got[i].status().message(), preparer_error.message());
+      continue;
+    }
+    ASSERT_TRUE(got[i].ok()) << got[i].status().to_string();
+    ASSERT_TRUE(want[map[i]].ok());
+    const auto* g = output_as<ClipOutput>(*got[i]);
+    const auto* w = output_as<ClipOutput>(*want[map[i]]);
+    ASSERT_EQ(g->embeddings.size(), w->embeddings.size());
+    for (size_t k = 0; k < g->embeddings.size(); ++k) {
+      for (size_t d = 0; d < g->embeddings[k].size(); ++d) {
+        EXPECT_NEAR(g->embeddings[k][d], w->embeddings[k][d], 1e-6f) << "request " << i << " image " << k;
+      }
+    }
+  }
+}
+
+TEST(BatchImageDecodeExecutor, ConfigKeyAndRefusals) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, {{"image_decode", "batch"}}).ok());
+  EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, {{"image_decode", "preprocess"}}).ok());
+  const auto wrong = ClipExecutor::create_for_server(dir, {}, {{"image_decode", "gpu-please"}});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("image_decode"), std::string::npos);
+}
+
+// --- CUDA == CPU.
+
+TEST(BatchImageDecodeCuda, EqualsTheCpuTwinsStatusForStatus) {
+#if MMSERVE_HAS_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no CUDA device visible";
+  image::ClipPreprocessConfig config;
+  auto cpu = BatchImageDecoder::create(Device::cpu(), *clip_decode_geometry(config));
+  auto gpu = BatchImageDecoder::create(Device::cuda(0), *clip_decode_geometry(config));
+  ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().to_string();
+  std::vector<std::string> files = test_files();
+  files.push_back(corrupt_idat(make_png(90, 60, 3, 77)));
+  std::vector<std::unique_ptr<CompressedPng>> kept;
+  std::vector<std::vector<uint8_t>> host_levels;
+  std::vector<BatchImage> images;
+  for (size_t i = 0; i < files.size(); ++i) kept.push_back(keep(files[i]));
+  host_levels.push_back(cpu_levels(files[0], config));
+  for (size_t i = 0; i < files.size(); ++i) {
+    images.push_back({&kept[i]->stream, {}});
+    if (i == 3) images.push_back({nullptr, host_levels[0]});  // one host block in the middle: the mixed path
+  }
+  const size_t per_image = 3 * 224 * 224, bytes = images.size() * per_image;
+  std::vector<uint8_t> want(bytes), got(bytes);
+  ASSERT_TRUE((*cpu)->run(images, want.data()).ok());
+  uint8_t* device = nullptr;
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&device), bytes), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (int round = 0; round < 2; ++round) {  // the second run reuses the grown buffers
+    ASSERT_TRUE((*gpu)->run(images, device, stream).ok());
+    ASSERT_EQ(cudaMemcpyAsync(got.data(), device, bytes, cudaMemcpyDeviceToHost, stream), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::span<const int32_t> want_status = (*cpu)->statuses(), got_status = (*gpu)->statuses();
+    ASSERT_EQ(got_status.size(), want_status.size());
+    for (size_t i = 0; i < images.size(); ++i) {
+      EXPECT_EQ(got_status[i], want_status[i]) << "image " << i;
+      if (want_status[i] != 0) continue;
+      EXPECT_TRUE(std::equal(want.begin() + i * per_image, want.begin() + (i + 1) * per_image,
+                             got.begin() + i * per_image))
+          << "image " << i;
+    }
+    EXPECT_NE(want_status.back(), 0) << "the corrupt stream is refused";
+  }
+  EXPECT_GT((*gpu)->device_bytes(), 0);
+  cudaStreamDestroy(stream);
+  cudaFree(device);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace mmserve::engine
