@@ -52,14 +52,15 @@ uint64_t work_bytes(const image::PngStream& png) {
 }  // namespace
 
 std::optional<StatusOr<std::unique_ptr<CompressedPng>>> keep_png_compressed(std::string& bytes, int64_t max_pixels,
-                                                                           const std::string& what) {
+                                                                           const std::string& what,
+                                                                           size_t max_stream_bytes) {
   auto png = std::make_unique<CompressedPng>();
   png->file = std::move(bytes);  // first, so that the split borrows the bytes where they stay
   image::DecodeOptions decode;
   decode.max_pixels = max_pixels;
   std::optional<StatusOr<image::PngStream>> split = image::split_png_for_device(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(png->file.data()), png->file.size()), decode);
-  if (!split) {
+  if (!split || (split->ok() && (*split)->zlib().size() > max_stream_bytes)) {
     bytes = std::move(png->file);
     return std::nullopt;
   }

@@ -46,7 +46,7 @@ struct ImageDecodeGeometry {
 std::optional<ImageDecodeGeometry> clip_decode_geometry(const image::ClipPreprocessConfig& config);
 
 // A request's PNG file kept compressed for the batch decoder: the bytes and the split stream that borrows them
-// (held by unique_ptr, never moved, so the borrow stays valid), and what the host fallback needs to decode it as
+// (always held by pointer, never moved, so the borrow stays valid), and what the host fallback needs to decode it as
 // the preparer would have: the pixel limit and the input's name for its errors.
 struct CompressedPng {
   std::string file;
@@ -55,11 +55,18 @@ struct CompressedPng {
   std::string what;  // "input 2 (image)"
 };
 
+// The largest zlib stream kept for the batch decoder. The GPU inflates one image per warp, fast only in numbers:
+// a 98 KiB stream takes ~4.5 ms there (against ~0.4 ms on a host core), so one large file would hold its whole
+// batch; larger files are decoded by the preprocessing pool, whose cores are faster per file.
+inline constexpr size_t kKeptPngStreamBytesMax = 256 << 10;
+
 // Takes `bytes` (moved out) when the batch decoder can decode them: nullopt, bytes untouched, for a file it does
-// not take (not a PNG, palette, 16-bit, interlaced, odd chunks, a bad CRC: the preparer decodes those on the host,
-// with libpng's errors); the pixel guard's error as decode_request_image gives it (kTooLarge above max_pixels).
-std::optional<StatusOr<std::unique_ptr<CompressedPng>>> keep_png_compressed(std::string& bytes, int64_t max_pixels,
-                                                                           const std::string& what);
+// not take (not a PNG, palette, 16-bit, interlaced, odd chunks, a bad CRC, a zlib stream above max_stream_bytes:
+// the preparer decodes those on the host, with libpng's errors); the pixel guard's error as decode_request_image
+// gives it (kTooLarge above max_pixels).
+std::optional<StatusOr<std::unique_ptr<CompressedPng>>> keep_png_compressed(
+    std::string& bytes, int64_t max_pixels, const std::string& what,
+    size_t max_stream_bytes = kKeptPngStreamBytesMax);
 
 // The host decode of a kept PNG, as the preparer's CPU path: decode_request_image, resize_and_crop and
 // to_pixel_levels into [3, crop_height, crop_width] levels; its errors are the ones a client gets from that path.

@@ -70,7 +70,7 @@ struct ClipInput : ModelInput {
   // images; `levels` then holds the other images' blocks, in order. Never beside `pixels`.
   struct KeptPng {
     int64_t image = 0;
-    std::unique_ptr<const CompressedPng> png;
+    std::shared_ptr<const CompressedPng> png;  // shared: a ClipInput may be copied (tests, retries)
   };
   std::vector<KeptPng> kept_pngs;
   int64_t images = 0;

@@ -129,8 +129,9 @@ bool ClipInputs::decodes_media(const std::vector<InputItem>& inputs) const {
   return std::any_of(inputs.begin(), inputs.end(), [floats](const InputItem& in) {
     return in.kind == InputKind::kAudioBytes ||
            (in.kind == InputKind::kImageBytes &&
-            (floats || !image::png_header_fits_device(std::span<const uint8_t>(
-                           reinterpret_cast<const uint8_t*>(in.image_bytes.data()), in.image_bytes.size()))));
+            (floats || in.image_bytes.size() > kKeptPngStreamBytesMax ||
+             !image::png_header_fits_device(std::span<const uint8_t>(
+                 reinterpret_cast<const uint8_t*>(in.image_bytes.data()), in.image_bytes.size()))));
   });
 }
 

@@ -48,8 +48,8 @@ class ClipInputs final : public InputPreparer {
 
   // A ClipInput with items {texts, images}.
   StatusOr<Prepared> prepare(std::vector<InputItem>& inputs, const RequestParams* params) const override;
-  // With keep_pngs, a request whose images are all PNGs the batch decoder takes (by their headers) costs only the
-  // split here, microseconds: it is prepared on the submitting thread, without the preprocessing pool's hop.
+  // With keep_pngs, a request whose images are all PNGs the batch decoder takes (by their headers and sizes) costs
+  // only the split here, microseconds: it is prepared on the submitting thread, without the preprocessing pool's hop.
   bool decodes_media(const std::vector<InputItem>& inputs) const override;
   // Token ids of one text, as prepare() produces them.
   StatusOr<std::vector<int32_t>> tokenize(const std::string& text) const;

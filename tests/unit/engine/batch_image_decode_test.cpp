@@ -10,6 +10,7 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -81,8 +82,9 @@ std::vector<uint8_t> cpu_levels(const std::string& file, const image::ClipPrepro
   return levels;
 }
 
-std::unique_ptr<CompressedPng> keep(std::string file) {
-  auto kept = keep_png_compressed(file, 1 << 26, "input 0 (image)");
+// Kept whatever its size (the decoder's arithmetic is under test here; the size rule has its own test).
+std::shared_ptr<CompressedPng> keep(std::string file) {
+  auto kept = keep_png_compressed(file, 1 << 26, "input 0 (image)", SIZE_MAX);
   EXPECT_TRUE(kept.has_value());
   EXPECT_TRUE(kept->ok()) << kept->status().to_string();
   return std::move(**kept);
@@ -111,7 +113,7 @@ TEST_P(BatchImageDecode, CpuTwinsEqualThePreparersLevelsWithHostLevelsMixedIn) {
   auto decoder = BatchImageDecoder::create(Device::cpu(), *geometry);
   ASSERT_TRUE(decoder.ok()) << decoder.status().to_string();
   const std::vector<std::string> files = test_files();
-  std::vector<std::unique_ptr<CompressedPng>> kept;
+  std::vector<std::shared_ptr<CompressedPng>> kept;
   std::vector<std::vector<uint8_t>> want;
   std::vector<BatchImage> images;
   for (size_t i = 0; i < files.size(); ++i) {
@@ -155,6 +157,11 @@ TEST(BatchImageDecodeKeep, FilesTheDecoderDoesNotTakeStayWithTheCaller) {
   const std::vector<uint8_t> small = image::testing::write_png(spec);
   std::string small_file(small.begin(), small.end());
   EXPECT_FALSE(keep_png_compressed(small_file, 1 << 26, "input 0 (image)").has_value());
+  // A stream above the size limit stays with the host too.
+  std::string large = make_png(64, 64, 3, 8);
+  const std::string large_copy = large;
+  EXPECT_FALSE(keep_png_compressed(large, 1 << 26, "input 0 (image)", 100).has_value());
+  EXPECT_EQ(large, large_copy);
   // Above the pixel limit: the same error as the preparer's decode.
   std::string big = make_png(300, 200, 3, 7);
   const StatusOr<image::RgbImage> cpu = decode_request_image(big, 100 * 100, "input 3 (image)");
@@ -185,7 +192,7 @@ TEST(BatchImageDecodeFallback, ABrokenStreamIsAStatusAndTheHostGivesTheCpuPathsE
   auto decoder = BatchImageDecoder::create(Device::cpu(), *clip_decode_geometry(config));
   ASSERT_TRUE(decoder.ok());
   const std::string good = make_png(64, 48, 3, 5), bad = corrupt_idat(make_png(64, 48, 3, 6));
-  std::unique_ptr<CompressedPng> kept_good = keep(good), kept_bad = keep(bad);
+  std::shared_ptr<CompressedPng> kept_good = keep(good), kept_bad = keep(bad);
   const BatchImage images[] = {{&kept_good->stream, {}}, {&kept_bad->stream, {}}};
   std::vector<uint8_t> out(2 * 3 * 224 * 224);
   ASSERT_TRUE((*decoder)->run(images, out.data()).ok());
@@ -360,7 +367,7 @@ TEST(BatchImageDecodeCuda, EqualsTheCpuTwinsStatusForStatus) {
   ASSERT_TRUE(cpu.ok() && gpu.ok()) << gpu.status().to_string();
   std::vector<std::string> files = test_files();
   files.push_back(corrupt_idat(make_png(90, 60, 3, 77)));
-  std::vector<std::unique_ptr<CompressedPng>> kept;
+  std::vector<std::shared_ptr<CompressedPng>> kept;
   std::vector<std::vector<uint8_t>> host_levels;
   std::vector<BatchImage> images;
   for (size_t i = 0; i < files.size(); ++i) kept.push_back(keep(files[i]));
@@ -394,6 +401,58 @@ TEST(BatchImageDecodeCuda, EqualsTheCpuTwinsStatusForStatus) {
   EXPECT_GT((*gpu)->device_bytes(), 0);
   cudaStreamDestroy(stream);
   cudaFree(device);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+// The executor on the GPU: the same levels reach the same graph, so the embeddings equal the preprocessing path's
+// bit for bit; a broken PNG fails its own request only, with the preparer's error.
+TEST(BatchImageDecodeCuda, ExecutorEqualsThePreprocessingPathOnTheGpu) {
+#if MMSERVE_HAS_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no CUDA device visible";
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  ExecutorOptions options;
+  options.device = Device::cuda(0);
+  ClipOptions batch_decode;
+  batch_decode.image_decode = ClipOptions::ImageDecode::kBatch;
+  auto plain = ClipExecutor::create(dir, options);
+  auto deferred = ClipExecutor::create(dir, options, batch_decode);
+  ASSERT_TRUE(plain.ok() && deferred.ok()) << plain.status().to_string() << " " << deferred.status().to_string();
+  auto plain_inputs = ClipInputs::create(dir, **plain, {});
+  auto deferred_inputs = ClipInputs::create(dir, **deferred, {});
+  ASSERT_TRUE(plain_inputs.ok() && deferred_inputs.ok());
+  std::vector<std::vector<std::string>> requests;
+  for (int i = 0; i < 40; ++i) requests.push_back({make_png(30 + 7 * i, 90 - i, 1 + i % 4, 100 + i)});
+  requests[5].push_back(make_png(64, 64, 3, 5));  // a request of two images
+  std::vector<std::unique_ptr<ClipInput>> a, b;
+  for (const auto& files : requests) {
+    Prepared1 pa = prepare(**plain_inputs, files), pb = prepare(**deferred_inputs, files);
+    ASSERT_TRUE(pa.status.ok() && pb.status.ok());
+    ASSERT_EQ(pb.input->kept_pngs.size(), files.size());
+    a.push_back(std::move(pa.input));
+    b.push_back(std::move(pb.input));
+  }
+  const auto want = run(**plain, a);
+  const auto got = run(**deferred, b);
+  for (size_t i = 0; i < b.size(); ++i) {
+    ASSERT_TRUE(got[i].ok() && want[i].ok()) << got[i].status().to_string();
+    EXPECT_EQ(output_as<ClipOutput>(*got[i])->embeddings, output_as<ClipOutput>(*want[i])->embeddings) << i;
+  }
+  // A broken PNG among good ones: its request fails as the preparer would have failed it, the others are served.
+  const std::string bad = corrupt_idat(make_png(40, 30, 3, 9));
+  const Status preparer_error = prepare(**plain_inputs, {bad}).status;
+  ASSERT_FALSE(preparer_error.ok());
+  std::vector<std::unique_ptr<ClipInput>> mixed;
+  mixed.push_back(prepare(**deferred_inputs, {make_png(50, 50, 3, 1)}).input);
+  mixed.push_back(prepare(**deferred_inputs, {bad}).input);
+  mixed.push_back(prepare(**deferred_inputs, {make_png(70, 20, 4, 2)}).input);
+  const auto out = run(**deferred, mixed);
+  EXPECT_TRUE(out[0].ok());
+  ASSERT_FALSE(out[1].ok());
+  EXPECT_EQ(out[1].status().message(), preparer_error.message());
+  EXPECT_TRUE(out[2].ok());
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif
