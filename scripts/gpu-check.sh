@@ -23,6 +23,7 @@
 # (bench/run_mixtral_gpu_bench.sh: the MoE stack and 8x7B decode, grouped expert GEMM vs per-expert cuBLASLt),
 # lora-fixtures (tools/reference/make_lora_fixtures.py and make_clip_lora_fixtures.py: PEFT adapters and goldens,
 # returned under fixtures/lora).
+# image-path (bench/server_gpu.sh per configuration: the host's PNG decode vs image_decode: batch, 1-3 instances).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ summary=()
 failed=0
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 # GPU_TESTS="a_test b_test" narrows both the tests (with TESTS=gpu) and memcheck to those binaries.
-GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llama_cuda_lora_image_test clip_lora_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test}
+GPU_TESTS=${GPU_TESTS:-core_cuda_test kernels_cuda_test batch_image_decode_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llama_cuda_lora_image_test clip_lora_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test}
 
 if has tests; then
   # TESTS=gpu runs only the binaries with GPU tests (the CPU ones run in CI); default: every carried binary.
@@ -220,6 +221,24 @@ if has server; then
   else
     summary+=("bench server gpu: FAIL (see server_gpu.err)")
   fi
+fi
+
+# The image path, the host's decode vs the GPU's (issue 13 item 6), in one run on the same machine: each
+# configuration in turn (IMAGE_PATHS: "name|mmserve.yaml lines" entries separated by ';'), images only.
+if has image-path; then
+  IMAGE_PATHS=${IMAGE_PATHS:-"host|instances: 1;host2|instances: 2;gpu2|instances: 2
+options: {image_decode: batch};gpu3|instances: 3
+options: {image_decode: batch}"}
+  IFS=';' read -r -a paths <<< "$IMAGE_PATHS"
+  for entry in "${paths[@]}"; do
+    name=${entry%%|*}
+    if CLIP_YAML=${entry#*|} TEXTS=0 B1=0 bench/server_gpu.sh "$BIN" "$RES/image_path_$name" \
+        > "$RES/image_path_$name.md" 2> "$RES/image_path_$name.err"; then
+      summary+=("image path $name: $(grep -o 'server at saturation | [0-9]* images/s = \*\*[0-9]*%' "$RES/image_path_$name.md")")
+    else
+      summary+=("image path $name: FAIL (see image_path_$name.err)")
+    fi
+  done
 fi
 
 if has whisper-fixtures; then
