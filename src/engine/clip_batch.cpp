@@ -4,8 +4,8 @@
 // with logits_per_image for requests that have both kinds.
 //
 // Preemption by time: when the hooks set chunk_budget_ms, each tower runs in chunks of about that much device
-// time (the chunk size follows the measured time per image or per text, rounded down to a power of two so a CUDA
-// graph bucket fits it), and between_chunks runs between them and between the towers: an urgent request waits
+// time (the chunk size follows the tower's measured chunk times, fixed cost and per row apart: chunk_cost.h;
+// rounded down to a power of two so a CUDA graph bucket fits it), and between_chunks runs between them and between the towers: an urgent request waits
 // about one chunk, not a whole batch (a batch of 64 texts on one CPU core is ~tens of ms). Text-only requests
 // finish right after the text tower (no head-of-line blocking behind images).
 // The pixels are never consumed (a batch that fails with a device fault is retried on another replica) nor
@@ -28,21 +28,14 @@ double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The rows (images or texts) per chunk for a budget: a power of two <= budget / per-row time, at least 1.
-int64_t chunk_rows(double budget_ms, double row_ms, int64_t rows) {
-  if (budget_ms <= 0 || row_ms <= 0) return rows;
-  int64_t chunk = 1;
-  while (chunk * 2 <= rows && static_cast<double>(chunk * 2) * row_ms <= budget_ms) chunk *= 2;
-  return chunk;
-}
-
 // Rows [0, n) of one tower through `embed(begin, count)`, in chunks of about hooks.chunk_budget_ms when the hooks
-// set a preemption point (sized from `row_ms`, the measured time per row, which this updates), calling
+// set a preemption point (sized by `cost`, the tower's measured chunk times, which this updates; a power of two
+// rows, the CUDA graphs' buckets), calling
 // hooks.between_chunks between chunks; the time spent in the hook is added to `preempted_ms`.
 template <typename Embed>
-StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks& hooks, double& row_ms,
+StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks& hooks, ChunkCost& cost,
                                        double& preempted_ms, Embed&& embed) {
-  const int64_t chunk = hooks.between_chunks ? chunk_rows(hooks.chunk_budget_ms, row_ms, n) : n;
+  const int64_t chunk = hooks.between_chunks ? cost.rows_for(hooks.chunk_budget_ms, n, true) : n;
   std::vector<float> all;
   all.reserve(static_cast<size_t>(n * dim));
   for (int64_t begin = 0; begin < n; begin += chunk) {
@@ -50,9 +43,7 @@ StatusOr<std::vector<float>> run_tower(int64_t n, int64_t dim, const BatchHooks&
     const auto chunk_start = std::chrono::steady_clock::now();
     StatusOr<std::vector<float>> part = embed(begin, count);
     if (!part.ok()) return part.status();
-    // The per-row time that sizes the next chunks (a moving average: the device's speed changes with load).
-    const double per = ms_since(chunk_start) / static_cast<double>(count);
-    row_ms = row_ms > 0 ? 0.8 * row_ms + 0.2 * per : per;
+    cost.observe(count, ms_since(chunk_start));
     all.insert(all.end(), part->begin(), part->end());
     if (begin + count < n && hooks.between_chunks) {
       const auto paused = std::chrono::steady_clock::now();
@@ -241,7 +232,7 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
   StatusOr<std::vector<float>> text_embeds = std::vector<float>();
   StatusOr<std::vector<float>> image_embeds = std::vector<float>();
   if (texts > 0) {
-    text_embeds = run_tower(texts, dim, hooks, text_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+    text_embeds = run_tower(texts, dim, hooks, text_cost_, preempted_ms, [&](int64_t begin, int64_t count) {
       if (count == texts) return embed_texts(ids);
       return embed_texts(std::vector<std::vector<int32_t>>(ids.begin() + begin, ids.begin() + begin + count));
     });
@@ -260,7 +251,7 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
     }
   }
   if (images > 0 && text_embeds.ok()) {
-    image_embeds = run_tower(images, dim, hooks, image_ms_, preempted_ms, [&](int64_t begin, int64_t count) {
+    image_embeds = run_tower(images, dim, hooks, image_cost_, preempted_ms, [&](int64_t begin, int64_t count) {
       if (!batch_images.empty()) {
         std::vector<int32_t> status;
         StatusOr<std::vector<float>> part = embed_batch_images(batch_images, *level_table, begin, count, status);

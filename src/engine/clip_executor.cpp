@@ -217,11 +217,11 @@ Status ClipExecutor::warm() {
   Clock::time_point start = Clock::now();
   auto texts = embed_texts({{0, 1, eos}});
   if (!texts.ok()) return texts.status().with_context("warm-up text batch");
-  text_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  text_cost_.observe(1, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   start = Clock::now();
   auto images = embed_images(std::vector<float>(static_cast<size_t>(3 * image_size() * image_size()), 0.0f), 1);
   if (!images.ok()) return images.status().with_context("warm-up image batch");
-  image_ms_ = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  image_cost_.observe(1, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   return ok_status();
 }
 

@@ -27,6 +27,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/batch_image_decode.h"
+#include "engine/chunk_cost.h"
 #include "engine/executor.h"
 #include "models/clip/clip.h"
 #include "models/clip/clip_lora.h"
@@ -157,8 +158,8 @@ class ClipExecutor final : public Executor {
   ExecutorOptions options_;
   ClipOptions clip_;
   FamilyInfo info_;
-  double image_ms_ = 0;  // measured time per image (moving average): sizes chunks to chunk_budget_ms
-  double text_ms_ = 0;   // measured time per text (moving average): the same for the text tower
+  ChunkCost image_cost_;  // measured chunk times of the image tower: size its chunks to chunk_budget_ms
+  ChunkCost text_cost_;   // the same for the text tower
   DType dtype_ = DType::kF32;
   // One loaded adapter: its merged copy of the model on this executor's device.
   struct AdapterModel {

@@ -219,7 +219,7 @@ Status SamExecutor::warm() {
     const auto start = std::chrono::steady_clock::now();
     auto rows = cuda_model_->encode_images_on_device(pixels.data(), 1);
     if (!rows.ok()) return rows.status().with_context("warm-up image");
-    image_ms_ = ms_since(start);
+    image_cost_.observe(1, ms_since(start));
     auto masks = cuda_model_->decode_on_device(*rows, prompt, true);
     return masks.ok() ? ok_status() : masks.status().with_context("warm-up prompt");
   }
@@ -227,7 +227,7 @@ Status SamExecutor::warm() {
   std::vector<float> embedding(static_cast<size_t>(model_->embedding_floats()));
   const auto start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(model_->encode_images(pixels.data(), 1, embedding.data()).with_context("warm-up image"));
-  image_ms_ = ms_since(start);
+  image_cost_.observe(1, ms_since(start));
   auto masks = model_->decode(embedding.data(), prompt, true);
   return masks.ok() ? ok_status() : masks.status().with_context("warm-up prompt");
 }
@@ -323,9 +323,7 @@ BatchStats SamExecutor::run(const std::vector<BatchItem>& batch, const BatchHook
   const int64_t per_image = c.vision.num_channels * c.vision.image_size * c.vision.image_size;
   const int64_t floats = model_->embedding_floats();
   int64_t chunk = static_cast<int64_t>(to_encode.size());
-  if (hooks.between_chunks && hooks.chunk_budget_ms > 0 && image_ms_ > 0) {
-    chunk = std::max<int64_t>(1, static_cast<int64_t>(hooks.chunk_budget_ms / image_ms_));
-  }
+  if (hooks.between_chunks) chunk = image_cost_.rows_for(hooks.chunk_budget_ms, chunk, false);
   Status encode_status;
   for (size_t begin = 0; begin < to_encode.size() && encode_status.ok(); begin += static_cast<size_t>(chunk)) {
     const size_t end = std::min(to_encode.size(), begin + static_cast<size_t>(chunk));
@@ -337,8 +335,7 @@ BatchStats SamExecutor::run(const std::vector<BatchItem>& batch, const BatchHook
     const auto chunk_start = std::chrono::steady_clock::now();
     encode_status = model_->encode_images(pixels.data(), static_cast<int64_t>(end - begin), out.data());
     if (!encode_status.ok()) break;
-    const double per = ms_since(chunk_start) / static_cast<double>(end - begin);
-    image_ms_ = image_ms_ > 0 ? 0.8 * image_ms_ + 0.2 * per : per;
+    image_cost_.observe(static_cast<int64_t>(end - begin), ms_since(chunk_start));
     for (size_t k = begin; k < end; ++k) {
       auto embedding =
           std::make_shared<const std::vector<float>>(out.begin() + static_cast<int64_t>(k - begin) * floats,
@@ -443,10 +440,8 @@ BatchStats SamExecutor::run_cuda(const std::vector<BatchItem>& batch, const Batc
   const models::SamConfig& c = config_;
   const int64_t per_image = c.vision.num_channels * c.vision.image_size * c.vision.image_size;
   const int64_t floats = cuda_model_->embedding_floats();
-  int64_t chunk = cuda_model_->max_batch();
-  if (hooks.between_chunks && hooks.chunk_budget_ms > 0 && image_ms_ > 0) {
-    chunk = std::clamp<int64_t>(static_cast<int64_t>(hooks.chunk_budget_ms / image_ms_), 1, chunk);
-  }
+  int64_t chunk = std::min<int64_t>(cuda_model_->max_batch(), static_cast<int64_t>(to_encode.size()));
+  if (hooks.between_chunks) chunk = image_cost_.rows_for(hooks.chunk_budget_ms, chunk, false);
   std::vector<float> pixels;
   for (size_t begin = 0; begin < to_encode.size(); begin += static_cast<size_t>(chunk)) {
     const size_t end = std::min(to_encode.size(), begin + static_cast<size_t>(chunk));
@@ -457,8 +452,7 @@ BatchStats SamExecutor::run_cuda(const std::vector<BatchItem>& batch, const Batc
     const auto chunk_start = std::chrono::steady_clock::now();
     StatusOr<const float*> rows = cuda_model_->encode_images_on_device(pixels.data(), static_cast<int64_t>(end - begin));
     if (rows.ok()) {
-      const double per = ms_since(chunk_start) / static_cast<double>(end - begin);
-      image_ms_ = image_ms_ > 0 ? 0.8 * image_ms_ + 0.2 * per : per;
+      image_cost_.observe(static_cast<int64_t>(end - begin), ms_since(chunk_start));
     }
     for (size_t k = begin; k < end; ++k) {
       const std::vector<size_t>& items = waiting[to_encode[k]];

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/chunk_cost.h"
 #include "engine/embedding_cache.h"
 #include "engine/executor.h"
 #include "frontends/image/sam_preprocess.h"
@@ -110,7 +111,7 @@ class SamExecutor final : public Executor {
 #endif
   std::unique_ptr<DeviceCache> device_cache_;  // cuda
   EmbeddingCache cache_;                       // cpu
-  double image_ms_ = 0;  // measured encoder time per image: sizes the chunks
+  ChunkCost image_cost_;  // the encoder's measured chunk times: size the chunks
 };
 
 }  // namespace mmserve::engine

@@ -97,7 +97,7 @@ TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
   auto executor = ClipExecutor::create(dir, {});
   ASSERT_TRUE(executor.ok()) << executor.status().to_string();
-  ASSERT_TRUE((*executor)->warm().ok());  // measures the time per image that sizes the chunks
+  ASSERT_TRUE((*executor)->warm().ok());  // measures one image: the first chunk time (engine/chunk_cost.h)
   testing::Golden golden(dir + "/golden.safetensors");
   const std::vector<float> pixels = golden.f32("pixel_values");  // 8 images
   const std::vector<float> image_ref = golden.f32("image_embeds");
@@ -106,30 +106,36 @@ TEST(ClipBatch, ImageChunksCallTheHookBetweenChunksAndMatchHf) {
   for (int i = 0; i < 7; ++i) batch.push_back(one_image_request(pixels, i));
   int hooks = 0;
   BatchHooks chunked;
-  chunked.chunk_budget_ms = 1e-6;  // below one image's time: chunks of one
+  chunked.chunk_budget_ms = 1e-6;  // below one image's time: chunks of one, but one size seen so far
   chunked.between_chunks = [&] { ++hooks; };
   BatchRun run = run_batch(**executor, batch, chunked);
-  EXPECT_EQ(hooks, 6) << "7 chunks of one image, the hook between them";
+  EXPECT_EQ(hooks, 3) << "7 images in chunks of 2 (the probe that tells a chunk's fixed cost from its per-image "
+                         "cost after the warm-up's one image), the hook between them";
   for (int i = 0; i < 7; ++i) {
     ASSERT_TRUE(run.outputs[i].ok());
     EXPECT_LE(testing::relative_error(embedding(run.outputs[i]).data(), image_ref.data() + i * dim, dim), 1e-4)
         << "image " << i;
   }
-  // A budget of many images' time runs the batch in fewer chunks (powers of two), still between chunks only.
+  // A budget of many images' time runs the whole batch as one chunk: no hook.
   hooks = 0;
   chunked.chunk_budget_ms = 1e9;
   run = run_batch(**executor, batch, chunked);
-  EXPECT_EQ(hooks, 1) << "7 images under a huge budget: one chunk of 4, then 3";
+  EXPECT_EQ(hooks, 0) << "7 images under a huge budget: one chunk";
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(run.outputs[i].ok());
+    EXPECT_LE(testing::relative_error(embedding(run.outputs[i]).data(), image_ref.data() + i * dim, dim), 1e-4)
+        << "image " << i;
+  }
 }
 
 // The text tower is chunked by the same rule (a flood's batch of 64 texts on a CPU core would otherwise hold an
 // urgent text for its whole run), with a preemption point between the towers: 5 texts and 3 images in chunks of
-// one call the hook 4 + 1 + 2 times, and every row still equals HF's.
+// (after the warm-up, the probing chunks of 2) call the hook 2 + 1 + 1 times, and every row still equals HF's.
 TEST(ClipBatch, TextChunksAndTheTowerBoundaryArePreemptionPoints) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
   auto executor = ClipExecutor::create(dir, {});
   ASSERT_TRUE(executor.ok()) << executor.status().to_string();
-  ASSERT_TRUE((*executor)->warm().ok());  // measures the times per text and per image that size the chunks
+  ASSERT_TRUE((*executor)->warm().ok());  // measures one text and one image: the towers' first chunk times
   testing::Golden golden(dir + "/golden.safetensors");
   const std::vector<float> pixels = golden.f32("pixel_values");
   const std::vector<float> text_ref = golden.f32("text_embeds"), image_ref = golden.f32("image_embeds");
@@ -145,10 +151,11 @@ TEST(ClipBatch, TextChunksAndTheTowerBoundaryArePreemptionPoints) {
   for (int i = 0; i < 3; ++i) batch.push_back(one_image_request(pixels, i));
   int hooks = 0;
   BatchHooks chunked;
-  chunked.chunk_budget_ms = 1e-6;  // chunks of one text / one image
+  chunked.chunk_budget_ms = 1e-6;  // below one row's time; after the warm-up's single rows, chunks of 2 (the probe)
   chunked.between_chunks = [&] { ++hooks; };
   BatchRun run = run_batch(**executor, batch, chunked);
-  EXPECT_EQ(hooks, 4 + 1 + 2) << "between the 5 text chunks, between the towers, between the 3 image chunks";
+  EXPECT_EQ(hooks, 2 + 1 + 1) << "between the 3 text chunks (2, 2, 1), between the towers, between the 2 image "
+                                 "chunks (2, 1)";
   EXPECT_EQ(run.order, (std::vector<size_t>{0, 1, 2, 3, 4, 5, 6, 7}));
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(run.outputs[i].ok()) << run.outputs[i].status().to_string();
@@ -193,7 +200,7 @@ TEST(ClipBatch, MultiImageRequestsReadInPlaceEqualOneContiguousCall) {
     }
     batch.push_back(std::move(r));
   }
-  for (double budget_ms : {0.0, 1e-6, 1e9}) {  // one call; chunks of one image; chunks of 4 (inside request 2)
+  for (double budget_ms : {0.0, 1e-6, 1e9}) {  // one call; chunks of one or two images; one chunk
     BatchHooks hooks;
     hooks.chunk_budget_ms = budget_ms;
     if (budget_ms > 0) hooks.between_chunks = [] {};
