@@ -66,8 +66,6 @@ bench_run gpu_image_half --model clip-gpu --profile "$OUT/gpu_image.yaml" --rate
 if [ "${B1:-1}" != 0 ]; then
   bench_run gpu_image_b1 --model clip-gpu-b1 --profile "$OUT/gpu_image.yaml" --rate "$RATE" --duration "$DURATION" \
     --connections "$CONNECTIONS"
-else
-  cp "$OUT/gpu_image_half.json" "$OUT/gpu_image_b1.json"  # not run: the table's b1 row repeats the half-rate run
 fi
 if [ "${TEXTS:-1}" != 0 ]; then
   bench_run gpu_text_saturation --model clip-gpu --profile "$OUT/gpu_text.yaml" --rate "$RATE" \
@@ -86,7 +84,8 @@ def load(name):
 engine = [r for r in load("engine")["results"] if r["tower"] == "vision"][0]
 engine_device = [r for r in load("engine_device")["results"] if r["tower"] == "vision"][0]
 engine_levels = [r for r in load("engine_levels")["results"] if r["tower"] == "vision"][0]
-sat, half, b1 = (load(n)["overall"] for n in ("gpu_image_saturation", "gpu_image_half", "gpu_image_b1"))
+sat, half = (load(n)["overall"] for n in ("gpu_image_saturation", "gpu_image_half"))
+b1 = load("gpu_image_b1")["overall"] if os.path.exists(os.path.join(out, "gpu_image_b1.json")) else None  # B1=0
 half_offered = load("gpu_image_half")["offered_rate"]
 texts = os.path.exists(os.path.join(out, "gpu_text_saturation.json"))
 tsat, tb1 = (load("gpu_text_saturation")["overall"], load("gpu_text_b1")["overall"]) if texts else ({}, {})
@@ -100,10 +99,11 @@ rows = {
     "engine_batch": max_batch,
     "server_images_per_s": sat["throughput_ok_per_s"], "server_keeps": keep,
     "half_rate": half_offered, "half_p50_ms": p(half, "p50"), "half_p99_ms": p(half, "p99"),
-    "b1_images_per_s": b1["throughput_ok_per_s"], "batching_ratio_images": sat["throughput_ok_per_s"] / max(b1["throughput_ok_per_s"], 1e-9),
+    "b1_images_per_s": b1["throughput_ok_per_s"] if b1 else None,
+    "batching_ratio_images": sat["throughput_ok_per_s"] / max(b1["throughput_ok_per_s"], 1e-9) if b1 else None,
     "text_per_s": tsat.get("throughput_ok_per_s"), "text_b1_per_s": tb1.get("throughput_ok_per_s"),
     "batching_ratio_texts": tsat["throughput_ok_per_s"] / max(tb1["throughput_ok_per_s"], 1e-9) if texts else None,
-    "errors": {k: v.get("errors") for k, v in (("saturation", sat), ("half", half), ("b1", b1))},
+    "errors": {k: v.get("errors") for k, v in (("saturation", sat), ("half", half), ("b1", b1 or {}))},
 }
 json.dump(rows, open(os.path.join(out, "server_gpu.json"), "w"), indent=1)
 print(f"| ViT-B/32 bf16 on the GPU, {image} PNG over KServe | value |")
@@ -113,7 +113,8 @@ print(f"| engine alone (8-bit levels, one host buffer per image, batch {max_batc
 print(f"| engine alone (pixels already on the GPU) | {engine_device['per_s']:.0f} images/s |")
 print(f"| server at saturation | {sat['throughput_ok_per_s']:.0f} images/s = **{100*keep:.0f}%** of the engine with host f32 pixels (target >= 80%), {100*keep_levels:.0f}% of the engine with levels |")
 print(f"| server at half of it ({half_offered:.0f}/s offered) | p50 {p(half,'p50'):.1f} ms, p99 {p(half,'p99'):.1f} ms |")
-print(f"| same server, max_batch_size 1 | {b1['throughput_ok_per_s']:.0f} images/s (batching gains {rows['batching_ratio_images']:.2f}x) |")
+if b1:
+    print(f"| same server, max_batch_size 1 | {b1['throughput_ok_per_s']:.0f} images/s (batching gains {rows['batching_ratio_images']:.2f}x) |")
 if texts:
     print(f"| texts at saturation, batched vs batch 1 | {tsat['throughput_ok_per_s']:.0f} vs {tb1['throughput_ok_per_s']:.0f}/s ({rows['batching_ratio_texts']:.2f}x) |")
 PY

@@ -229,8 +229,10 @@ if has image-path; then
   IMAGE_PATHS=${IMAGE_PATHS:-"host|instances: 1;host2|instances: 2;gpu2|instances: 2
 options: {image_decode: batch};gpu3|instances: 3
 options: {image_decode: batch}"}
-  IFS=';' read -r -a paths <<< "$IMAGE_PATHS"
-  for entry in "${paths[@]}"; do
+  rest="$IMAGE_PATHS;"
+  while [ -n "$rest" ]; do  # split on ';' by hand: `read` would stop at the first newline inside an entry
+    entry=${rest%%;*}
+    rest=${rest#*;}
     name=${entry%%|*}
     if CLIP_YAML=${entry#*|} TEXTS=0 B1=0 bench/server_gpu.sh "$BIN" "$RES/image_path_$name" \
         > "$RES/image_path_$name.md" 2> "$RES/image_path_$name.err"; then

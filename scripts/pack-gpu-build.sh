@@ -7,6 +7,7 @@
 #                                                  here): every non-system shared library ldd names travels in lib/,
 #                                                  which saves the second (static) build when only code changed
 #   PACK=gpu GPU_EXTRA="sam_cuda_test"             only the GPU test binaries (+ these)
+#   PACK=only GPU_EXTRA="clip_batch_cuda_test"     only these test binaries (a call that runs a stage or two)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/gpu-host}
@@ -19,7 +20,11 @@ cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 [ -x "$B/bench/llama_gpu_bench" ] && cp "$B/bench/llama_gpu_bench" "$STAGE/"
 [ -x "$B/bench/llava_gpu_bench" ] && cp "$B/bench/llava_gpu_bench" "$STAGE/"
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
-if [ "${PACK:-all}" = gpu ]; then
+if [ "${PACK:-all}" = only ]; then
+  for t in ${GPU_EXTRA:-}; do
+    find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
+  done
+elif [ "${PACK:-all}" = gpu ]; then
   for t in core_cuda_test kernels_cuda_test clip_cuda_conformance_test clip_cuda_tp_test nccl_comm_test whisper_cuda_test whisper_cuda_tp_test whisper_executor_cuda_test sam_cuda_test llama_cuda_test llava_cuda_test topology_gpu_test server_e2e_test audio_server_e2e_test cli_e2e_test ${GPU_EXTRA:-}; do
     find "$B/tests" "$B/src/kernels" -maxdepth 3 -type f -executable -name "$t" -exec cp {} "$STAGE/tests/" \;
   done

@@ -267,7 +267,8 @@ TEST(BatchImageDecodeExecutor, SameEmbeddingsAsThePreprocessingPathAndErrorsPerR
   EXPECT_TRUE((*deferred)->decodes_images_in_batch());
   auto plain_inputs = ClipInputs::create(dir, **plain, {});
   auto deferred_inputs = ClipInputs::create(dir, **deferred, {});
-  ASSERT_TRUE(plain_inputs.ok() && deferred_inputs.ok());
+  ASSERT_TRUE(plain_inputs.ok()) << plain_inputs.status().to_string();
+  ASSERT_TRUE(deferred_inputs.ok()) << deferred_inputs.status().to_string();
 
   const std::vector<uint8_t> jpeg = image::testing::read_file_bytes(image::testing::fixture("rocket.jpg"));
   const std::string rocket(jpeg.begin(), jpeg.end());
@@ -422,7 +423,8 @@ TEST(BatchImageDecodeCuda, ExecutorEqualsThePreprocessingPathOnTheGpu) {
   ASSERT_TRUE(plain.ok() && deferred.ok()) << plain.status().to_string() << " " << deferred.status().to_string();
   auto plain_inputs = ClipInputs::create(dir, **plain, {});
   auto deferred_inputs = ClipInputs::create(dir, **deferred, {});
-  ASSERT_TRUE(plain_inputs.ok() && deferred_inputs.ok());
+  ASSERT_TRUE(plain_inputs.ok()) << plain_inputs.status().to_string();
+  ASSERT_TRUE(deferred_inputs.ok()) << deferred_inputs.status().to_string();
   std::vector<std::vector<std::string>> requests;
   for (int i = 0; i < 40; ++i) requests.push_back({make_png(30 + 7 * i, 90 - i, 1 + i % 4, 100 + i)});
   requests[5].push_back(make_png(64, 64, 3, 5));  // a request of two images
