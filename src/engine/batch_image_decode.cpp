@@ -212,6 +212,7 @@ Status BatchImageDecoder::plan(std::span<const BatchImage> images) {
   const kernels::PilTableFn tables = frontend_tables(geometry_.resample);
   for (size_t i = 0; i < images.size(); ++i) {
     const BatchImage& im = images[i];
+    if (im.staged != nullptr) return invalid_argument("image " + std::to_string(i) + ": staged images are gathered");
     if (im.png == nullptr) {
       if (im.levels.size() != image_bytes) {
         return invalid_argument("image " + std::to_string(i) + ": " + std::to_string(im.levels.size()) +

@@ -33,6 +33,8 @@
 
 namespace mmserve::engine {
 
+class StagedImage;
+
 // Where a decoded image goes: the model's input size and, per source size, the resized size and the window kept.
 struct ImageDecodeGeometry {
   int out_width = 0, out_height = 0;
@@ -78,6 +80,7 @@ StatusOr<std::vector<uint8_t>> decode_png_levels_on_host(const CompressedPng& pn
 struct BatchImage {
   const image::PngStream* png = nullptr;
   std::span<const uint8_t> levels;  // when png is null: [3, out_height, out_width]
+  const StagedImage* staged = nullptr;  // decoded by the PngDecodeStage (png_decode_stage.h; its gather only)
 };
 
 class BatchImageDecoder {

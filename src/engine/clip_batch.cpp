@@ -14,6 +14,7 @@
 // Tests: tests/unit/engine/clip_batch_test.cpp, tests/unit/serving/inference_server_test.cpp.
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <span>
@@ -63,7 +64,7 @@ BatchStats ClipExecutor::run(const std::vector<BatchItem>& batch, const BatchHoo
   std::map<std::pair<std::string, bool>, std::vector<size_t>> groups;
   for (size_t i = 0; i < batch.size(); ++i) {
     const auto* input = dynamic_cast<const ClipInput*>(batch[i].input);
-    const bool floats = decoder_ != nullptr && input != nullptr && !input->pixels.empty();
+    const bool floats = decodes_images_in_batch() && input != nullptr && !input->pixels.empty();
     groups[{input != nullptr ? input->adapter : std::string(), floats}].push_back(i);
   }
   if (groups.size() == 1 && groups.begin()->first.first.empty()) return run_on(batch, hooks);
@@ -164,7 +165,10 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
   std::vector<BatchImage> batch_images;
   std::vector<size_t> image_request;
   std::vector<const CompressedPng*> image_png;
-  if (kept_pngs && all_levels && decoder_ != nullptr) {
+  // kStage: the images the stage refused, decoded here on the host (their levels, or the request's error).
+  std::deque<std::vector<uint8_t>> stage_fallback;
+  std::vector<std::optional<Status>> stage_error(batch.size());
+  if (kept_pngs && all_levels && decodes_images_in_batch()) {
     for (size_t i = 0; i < batch.size(); ++i) {
       if (inputs[i] == nullptr) continue;
       const ClipInput& r = *inputs[i];
@@ -173,8 +177,19 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
         BatchImage im;
         const CompressedPng* png = nullptr;
         if (next_png < r.kept_pngs.size() && r.kept_pngs[next_png].image == k) {
-          png = r.kept_pngs[next_png++].png.get();
-          im.png = &png->stream;
+          const ClipInput::KeptPng& kept = r.kept_pngs[next_png++];
+          if (decoder_ != nullptr) {
+            png = kept.png.get();
+            im.png = &png->stream;
+          } else if (kept.staged != nullptr && kept.staged->wait() == 0) {
+            im.staged = kept.staged.get();  // decoded while the request waited for its batch
+          } else {
+            StatusOr<std::vector<uint8_t>> host = decode_png_levels_on_host(*kept.png, preprocess_);
+            if (!host.ok() && !stage_error[i]) stage_error[i] = host.status();
+            // A failed image still takes its place in the batch (zeros); its request gets the error.
+            im.levels = stage_fallback.emplace_back(host.ok() ? std::move(*host)
+                                                              : std::vector<uint8_t>(static_cast<size_t>(per_image)));
+          }
         } else {
           im.levels = std::span<const uint8_t>(r.levels).subspan(next_block++ * per_image, per_image);
         }
@@ -264,7 +279,7 @@ BatchStats ClipExecutor::run_on(const std::vector<BatchItem>& batch, const Batch
   }
   // The images the batch decoder refused: decoded on the host as the preparer would have, then their rows
   // recomputed; the requests whose image the host cannot decode either fail with the error the CPU path gives.
-  std::vector<std::optional<Status>> request_error(batch.size());
+  std::vector<std::optional<Status>> request_error = std::move(stage_error);
   if (image_embeds.ok() && !batch_images.empty()) {
     std::vector<size_t> redo;
     std::vector<std::vector<uint8_t>> redo_levels;

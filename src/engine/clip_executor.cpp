@@ -51,10 +51,13 @@ StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::s
       const nlohmann::json& mode = family_config["image_decode"];
       if (mode == "batch") {
         clip.image_decode = ClipOptions::ImageDecode::kBatch;
+      } else if (mode == "stage") {
+        clip.image_decode = ClipOptions::ImageDecode::kStage;
       } else if (mode != "preprocess") {
         return invalid_argument("image_decode: " + mode.dump() +
                                 " (preprocess: the preprocessing pool decodes images; batch: the model's device "
-                                "decodes PNGs batch by batch)");
+                                "decodes PNGs batch by batch; stage: the model's device decodes PNGs as they "
+                                "arrive, ahead of the batcher)");
       }
     }
   }
@@ -132,20 +135,31 @@ StatusOr<std::unique_ptr<ClipExecutor>> ClipExecutor::create(const std::string& 
 }
 
 Status ClipExecutor::make_batch_decoder() {
-  if (clip_.image_decode != ClipOptions::ImageDecode::kBatch) return ok_status();
+  if (clip_.image_decode == ClipOptions::ImageDecode::kPreprocess) return ok_status();
+  const std::string mode = clip_.image_decode == ClipOptions::ImageDecode::kBatch ? "batch" : "stage";
 #if MMSERVE_HAS_CUDA
   if (cuda_model_ && !cuda_model_->takes_device_levels()) {
-    return unimplemented("image_decode: batch needs a single-GPU CLIP model (not tensor or pipeline parallel)");
+    return unimplemented("image_decode: " + mode +
+                         " needs a single-GPU CLIP model (not tensor or pipeline parallel)");
   }
 #endif
   ASSIGN_OR_RETURN(preprocess_, image::load_clip_preprocess_config(model_dir_));
   std::optional<ImageDecodeGeometry> geometry = clip_decode_geometry(preprocess_);
   if (!geometry || geometry->out_width != image_size() || geometry->out_height != image_size()) {
-    return invalid_argument("image_decode: batch needs preprocessor_config.json to centre-crop to the model's " +
+    return invalid_argument("image_decode: " + mode + " needs preprocessor_config.json to centre-crop to the model's " +
                             std::to_string(image_size()) + "x" + std::to_string(image_size()) + " input");
+  }
+  if (clip_.image_decode == ClipOptions::ImageDecode::kStage) {
+    stage_geometry_ = std::move(*geometry);
+    return ok_status();
   }
   ASSIGN_OR_RETURN(decoder_, BatchImageDecoder::create(options_.device, std::move(*geometry)));
   return ok_status();
+}
+
+StatusOr<std::unique_ptr<PngDecodeStage>> ClipExecutor::make_decode_stage() const {
+  if (!stage_geometry_) return std::unique_ptr<PngDecodeStage>();
+  return PngDecodeStage::create(options_.device, *stage_geometry_, {});
 }
 
 int64_t ClipExecutor::memory_bytes() const {
@@ -189,11 +203,13 @@ std::string ClipExecutor::describe() const {
             mib(m.graph_bytes) + ", pinned host " + mib(m.pinned_bytes) +
             "; host pixels: " + cuda_model_->host_copy_description();
     if (decoder_) text += "; PNGs decoded on the GPU in the batch (image_decode: batch)";
+    if (stage_geometry_) text += "; PNGs decoded on the GPU as they arrive (image_decode: stage)";
     return text;
   }
 #endif
   text += ": weights " + mib(model_->weight_bytes()) + ", activations " + mib(arena_.capacity());
   if (decoder_) text += "; PNGs decoded in the batch (image_decode: batch, the GPU kernels' CPU twins)";
+  if (stage_geometry_) text += "; PNGs decoded as they arrive (image_decode: stage, the GPU kernels' CPU twins)";
   return text;
 }
 
@@ -329,7 +345,14 @@ StatusOr<std::vector<float>> ClipExecutor::embed_image_levels(std::span<const st
 StatusOr<std::vector<float>> ClipExecutor::embed_batch_images(std::span<const BatchImage> images,
                                                               std::span<const float> table, int64_t first, int64_t n,
                                                               std::vector<int32_t>& status) {
-  if (decoder_ == nullptr) return internal_error("embed_batch_images without a batch decoder");
+  if (decoder_ == nullptr && !stage_geometry_) return internal_error("embed_batch_images without a batch decoder");
+  const size_t image_bytes = static_cast<size_t>(3 * image_size() * image_size());
+  // The batch decoder decodes the chunk's PNGs; with the stage they are decoded already and only gathered.
+  auto fill = [&](std::span<const BatchImage> chunk, uint8_t* out, void* stream) {
+    if (decoder_) return decoder_->run(chunk, out, stream);
+    return PngDecodeStage::gather(chunk, image_bytes, out, options_.device, stream);
+  };
+  auto statuses = [&] { return decoder_ ? decoder_->statuses() : std::span<const int32_t>(); };  // staged: all 0
   if (first < 0 || n < 0 || first + n > static_cast<int64_t>(images.size())) {
     return invalid_argument("images [" + std::to_string(first) + ", " + std::to_string(first + n) + ") of " +
                             std::to_string(images.size()));
@@ -344,16 +367,16 @@ StatusOr<std::vector<float>> ClipExecutor::embed_batch_images(std::span<const Ba
     if (cuda_) {
       RETURN_IF_ERROR(cuda_->encode_image_levels_with(
           count, table,
-          [&](uint8_t* device_levels, cudaStream_t stream) { return decoder_->run(chunk, device_levels, stream); },
+          [&](uint8_t* device_levels, cudaStream_t stream) { return fill(chunk, device_levels, stream); },
           embeds.data() + begin * dim));
-      const std::span<const int32_t> st = decoder_->statuses();
+      const std::span<const int32_t> st = statuses();
       std::copy(st.begin(), st.end(), status.begin() + begin);
       continue;
     }
 #endif
     decoded_levels_.resize(static_cast<size_t>(count * per_image));
-    RETURN_IF_ERROR(decoder_->run(chunk, decoded_levels_.data()));
-    const std::span<const int32_t> st = decoder_->statuses();
+    RETURN_IF_ERROR(fill(chunk, decoded_levels_.data(), nullptr));
+    const std::span<const int32_t> st = statuses();
     std::copy(st.begin(), st.end(), status.begin() + begin);
     const std::span<const uint8_t> piece(decoded_levels_);
     ASSIGN_OR_RETURN(std::vector<float> part,

@@ -29,6 +29,7 @@
 #include "engine/batch_image_decode.h"
 #include "engine/chunk_cost.h"
 #include "engine/executor.h"
+#include "engine/png_decode_stage.h"
 #include "models/clip/clip.h"
 #include "models/clip/clip_lora.h"
 #if MMSERVE_HAS_CUDA
@@ -47,7 +48,9 @@ struct ClipOptions {
   // host (decode, resize, crop: levels); kBatch, the executor itself, batch by batch, with the kernels of
   // engine/batch_image_decode.h on the model's device (on cuda the GPU's inflate and resize; the preparer only splits
   // the PNG). PNGs only: other formats and PNGs the GPU decoder does not take are decoded by the pool as before.
-  enum class ImageDecode { kPreprocess, kBatch };
+  // kStage: the same kernels ahead of the batcher (engine/png_decode_stage.h, owned by the preparer): each PNG is
+  // decoded as it arrives, on the stage's own streams, and the executor only copies its levels in.
+  enum class ImageDecode { kPreprocess, kBatch, kStage };
   ImageDecode image_decode = ImageDecode::kPreprocess;
 };
 
@@ -72,6 +75,7 @@ struct ClipInput : ModelInput {
   struct KeptPng {
     int64_t image = 0;
     std::shared_ptr<const CompressedPng> png;  // shared: a ClipInput may be copied (tests, retries)
+    std::shared_ptr<StagedImage> staged;       // kStage: its decode in flight or done (png_decode_stage.h)
   };
   std::vector<KeptPng> kept_pngs;
   int64_t images = 0;
@@ -101,8 +105,10 @@ class ClipExecutor final : public Executor {
   const models::ClipConfig& config() const { return config_; }
   int64_t embedding_dim() const { return config_.projection_dim; }
   int64_t image_size() const { return config_.vision.image_size; }
-  // ClipOptions::image_decode kBatch: the decoder and the preprocessing it reproduces (null / unset otherwise).
-  bool decodes_images_in_batch() const { return decoder_ != nullptr; }
+  // ClipOptions::image_decode kBatch or kStage: the preparer keeps PNGs compressed (null / unset otherwise).
+  bool decodes_images_in_batch() const { return decoder_ != nullptr || stage_geometry_.has_value(); }
+  // kStage: a new stage on this executor's device for the preparer (null otherwise).
+  StatusOr<std::unique_ptr<PngDecodeStage>> make_decode_stage() const;
   const image::ClipPreprocessConfig& preprocess_config() const { return preprocess_; }
 
   // Executor.
@@ -185,6 +191,7 @@ class ClipExecutor final : public Executor {
 
   std::string model_dir_;
   std::unique_ptr<BatchImageDecoder> decoder_;
+  std::optional<ImageDecodeGeometry> stage_geometry_;  // kStage: what the preparer's stage places
   image::ClipPreprocessConfig preprocess_;
   std::vector<uint8_t> decoded_levels_;  // cpu with kBatch: the decoder's output (reused)
   mutable std::mutex adapters_mutex_;

@@ -22,11 +22,12 @@ std::shared_ptr<const std::vector<float>> level_table_of(const image::ClipPrepro
 }  // namespace
 
 ClipInputs::ClipInputs(std::unique_ptr<text::ClipTokenizer> tokenizer, image::ClipPreprocessConfig image_config,
-                       ClipInputOptions options)
+                       ClipInputOptions options, std::unique_ptr<PngDecodeStage> stage)
     : tokenizer_(std::move(tokenizer)),
       image_config_(image_config),
       level_table_(level_table_of(image_config)),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      stage_(std::move(stage)) {
   MMSERVE_CHECK(tokenizer_ != nullptr, "ClipInputs needs a tokenizer");
 }
 
@@ -46,7 +47,8 @@ StatusOr<std::unique_ptr<ClipInputs>> ClipInputs::create(const std::string& mode
   clip.max_text_tokens = static_cast<int>(executor.config().text.max_position_embeddings);
   clip.keep_pngs = executor.decodes_images_in_batch();
   clip.common = options;
-  return std::make_unique<ClipInputs>(std::move(tokenizer), image_config, clip);
+  ASSIGN_OR_RETURN(std::unique_ptr<PngDecodeStage> stage, executor.make_decode_stage());
+  return std::make_unique<ClipInputs>(std::move(tokenizer), image_config, clip, std::move(stage));
 }
 
 StatusOr<std::unique_ptr<InputPreparer>> ClipInputs::create_for_server(const std::string& model_dir,
@@ -93,7 +95,16 @@ Status ClipInputs::add_image(InputItem& input, size_t index, bool keep_png, Clip
         keep_png_compressed(input.image_bytes, options_.common.max_image_pixels, what + " (image)");
     if (kept) {
       if (!kept->ok()) return kept->status();
-      request.kept_pngs.push_back({request.images, std::move(**kept)});
+      std::shared_ptr<const CompressedPng> png = std::move(**kept);
+      std::shared_ptr<StagedImage> staged;
+      if (stage_ != nullptr && (staged = stage_->submit(png)) == nullptr) {
+        // Every slot of the stage is taken (a long queue): decoded here, as without the stage.
+        ASSIGN_OR_RETURN(std::vector<uint8_t> levels, decode_png_levels_on_host(*png, image_config_));
+        request.levels.insert(request.levels.end(), levels.begin(), levels.end());
+        request.level_table = level_table_;
+        return ok_status();
+      }
+      request.kept_pngs.push_back({request.images, std::move(png), std::move(staged)});
       request.level_table = level_table_;
       return ok_status();
     }

@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "engine/clip_executor.h"
 #include "engine/executor.h"
+#include "engine/png_decode_stage.h"
 #include "frontends/image/preprocess.h"
 #include "frontends/text/clip_tokenizer.h"
 
@@ -36,8 +37,9 @@ struct ClipInputOptions {
 
 class ClipInputs final : public InputPreparer {
  public:
+  // `stage` (ClipOptions::image_decode kStage, else null): the kept PNGs are submitted to it as they arrive.
   ClipInputs(std::unique_ptr<text::ClipTokenizer> tokenizer, image::ClipPreprocessConfig image_config,
-             ClipInputOptions options);
+             ClipInputOptions options, std::unique_ptr<PngDecodeStage> stage = nullptr);
   // Reads the tokenizer and preprocessor_config.json of `model_dir`, sized for `executor` (checks that the
   // preprocessor's crop matches the vision tower's input).
   static StatusOr<std::unique_ptr<ClipInputs>> create(const std::string& model_dir, const ClipExecutor& executor,
@@ -63,6 +65,7 @@ class ClipInputs final : public InputPreparer {
   // pixel_value_table(image_config_): what every prepared request's levels map through (shared, never copied).
   std::shared_ptr<const std::vector<float>> level_table_;
   ClipInputOptions options_;
+  std::unique_ptr<PngDecodeStage> stage_;
 };
 
 }  // namespace mmserve::engine

@@ -10,15 +10,18 @@
 #include <png.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../../conformance/golden.h"
 #include "../frontends/image/reference_codecs.h"
 #include "engine/clip_executor.h"
 #include "engine/clip_inputs.h"
+#include "engine/png_decode_stage.h"
 #include "engine/request_image.h"
 #include "frontends/image/image.h"
 #include "frontends/image/preprocess.h"
@@ -256,10 +259,20 @@ std::vector<StatusOr<std::shared_ptr<const ModelOutput>>> run(ClipExecutor& exec
   return out;
 }
 
-TEST(BatchImageDecodeExecutor, SameEmbeddingsAsThePreprocessingPathAndErrorsPerRequest) {
+// Both modes that keep PNGs compressed: the decoder in the executor's batch (kBatch) and the stage ahead of the
+// batcher (kStage, png_decode_stage.h), on cpu with the kernels' CPU twins.
+std::string mode_name(const ::testing::TestParamInfo<ClipOptions::ImageDecode>& info) {
+  return info.param == ClipOptions::ImageDecode::kBatch ? "batch" : "stage";
+}
+const auto kKeptPngModes = ::testing::Values(ClipOptions::ImageDecode::kBatch, ClipOptions::ImageDecode::kStage);
+
+class BatchImageDecodeExecutor : public ::testing::TestWithParam<ClipOptions::ImageDecode> {};
+INSTANTIATE_TEST_SUITE_P(Modes, BatchImageDecodeExecutor, kKeptPngModes, mode_name);
+
+TEST_P(BatchImageDecodeExecutor, SameEmbeddingsAsThePreprocessingPathAndErrorsPerRequest) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
   ClipOptions batch_decode;
-  batch_decode.image_decode = ClipOptions::ImageDecode::kBatch;
+  batch_decode.image_decode = GetParam();
   auto plain = ClipExecutor::create(dir, {});
   auto deferred = ClipExecutor::create(dir, {}, batch_decode);
   ASSERT_TRUE(plain.ok() && deferred.ok()) << deferred.status().to_string();
@@ -346,14 +359,110 @@ TEST(BatchImageDecodeExecutor, SameEmbeddingsAsThePreprocessingPathAndErrorsPerR
   }
 }
 
-TEST(BatchImageDecodeExecutor, ConfigKeyAndRefusals) {
+TEST(BatchImageDecodeConfig, KeyAndRefusals) {
   const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
   EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, {{"image_decode", "batch"}}).ok());
+  EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, {{"image_decode", "stage"}}).ok());
   EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, {{"image_decode", "preprocess"}}).ok());
   const auto wrong = ClipExecutor::create_for_server(dir, {}, {{"image_decode", "gpu-please"}});
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("image_decode"), std::string::npos);
+}
+
+// --- The stage ahead of the batcher (png_decode_stage.h), on cpu: the same levels, refusals per image, slots that
+// run out without blocking, a stop that leaves no waiter hanging.
+
+// The stage's levels of each file after wait(), or its status when nonzero.
+TEST(PngDecodeStage, DecodesAsThePreparerAndRefusesWhatTheKernelsRefuse) {
+  image::ClipPreprocessConfig config;
+  PngDecodeStage::Options small;
+  small.lanes = 2;
+  small.lane_images = 5;  // several launches, some partial
+  small.slots = 64;
+  auto stage = PngDecodeStage::create(Device::cpu(), *clip_decode_geometry(config), small);
+  ASSERT_TRUE(stage.ok()) << stage.status().to_string();
+  std::vector<std::string> files = test_files();
+  files.push_back(corrupt_idat(make_png(90, 60, 3, 77)));
+  std::vector<std::shared_ptr<StagedImage>> staged;
+  for (const std::string& f : files) {
+    staged.push_back((*stage)->submit(keep(f)));
+    ASSERT_NE(staged.back(), nullptr);
+  }
+  const size_t per_image = 3 * 224 * 224;
+  for (size_t i = 0; i + 1 < files.size(); ++i) {
+    ASSERT_EQ(staged[i]->wait(), 0) << "file " << i;
+    const std::vector<uint8_t> want = cpu_levels(files[i], config);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), staged[i]->levels())) << "file " << i;
+  }
+  EXPECT_NE(staged.back()->wait(), 0) << "the corrupt stream is refused: the executor decodes it on the host";
+  // gather: staged levels and host levels into one buffer, in order.
+  const std::vector<uint8_t> host = cpu_levels(files[0], config);
+  std::vector<BatchImage> images(3);
+  images[0].staged = staged[2].get();
+  images[1].levels = host;
+  images[2].staged = staged[5].get();
+  std::vector<uint8_t> out(3 * per_image);
+  ASSERT_TRUE(PngDecodeStage::gather(images, per_image, out.data(), Device::cpu(), nullptr).ok());
+  EXPECT_TRUE(std::equal(out.begin(), out.begin() + per_image, staged[2]->levels()));
+  EXPECT_TRUE(std::equal(host.begin(), host.end(), out.begin() + per_image));
+  EXPECT_TRUE(std::equal(out.begin() + 2 * per_image, out.end(), staged[5]->levels()));
+  images[1].levels = std::span<const uint8_t>(host).first(10);
+  EXPECT_EQ(PngDecodeStage::gather(images, per_image, out.data(), Device::cpu(), nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(PngDecodeStage, SlotsRunOutWithoutBlockingAndComeBack) {
+  PngDecodeStage::Options two;
+  two.lanes = 1;
+  two.lane_images = 4;
+  two.slots = 2;
+  auto stage = PngDecodeStage::create(Device::cpu(), *clip_decode_geometry({}), two);
+  ASSERT_TRUE(stage.ok());
+  const std::string png = make_png(40, 40, 3, 1);
+  std::shared_ptr<StagedImage> a = (*stage)->submit(keep(png)), b = (*stage)->submit(keep(png));
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ((*stage)->submit(keep(png)), nullptr) << "no slot: the preparer decodes it on the host";
+  EXPECT_EQ(a->wait(), 0);
+  a.reset();  // the request is done: its slot is free again (once the lane has let go of it too, a moment later)
+  std::shared_ptr<StagedImage> c;
+  for (int tries = 0; tries < 1000 && c == nullptr; ++tries) {
+    c = (*stage)->submit(keep(png));
+    if (c == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->wait(), 0);
+  EXPECT_TRUE(std::equal(c->levels(), c->levels() + 3 * 224 * 224, b->levels()));
+  EXPECT_EQ(PngDecodeStage::create(Device::cpu(), *clip_decode_geometry({}), {0, 1, 1}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(PngDecodeStage, StoppingLeavesNoWaiterHangingAndImagesOutliveIt) {
+  const image::ClipPreprocessConfig config;
+  const std::string png = make_png(300, 200, 4, 3);
+  const std::vector<uint8_t> want = cpu_levels(png, config);
+  std::vector<std::shared_ptr<StagedImage>> staged;
+  {
+    PngDecodeStage::Options one;
+    one.lanes = 1;
+    one.lane_images = 1;  // a long queue
+    one.slots = 200;
+    auto stage = PngDecodeStage::create(Device::cpu(), *clip_decode_geometry(config), one);
+    ASSERT_TRUE(stage.ok());
+    for (int i = 0; i < 200; ++i) staged.push_back((*stage)->submit(keep(png)));
+    ASSERT_NE(staged[0], nullptr);
+    EXPECT_EQ(staged[0]->wait(), 0);  // one decoded for sure; ~200 ms of queue behind it
+  }  // destroyed with images still queued
+  int decoded = 0;
+  for (const auto& image : staged) {
+    ASSERT_NE(image, nullptr);
+    if (image->wait() != 0) continue;  // refused at the stop: the executor decodes it on the host
+    ++decoded;
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), image->levels()));
+  }
+  EXPECT_LT(decoded, 200) << "the stop came before the queue was drained (else this test tests nothing)";
+  staged.clear();  // the slots go back to a pool the stage no longer owns
 }
 
 // --- CUDA == CPU.
@@ -409,7 +518,10 @@ TEST(BatchImageDecodeCuda, EqualsTheCpuTwinsStatusForStatus) {
 
 // The executor on the GPU: the same levels reach the same graph, so the embeddings equal the preprocessing path's
 // bit for bit; a broken PNG fails its own request only, with the preparer's error.
-TEST(BatchImageDecodeCuda, ExecutorEqualsThePreprocessingPathOnTheGpu) {
+class BatchImageDecodeCudaExecutor : public ::testing::TestWithParam<ClipOptions::ImageDecode> {};
+INSTANTIATE_TEST_SUITE_P(Modes, BatchImageDecodeCudaExecutor, kKeptPngModes, mode_name);
+
+TEST_P(BatchImageDecodeCudaExecutor, EqualsThePreprocessingPathOnTheGpu) {
 #if MMSERVE_HAS_CUDA
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) GTEST_SKIP() << "no CUDA device visible";
@@ -417,7 +529,7 @@ TEST(BatchImageDecodeCuda, ExecutorEqualsThePreprocessingPathOnTheGpu) {
   ExecutorOptions options;
   options.device = Device::cuda(0);
   ClipOptions batch_decode;
-  batch_decode.image_decode = ClipOptions::ImageDecode::kBatch;
+  batch_decode.image_decode = GetParam();
   auto plain = ClipExecutor::create(dir, options);
   auto deferred = ClipExecutor::create(dir, options, batch_decode);
   ASSERT_TRUE(plain.ok() && deferred.ok()) << plain.status().to_string() << " " << deferred.status().to_string();
