@@ -226,9 +226,9 @@ fi
 # The image path, the host's decode vs the GPU's (issue 13 item 6), in one run on the same machine: each
 # configuration in turn (IMAGE_PATHS: "name|mmserve.yaml lines" entries separated by ';'), images only.
 if has image-path; then
-  IMAGE_PATHS=${IMAGE_PATHS:-"host|instances: 1;host2|instances: 2;gpu2|instances: 2
-options: {image_decode: batch};gpu3|instances: 3
-options: {image_decode: batch}"}
+  IMAGE_PATHS=${IMAGE_PATHS:-"host|instances: 1;stage2|instances: 2
+options: {image_decode: stage};stage3|instances: 3
+options: {image_decode: stage};batch1|options: {image_decode: batch}"}
   rest="$IMAGE_PATHS;"
   while [ -n "$rest" ]; do  # split on ';' by hand: `read` would stop at the first newline inside an entry
     entry=${rest%%;*}

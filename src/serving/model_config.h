@@ -26,7 +26,7 @@
 //   memory_quota_mb: 0          # 0 = unlimited; loading refuses a model whose weights + arena exceed it
 //   threads: 0                  # CPU threads of the engine (0 = all)
 //   preempt_chunk_ms: 5         # qos: a batch runs in chunks of about this much engine time (CLIP's towers by
-//                               # measured time per image / text), and requests of a better priority that arrived
+//                               # measured chunk times, engine/chunk_cost.h), and requests of a better priority that arrived
 //                               # meanwhile run between chunks (0 = never); docs/perf/priority.md measured 5 vs 20
 //   audio_seconds_max: 7200     # Whisper: longer audio is refused (413), from the header, then while decoding
 //   audio_bytes_max: 268435456  # Whisper: larger encoded audio files are refused (413) before decoding
@@ -37,7 +37,8 @@
 //   cross_kv: same              # Whisper on cuda: cross-attention K/V as same (the compute dtype) | fp8_e4m3 |
 //                               # int8 (half the memory of f16; docs/perf/whisper_gpu.md has the cost)
 //   options: {embedding_cache_mb: 512}   # the family's own keys (engine/families.h), checked by the family:
-//                               # SAM: embedding_cache_mb
+//                               # SAM: embedding_cache_mb; CLIP: image_decode (preprocess | batch | stage:
+//                               # where PNGs are decoded, engine/clip_executor.h ClipOptions)
 // Unknown keys and wrong types are errors naming the file and the key. The family-specific keys (cross_kv,
 // decoder_rows, vision_micro_batch, text_micro_batch and everything under `options`) also go to the family in
 // `family_options`, which refuses the keys that are not its own.
