@@ -11,9 +11,11 @@
 // both codewords fit; the rare codewords longer than the table are decoded canonically from the per-length counts
 // instead of subtables) into a batch of literals and
 // matches; the team then writes the batch's literals in parallel, then copies its matches in order, each one by the
-// whole team (a byte of a match is a function of bytes before the match alone, overlapping or not). Every output byte
-// goes to the output and to a 64 KiB ring in the workspace that matches read from: twice the 32 KiB window, so that
-// a batch (under 32 KiB of output) never overwrites what one of its matches still reads. The Adler-32 is summed by
+// whole team (a byte of a match is a function of bytes before the match alone, overlapping or not). Matches read the
+// history from the output itself (global memory on the GPU, ordered by the team's sync): a ring of the 32 KiB window
+// in shared memory would hold it closer, but at 64 KiB a warp (the ring must also hold a batch) it left room for two
+// images per SM, and the encoder beside the decode then found no SM free (docs/perf/server_image_path.md,
+// 2026-12-07: the decode's SM time, not its speed, was the limit). The Adler-32 is summed by
 // every lane over the bytes it writes (weights from the expected output size, which is the only size that succeeds).
 // Tables are built by the team: the leader counts and sorts the code lengths, the lanes fill the entries. A fault's
 // status is the first in stream order (inflate_huffman_block), whichever decoder finds it.
@@ -42,10 +44,8 @@ using Status = PngInflateStatus;
 inline constexpr uint32_t kLitlenBits = 11;  // libdeflate's choice: few codewords are longer
 inline constexpr uint32_t kDistBits = 8;
 inline constexpr uint32_t kPrecodeBits = 7;  // the longest code-length codeword: never a long code
-inline constexpr uint32_t kWindowBytes = 1u << 16;
-inline constexpr uint32_t kWindowMask = kWindowBytes - 1;
 inline constexpr uint32_t kBatchLiterals = 256;
-inline constexpr uint32_t kBatchMatches = 64;  // with the literals, under 32 KiB of output per batch
+inline constexpr uint32_t kBatchMatches = 64;
 inline constexpr uint32_t kAdlerMod = 65521;
 
 // ---- Decode table entries: value << 16 | kind << 9 | extra bits << 5 | codeword length (0: a long codeword). ----
@@ -201,7 +201,7 @@ struct CodeInfo {
 };
 
 // The speculative decoder's window (png_inflate_spec_core.h): kSpecLanes lanes of kSpecLaneBits bits each; a lane
-// records at most kSpecLaneSymbols symbols, a window makes at most kSpecWindowOutput bytes (the ring's safe batch)
+// records at most kSpecLaneSymbols symbols, a window makes at most kSpecWindowOutput bytes
 // in at most kSpecMatches matches. 256 bits hold ~47 symbols of the bench's literal-heavy pictures (~5.4 bits a
 // byte); the record limit leaves room for denser parts (a full lane ends its window early, which costs only speed).
 inline constexpr uint32_t kSpecLanes = 32;
@@ -227,7 +227,6 @@ struct SpecLane {
 inline constexpr uint32_t kSpecStopNone = 0, kSpecStopEnd = 1, kSpecStopFull = 2;
 
 struct InflateWorkspace {
-  uint8_t window[kWindowBytes];
   uint32_t litlen[1u << kLitlenBits];
   uint32_t litlen_pairs[1u << kLitlenBits];  // litlen, with two-literal entries where both codewords fit
   uint32_t dist[1u << kDistBits];
@@ -450,6 +449,19 @@ MMSERVE_PNG_HD Status read_dynamic_header(Team& team, InflateWorkspace& ws, BitR
   return Status::kOk;
 }
 
+// One match's bytes, out[p, p + length) from `distance` back, by the team's lanes (lane, lane + lanes, ...); each
+// byte a function of bytes before p alone (an overlapping match repeats its last `distance` bytes), which earlier
+// steps wrote and the team's sync published; each byte summed into the Adler-32.
+MMSERVE_PNG_INLINE void copy_match(uint8_t* out, uint32_t p, uint32_t length, uint32_t distance, uint32_t lane,
+                                   uint32_t lanes, uint32_t out_size, Adler& adler) {
+  const uint32_t from = p - distance;
+  for (uint32_t j = lane; j < length; j += lanes) {
+    const uint32_t b = out[from + (distance >= length ? j : j % distance)];
+    out[p + j] = static_cast<uint8_t>(b);
+    adler.add(b, out_size - p - j);
+  }
+}
+
 // One Huffman block's symbols, batch by batch, up to its end-of-block. out_pos (the same in every lane) advances.
 template <class Team>
 MMSERVE_PNG_HD Status inflate_huffman_block(Team& team, InflateWorkspace& ws, BitReader& br, uint8_t* out,
@@ -528,20 +540,13 @@ MMSERVE_PNG_HD Status inflate_huffman_block(Team& team, InflateWorkspace& ws, Bi
     if (v[0] != 0) return static_cast<Status>(v[0]);
     for (uint32_t i = lane; i < v[1]; i += lanes) {
       const uint32_t p = ws.lit_pos[i], b = ws.lit_val[i];
-      ws.window[p & kWindowMask] = static_cast<uint8_t>(b);
       out[p] = static_cast<uint8_t>(b);
       adler.add(b, out_size - p);
     }
     team.sync();
     for (uint32_t m = 0; m < v[2]; ++m) {
       const uint32_t p = ws.match_pos[m], length = ws.match_val[m] >> 16, distance = ws.match_val[m] & 0xffff;
-      const uint32_t from = p - distance;
-      for (uint32_t j = lane; j < length; j += lanes) {
-        const uint32_t b = ws.window[(from + (distance >= length ? j : j % distance)) & kWindowMask];
-        ws.window[(p + j) & kWindowMask] = static_cast<uint8_t>(b);
-        out[p + j] = static_cast<uint8_t>(b);
-        adler.add(b, out_size - p - j);
-      }
+      copy_match(out, p, length, distance, lane, lanes, out_size, adler);
       team.sync();
     }
     adler.reduce();

@@ -1,14 +1,19 @@
 // inflate_png_rows on the GPU (see png_inflate_cuda.h), in two kernels over png_inflate_core.h and png_unfilter_core.h:
-//   inflate: one warp per image, its workspace (64 KiB output ring, decode tables, the batch of literals and matches)
-//            in dynamic shared memory. The warp builds the tables; a Huffman block's symbols are decoded either by
+//   inflate: one warp per image, its workspace (decode tables, the batch of literals and matches; ~41 KiB) in dynamic
+//            shared memory, as many warps to a block as one SM's shared memory holds (5 on Hopper): a launch's
+//            images are packed onto few SMs, which leaves the rest whole for the encoder's GEMMs running beside it
+//            (one warp a block spread the images one or two to every SM, and each SM so taken had no room left for
+//            a GEMM tile: the decode and the encoder took turns at the GPU). The warp builds the tables; a Huffman
+//            block's symbols are decoded either by
 //            lane 0 alone (kSerial: the warp then writes each batch's literals in coalesced runs and copies each match
 //            with 32 lanes) or by all 32 lanes at once (kSpeculative, the default: png_inflate_spec_core.h, each lane
 //            a part of a window of the bit stream, resynchronised); the warp sums the Adler-32. Stored blocks are
 //            copied by the whole warp.
 //   rows:    one block of kRowThreads per image, reading the inflate's status: thread t unfilters rows t, t + T, ...
 //            a chunk of pixels per step, one step behind the row above, and writes RGB.
-// The batch's images run side by side on the SMs (two per SM by shared memory), so more images per call fill more of
-// the GPU.
+// A warp decodes at ~20-30 MB/s (latency-bound), so a call's time is its slowest image's; more images per call, up to
+// the SMs' room, cost little more.
+#include <algorithm>
 #include <climits>
 #include <string>
 
@@ -21,6 +26,9 @@ namespace {
 using png_inflate::InflateWorkspace;
 
 constexpr int kRowThreads = 64;
+constexpr int kMaxInflateWarps = 8;  // per block: the inflate kernel's launch bounds
+// Each warp's workspace at a 16-byte boundary of the block's dynamic shared memory.
+constexpr size_t kWorkspaceStride = (sizeof(InflateWorkspace) + 15) / 16 * 16;
 
 // The teams of the core headers. __host__ __device__ only so that the templates compile for both sides; they run
 // on the device alone.
@@ -81,14 +89,19 @@ struct BlockTeam {
   }
 };
 
+// Warp w of block b inflates image b * (blockDim.x / 32) + w. The warps share nothing but the block's residency
+// (no block-wide sync), so a warp past the batch's end just leaves.
 template <PngHuffmanDecoder kDecoder>
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(32 * kMaxInflateWarps, 1)
     inflate_kernel(const uint8_t* __restrict__ streams, uint64_t streams_bytes,
-                   const PngInflateImage* __restrict__ images, uint8_t* __restrict__ scratch, uint64_t scratch_bytes,
+                   const PngInflateImage* __restrict__ images, int64_t n, uint8_t* scratch, uint64_t scratch_bytes,
                    uint64_t out_bytes, int32_t* __restrict__ status) {
   extern __shared__ __align__(16) uint8_t smem[];
-  InflateWorkspace& ws = *reinterpret_cast<InflateWorkspace*>(smem);
-  const PngInflateImage image = images[blockIdx.x];
+  const uint32_t warp = threadIdx.x / 32;
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + warp;
+  if (index >= n) return;
+  InflateWorkspace& ws = *reinterpret_cast<InflateWorkspace*>(smem + warp * kWorkspaceStride);
+  const PngInflateImage image = images[index];
   const uint64_t filtered = png_inflate::checked_filtered_bytes(image, streams_bytes, scratch_bytes, out_bytes);
   PngInflateStatus result = PngInflateStatus::kBadImage;
   if (filtered != 0) {
@@ -96,7 +109,7 @@ __global__ void __launch_bounds__(32)
     result = png_inflate::inflate_zlib(team, ws, streams + image.stream_offset, image.stream_bytes,
                                        scratch + image.scratch_offset, static_cast<uint32_t>(filtered), kDecoder);
   }
-  if (threadIdx.x == 0) status[blockIdx.x] = static_cast<int32_t>(result);
+  if (threadIdx.x % 32 == 0) status[index] = static_cast<int32_t>(result);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
@@ -123,13 +136,24 @@ Status inflate_png_rows_cuda(const uint8_t* streams, uint64_t streams_bytes, con
   if (reinterpret_cast<uintptr_t>(streams) % 8 != 0) {
     return invalid_argument("inflate_png_rows_cuda: streams must be 8-byte aligned");
   }
-  constexpr size_t kShared = sizeof(InflateWorkspace);
   const auto kernel = decoder == PngHuffmanDecoder::kSpeculative ? inflate_kernel<PngHuffmanDecoder::kSpeculative>
                                                                  : inflate_kernel<PngHuffmanDecoder::kSerial>;
-  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kShared);
+  // Warps per block: as many workspaces as a block's shared memory takes (the device's opt-in limit), at most the
+  // batch's images.
+  int device = 0, optin = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  const int64_t fit = std::max<int64_t>(1, std::min<int64_t>(kMaxInflateWarps, optin / kWorkspaceStride));
+  const int64_t warps = std::min(fit, n);
+  const size_t shared = static_cast<size_t>(warps) * kWorkspaceStride;
+  if (error == cudaSuccess) error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, shared);
   if (error == cudaSuccess) {
-    kernel<<<static_cast<unsigned>(n), 32, kShared, stream>>>(streams, streams_bytes, images, scratch, scratch_bytes,
-                                                              out_bytes, status);
+    error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  }
+  if (error == cudaSuccess) {
+    const auto blocks = static_cast<unsigned>((n + warps - 1) / warps);
+    kernel<<<blocks, static_cast<unsigned>(32 * warps), shared, stream>>>(streams, streams_bytes, images, n, scratch,
+                                                                          scratch_bytes, out_bytes, status);
     rows_kernel<<<static_cast<unsigned>(n), kRowThreads, 0, stream>>>(images, scratch, out, status);
     error = cudaGetLastError();
   }

@@ -9,12 +9,12 @@
 // one of its old symbol boundaries (Huffman codes resynchronise within a few symbols; from there its old symbols are
 // the true ones: spec_resync_lane). Usually one correction round and one round that changes nothing settle the
 // window (at most kSpecLanes rounds, by induction from lane 0, whose start is the true one). A lane that reached the
-// end-of-block or its record limit ends the window, as does the output limit (the 64 KiB ring holds a window of up to
-// 32 KiB, as it holds a serial batch). Every settled lane then knows its output offset (the lengths of the lanes before
-// it), checks its symbols for faults on the true path (output overrun, distance too far, input past the end), writes
-// its literals to the ring and lists its matches; the team copies the matches in stream order, each with every lane
-// (the serial decoder's copy), then the window's bytes from the ring to the output in consecutive runs, summing the
-// Adler-32. A window with a fault is decoded again by the serial decoder from the window's start, so every
+// end-of-block or its record limit ends the window, as does the output limit (kSpecWindowOutput bytes). Every settled
+// lane then knows its output offset (the lengths of the lanes before it), checks its symbols for faults on the true
+// path (output overrun, distance too far, input past the end), writes its literals to the output (summing them into
+// the Adler-32 apart, kept only when the window has no fault) and lists its matches; the team copies the matches in
+// stream order, each with every lane (the serial decoder's copy_match). A window with a fault is decoded again by the
+// serial decoder from the window's start, so every
 // status is the serial decoder's, and no speculative lane's garbage can cause one (a speculative decode only reads:
 // every codeword of a built table has a meaning, and bits past the end read as zeros).
 //
@@ -224,7 +224,9 @@ MMSERVE_PNG_HD Status inflate_huffman_block_spec(Team& team, InflateWorkspace& w
       }
     }
     const uint64_t window_end = ws.spec[window_lanes - 1].end;
-    // Each settled lane: its literals written to the ring (in bounds only), its matches listed, its faults found.
+    // Each settled lane: its literals written to the output (in bounds only) and summed apart (a faulted window's
+    // sums go), its matches listed, its faults found.
+    Adler literals;
     team.for_lanes([&](uint32_t i) {
       if (i >= window_lanes) return;
       uint32_t p = out_pos, m = 0;
@@ -241,7 +243,8 @@ MMSERVE_PNG_HD Status inflate_huffman_block_spec(Team& team, InflateWorkspace& w
             fault = 1;
             break;
           }
-          ws.window[p & kWindowMask] = static_cast<uint8_t>(r);
+          out[p] = static_cast<uint8_t>(r);
+          literals.add(r & 0xff, out_size - p);
         } else {
           if (p > out_size || length > out_size - p || (r & 0xffff) > p) {
             fault = 1;
@@ -264,19 +267,12 @@ MMSERVE_PNG_HD Status inflate_huffman_block_spec(Team& team, InflateWorkspace& w
       br.seek(base);
       return inflate_huffman_block(team, ws, br, out, out_size, out_pos, adler);
     }
+    adler.s1 += literals.s1;
+    adler.s2 += literals.s2;
     for (uint32_t m = 0; m < window_matches; ++m) {
       const uint32_t p = ws.spec_match_pos[m], length = ws.spec_match_val[m] >> 16;
-      const uint32_t distance = ws.spec_match_val[m] & 0xffff, from = p - distance;
-      for (uint32_t j = lane_id; j < length; j += lanes) {
-        ws.window[(p + j) & kWindowMask] = ws.window[(from + (distance >= length ? j : j % distance)) & kWindowMask];
-      }
+      copy_match(out, p, length, ws.spec_match_val[m] & 0xffff, lane_id, lanes, out_size, adler);
       team.sync();
-    }
-    // The window's bytes from the ring to the output in consecutive runs (the lanes' literals lie apart), summed.
-    for (uint32_t j = lane_id; j < window_out; j += lanes) {
-      const uint32_t p = out_pos + j, b = ws.window[p & kWindowMask];
-      out[p] = static_cast<uint8_t>(b);
-      adler.add(b, out_size - p);
     }
     team.sync();  // every lane has read this window's lane states before the next window rewrites them
     adler.reduce();

@@ -79,7 +79,6 @@ MMSERVE_PNG_HD Status inflate_zlib(Team& team, InflateWorkspace& ws, const uint8
           const uint32_t j = base + u * lanes + lane, p = out_pos + j;
           if (j < v[2]) {
             out[p] = static_cast<uint8_t>(b[u]);
-            ws.window[p & kWindowMask] = static_cast<uint8_t>(b[u]);
             adler.add(b[u], out_size - p);
           }
         }
