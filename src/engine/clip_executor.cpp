@@ -42,7 +42,8 @@ StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::s
                                                                     const ExecutorOptions& options,
                                                                     const nlohmann::json& family_config) {
   RETURN_IF_ERROR(
-      check_known_keys(family_config, {"vision_micro_batch", "text_micro_batch", "image_decode"}, "CLIP"));
+      check_known_keys(family_config, {"vision_micro_batch", "text_micro_batch", "image_decode", "decode_stage"},
+                       "CLIP"));
   ClipOptions clip;
   if (family_config.is_object()) {
     clip.vision_micro_batch = family_config.value("vision_micro_batch", clip.vision_micro_batch);
@@ -58,6 +59,25 @@ StatusOr<std::unique_ptr<Executor>> ClipExecutor::create_for_server(const std::s
                                 " (preprocess: the preprocessing pool decodes images; batch: the model's device "
                                 "decodes PNGs batch by batch; stage: the model's device decodes PNGs as they "
                                 "arrive, ahead of the batcher)");
+      }
+    }
+    if (family_config.contains("decode_stage")) {
+      const nlohmann::json& stage = family_config["decode_stage"];
+      if (!stage.is_object()) return invalid_argument("decode_stage: expected a mapping, got " + stage.dump());
+      RETURN_IF_ERROR(check_known_keys(stage, {"lanes", "lane_images", "slots", "queue_images"}, "decode_stage"));
+      for (const auto& [key, field] : {std::pair{"lanes", &clip.stage.lanes}, {"lane_images", &clip.stage.lane_images},
+                                       {"slots", &clip.stage.slots}, {"queue_images", &clip.stage.queue_images}}) {
+        if (!stage.contains(key)) continue;
+        const nlohmann::json& v = stage[key];
+        const int64_t lowest = std::string(key) == "queue_images" ? 0 : 1;
+        if (!v.is_number_integer() || v.get<int64_t>() < lowest || v.get<int64_t>() > 65536) {
+          return invalid_argument(std::string("decode_stage.") + key + ": expected an integer in " +
+                                  std::to_string(lowest) + "..65536, got " + v.dump());
+        }
+        *field = v.get<int>();
+      }
+      if (clip.image_decode != ClipOptions::ImageDecode::kStage) {
+        return invalid_argument("decode_stage is for image_decode: stage");
       }
     }
   }
@@ -159,7 +179,7 @@ Status ClipExecutor::make_batch_decoder() {
 
 StatusOr<std::unique_ptr<PngDecodeStage>> ClipExecutor::make_decode_stage() const {
   if (!stage_geometry_) return std::unique_ptr<PngDecodeStage>();
-  return PngDecodeStage::create(options_.device, *stage_geometry_, {});
+  return PngDecodeStage::create(options_.device, *stage_geometry_, clip_.stage);
 }
 
 int64_t ClipExecutor::memory_bytes() const {

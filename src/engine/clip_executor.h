@@ -27,6 +27,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "engine/batch_image_decode.h"
+#include "engine/png_decode_stage.h"
 #include "engine/chunk_cost.h"
 #include "engine/executor.h"
 #include "engine/png_decode_stage.h"
@@ -52,6 +53,8 @@ struct ClipOptions {
   // decoded as it arrives, on the stage's own streams, and the executor only copies its levels in.
   enum class ImageDecode { kPreprocess, kBatch, kStage };
   ImageDecode image_decode = ImageDecode::kPreprocess;
+  // kStage's lanes, slots and host share (mmserve.yaml `decode_stage: {lanes, lane_images, slots, queue_images}`).
+  PngDecodeStage::Options stage;
 };
 
 // A CLIP request's options: the LoRA adapter it runs under (issue 16: a name loaded on the model, "" = none).

@@ -98,7 +98,7 @@ Status ClipInputs::add_image(InputItem& input, size_t index, bool keep_png, Clip
       std::shared_ptr<const CompressedPng> png = std::move(**kept);
       std::shared_ptr<StagedImage> staged;
       if (stage_ != nullptr && (staged = stage_->submit(png)) == nullptr) {
-        // Every slot of the stage is taken (a long queue): decoded here, as without the stage.
+        // Every slot of the stage is taken (a long queue), or the stage is busy: decoded here, as without the stage.
         ASSIGN_OR_RETURN(std::vector<uint8_t> levels, decode_png_levels_on_host(*png, image_config_));
         request.levels.insert(request.levels.end(), levels.begin(), levels.end());
         request.level_table = level_table_;
@@ -137,10 +137,12 @@ bool ClipInputs::decodes_media(const std::vector<InputItem>& inputs) const {
   // pixel_values beside images make prepare() decode them here (see prepare).
   const bool floats = std::any_of(inputs.begin(), inputs.end(),
                                   [](const InputItem& in) { return in.kind == InputKind::kPixelValues; });
-  return std::any_of(inputs.begin(), inputs.end(), [floats](const InputItem& in) {
+  // A busy stage (PngDecodeStage::Options::queue_images) sends images to the pool too, decoded there on the host.
+  const bool stage_busy = stage_ != nullptr && stage_->busy();
+  return std::any_of(inputs.begin(), inputs.end(), [floats, stage_busy](const InputItem& in) {
     return in.kind == InputKind::kAudioBytes ||
            (in.kind == InputKind::kImageBytes &&
-            (floats || in.image_bytes.size() > kKeptPngStreamBytesMax ||
+            (floats || stage_busy || in.image_bytes.size() > kKeptPngStreamBytesMax ||
              !image::png_header_fits_device(std::span<const uint8_t>(
                  reinterpret_cast<const uint8_t*>(in.image_bytes.data()), in.image_bytes.size()))));
   });

@@ -71,8 +71,9 @@ int32_t StagedImage::wait() const {
 
 StatusOr<std::unique_ptr<PngDecodeStage>> PngDecodeStage::create(Device device, ImageDecodeGeometry geometry,
                                                                   Options options) {
-  if (options.lanes < 1 || options.lane_images < 1 || options.slots < 1) {
-    return invalid_argument("the PNG decode stage needs at least one lane, one image per launch and one slot");
+  if (options.lanes < 1 || options.lane_images < 1 || options.slots < 1 || options.queue_images < 0) {
+    return invalid_argument("the PNG decode stage needs at least one lane, one image per launch and one slot (and "
+                            "queue_images >= 0)");
   }
   auto stage = std::unique_ptr<PngDecodeStage>(new PngDecodeStage());
   stage->device_ = device;
@@ -142,12 +143,16 @@ std::shared_ptr<StagedImage> PngDecodeStage::submit(std::shared_ptr<const Compre
   std::shared_ptr<StagedImage> image;
   {
     std::lock_guard<std::mutex> lock(pool_->mutex);
-    if (stop_ || pool_->free_slots.empty()) return nullptr;
+    if (stop_ || pool_->free_slots.empty() || busy()) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      return nullptr;
+    }
     const int slot = pool_->free_slots.back();
     pool_->free_slots.pop_back();
     image = std::shared_ptr<StagedImage>(
         new StagedImage(pool_, std::move(png), slot, pool_->memory + static_cast<size_t>(slot) * image_bytes_));
     pending_.push_back(image);
+    pending_count_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   }
   pool_->work.notify_one();
   return image;
@@ -174,21 +179,27 @@ void PngDecodeStage::loop() {
       items.push_back(std::move(pending_.front()));
       pending_.pop_front();
     }
+    pending_count_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
     free_lane->busy = true;
     lock.unlock();
     launch(*free_lane, std::move(items));
     lock.lock();
   }
   // Stopping: pending images are refused (their holders decode them on the host); launches in flight finish.
-  for (auto& image : pending_) {
+  std::deque<std::shared_ptr<StagedImage>> refused = std::move(pending_);
+  pending_.clear();
+  pending_count_.store(0, std::memory_order_relaxed);
+  for (auto& image : refused) {
     image->done_ = true;
     image->status_ = static_cast<int32_t>(kernels::PngInflateStatus::kBadImage);
   }
-  pending_.clear();
   pool_->decoded.notify_all();
   pool_->work.wait(lock, [&] {
     return std::none_of(lanes_.begin(), lanes_.end(), [](const auto& lane) { return lane->busy; });
   });
+  // An image nobody else holds (its request gone) dies here, and its destructor takes the pool's lock.
+  lock.unlock();
+  refused.clear();
 }
 
 void PngDecodeStage::launch(Lane& lane, std::vector<std::shared_ptr<StagedImage>> items) {

@@ -11,12 +11,16 @@
 // and the executor copies slot -> model input when it batches the request.
 //
 // Degrades, never blocks: with every slot taken (a long queue), submit() says no and the preparer decodes on the
-// host as without the stage, so the host pool takes the overflow. An image the kernels refuse (status != 0) is
+// host as without the stage, so the host pool takes the overflow. `queue_images` makes that a share: with that many
+// images already waiting for a lane (the GPU behind), busy() is true, the preparer sends the next images to the
+// preprocessing pool and decodes them there, so that the host's idle cores take part of the decode off a GPU that
+// the encoder also needs. An image the kernels refuse (status != 0) is
 // decoded on the host by the executor, with libpng's answer, as the batch decoder's fallback does.
 // On cpu the stage runs the kernels' CPU twins on its thread (tests; no faster than the preprocessing pool).
 // Tests: tests/unit/engine/png_decode_stage_test.cpp.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -68,6 +72,7 @@ class PngDecodeStage {
     int lanes = 4;          // launches in flight
     int lane_images = 64;   // PNGs per launch at most
     int slots = 1024;       // decoded images held for the executor (1024 x 224 x 224 x 3 = 147 MiB)
+    int queue_images = 0;   // images waiting for a lane beyond which busy() says so (0: never)
   };
   static StatusOr<std::unique_ptr<PngDecodeStage>> create(Device device, ImageDecodeGeometry geometry,
                                                           Options options);
@@ -77,8 +82,14 @@ class PngDecodeStage {
   PngDecodeStage(const PngDecodeStage&) = delete;
   PngDecodeStage& operator=(const PngDecodeStage&) = delete;
 
-  // Queues `png` for the next launch; nullptr when every slot is taken (the caller decodes it on the host).
+  // Queues `png` for the next launch; nullptr when every slot is taken or busy() (the caller decodes it on the host).
   std::shared_ptr<StagedImage> submit(std::shared_ptr<const CompressedPng> png);
+  // Options::queue_images images or more wait for a lane (a lock-free read: the runtime asks it per request).
+  bool busy() const {
+    return options_.queue_images > 0 && pending_count_.load(std::memory_order_relaxed) >= options_.queue_images;
+  }
+  // Images submit() turned away (slots or busy) since the start.
+  int64_t refused() const { return refused_.load(std::memory_order_relaxed); }
 
   // Writes image i's levels at out + i * image_bytes: a staged image's from its slot (wait() must have returned 0),
   // host levels as they are. `out` is device memory queued on `cuda_stream` for a stage on cuda (any GPU: the
@@ -104,6 +115,8 @@ class PngDecodeStage {
   std::vector<std::unique_ptr<Lane>> lanes_;
   // Guarded by pool_->mutex.
   std::deque<std::shared_ptr<StagedImage>> pending_;
+  std::atomic<int> pending_count_{0};  // pending_.size(), written under the lock
+  std::atomic<int64_t> refused_{0};
   bool stop_ = false;
   std::thread thread_;
 };

@@ -368,6 +368,21 @@ TEST(BatchImageDecodeConfig, KeyAndRefusals) {
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(wrong.status().message().find("image_decode"), std::string::npos);
+  // decode_stage: the stage's own knobs, for image_decode: stage only, each checked.
+  const nlohmann::json stage = {{"image_decode", "stage"},
+                                {"decode_stage", {{"lanes", 2}, {"lane_images", 16}, {"slots", 64}, {"queue_images", 32}}}};
+  EXPECT_TRUE(ClipExecutor::create_for_server(dir, {}, stage).ok());
+  for (const nlohmann::json& bad : {nlohmann::json{{"image_decode", "stage"}, {"decode_stage", {{"lanes", 0}}}},
+                                    nlohmann::json{{"image_decode", "stage"}, {"decode_stage", {{"queue_images", -1}}}},
+                                    nlohmann::json{{"image_decode", "stage"}, {"decode_stage", {{"slots", "many"}}}},
+                                    nlohmann::json{{"image_decode", "stage"}, {"decode_stage", {{"lane", 2}}}},
+                                    nlohmann::json{{"image_decode", "stage"}, {"decode_stage", 4}},
+                                    nlohmann::json{{"image_decode", "batch"}, {"decode_stage", {{"lanes", 2}}}}}) {
+    const auto refused = ClipExecutor::create_for_server(dir, {}, bad);
+    ASSERT_FALSE(refused.ok()) << bad.dump();
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument) << bad.dump();
+    EXPECT_NE(refused.status().message().find("decode_stage"), std::string::npos) << refused.status().message();
+  }
 }
 
 // --- The stage ahead of the batcher (png_decode_stage.h), on cpu: the same levels, refusals per image, slots that
@@ -436,6 +451,37 @@ TEST(PngDecodeStage, SlotsRunOutWithoutBlockingAndComeBack) {
   EXPECT_TRUE(std::equal(c->levels(), c->levels() + 3 * 224 * 224, b->levels()));
   EXPECT_EQ(PngDecodeStage::create(Device::cpu(), *clip_decode_geometry({}), {0, 1, 1}).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// queue_images: with that many images waiting for a lane the stage is busy() and turns new ones away (the preparer
+// decodes them on the host); it takes them again once the queue has drained.
+TEST(PngDecodeStage, AFullQueueSendsImagesToTheHost) {
+  const image::ClipPreprocessConfig config;
+  const std::string png = make_png(300, 200, 3, 5);  // ~1 ms a decode on a core: the queue outgrows the lane
+  const std::vector<uint8_t> want = cpu_levels(png, config);
+  PngDecodeStage::Options share;
+  share.lanes = 1;
+  share.lane_images = 1;
+  share.slots = 200;
+  share.queue_images = 3;
+  auto stage = PngDecodeStage::create(Device::cpu(), *clip_decode_geometry(config), share);
+  ASSERT_TRUE(stage.ok());
+  std::vector<std::shared_ptr<StagedImage>> staged;
+  int refused = 0;
+  for (int i = 0; i < 60; ++i) {
+    std::shared_ptr<StagedImage> image = (*stage)->submit(keep(png));
+    if (image == nullptr) ++refused;
+    if (image != nullptr) staged.push_back(std::move(image));
+  }
+  EXPECT_GT(refused, 0) << "60 submits in far less than 3 decodes' time: the queue filled";
+  EXPECT_EQ((*stage)->refused(), refused);
+  EXPECT_GE(staged.size(), 3u);
+  for (const auto& image : staged) {
+    ASSERT_EQ(image->wait(), 0);
+    EXPECT_TRUE(std::equal(want.begin(), want.end(), image->levels()));
+  }
+  EXPECT_FALSE((*stage)->busy()) << "every accepted image is decoded: nothing waits";
+  EXPECT_NE((*stage)->submit(keep(png)), nullptr);
 }
 
 TEST(PngDecodeStage, StoppingLeavesNoWaiterHangingAndImagesOutliveIt) {
