@@ -14,19 +14,31 @@
 // 8-bit levels in one host buffer per image (what the server's batches hold for decoded images) and the
 // executor's level path (a quarter of the bytes copied, expanded on the GPU). Each call
 // includes the copy of the embeddings back to the host and the stream synchronisation.
+// `--input png` feeds 224x224-class PNG files (the pictures `mmserve bench` sends, one image a request) through the
+// model's own preparer and executor.run(), as the server does minus HTTP: a thread prepares the requests (with
+// `--image-decode stage`, the default, that submits each PNG to the GPU decode stage) up to 4 batches ahead while the
+// main thread runs batch after batch; `--image-decode batch` decodes inside run(). The ceiling of a server with that
+// image_decode mode and one instance; per_s from the median batch.
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <span>
 #include <nlohmann/json.hpp>
+#include <deque>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "core/synthetic_image.h"
 #include "engine/clip_executor.h"
+#include "engine/clip_inputs.h"
+#include "frontends/image/png_encode.h"
 #if MMSERVE_HAS_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -52,13 +64,71 @@ double time_ms(int iters, Fn&& fn) {
   return median(times);
 }
 
+// --input png: `iters` batches of `batch` one-image requests through ClipInputs::prepare (a producer thread, up to
+// kAhead batches ahead) and executor.run() (this thread). Returns the median ms per batch.
+double time_png_batches(mmserve::engine::ClipExecutor& exec, const mmserve::engine::InputPreparer& preparer,
+                        const std::vector<std::string>& pngs, int64_t batch, int iters) {
+  using mmserve::engine::BatchItem;
+  using mmserve::engine::ModelInput;
+  constexpr size_t kAhead = 4;
+  const int total = iters + 2;  // two warm-up batches, as time_ms
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::vector<std::unique_ptr<ModelInput>>> ready;
+  std::thread producer([&] {
+    for (int b = 0; b < total; ++b) {
+      std::vector<std::unique_ptr<ModelInput>> inputs;
+      for (int64_t i = 0; i < batch; ++i) {
+        std::vector<mmserve::engine::InputItem> items(1);
+        items[0].kind = mmserve::engine::InputKind::kImageBytes;
+        items[0].image_bytes = pngs[static_cast<size_t>(b * batch + i) % pngs.size()];
+        auto prepared = preparer.prepare(items, nullptr);
+        if (!prepared.ok()) {
+          std::fprintf(stderr, "prepare: %s\n", prepared.status().to_string().c_str());
+          std::exit(1);
+        }
+        inputs.push_back(std::move(prepared->input));
+      }
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return ready.size() < kAhead; });
+      ready.push_back(std::move(inputs));
+      changed.notify_all();
+    }
+  });
+  std::vector<double> times;
+  for (int b = 0; b < total; ++b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::unique_ptr<ModelInput>> inputs;
+    {
+      std::unique_lock<std::mutex> lock(mutex);
+      changed.wait(lock, [&] { return !ready.empty(); });
+      inputs = std::move(ready.front());
+      ready.pop_front();
+      changed.notify_all();
+    }
+    std::vector<BatchItem> items;
+    for (auto& input : inputs) items.push_back({input.get(), input.get(), {}});
+    mmserve::engine::BatchHooks hooks;
+    hooks.finish = [](size_t, mmserve::StatusOr<std::shared_ptr<const mmserve::engine::ModelOutput>> out, double) {
+      if (!out.ok()) {
+        std::fprintf(stderr, "run: %s\n", out.status().to_string().c_str());
+        std::exit(1);
+      }
+    };
+    exec.run(items, hooks);
+    if (b >= 2) times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  producer.join();
+  return median(times);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   mmserve::kernels::reexec_with_blas_coretype_if_needed(argv);
   std::string model_dir;
   int threads = 0, iters = 20, seq = 77;
-  std::string device_name = "cpu", dtype_name = "", tower = "both", input = "device";
+  std::string device_name = "cpu", dtype_name = "", tower = "both", input = "device", image_decode = "stage";
   std::vector<int64_t> batches = {1, 16};
   std::vector<int> tp_devices, pipeline_devices;
   int64_t vision_micro = 8, text_micro = 4;
@@ -82,6 +152,8 @@ int main(int argc, char** argv) {
       tower = next();
     else if (a == "--input")
       input = next();
+    else if (a == "--image-decode")
+      image_decode = next();
     else if (a == "--tp-devices" || a == "--pipeline-devices" || a == "--micro-batches") {
       std::string list = next();
       std::vector<int> values;
@@ -149,6 +221,14 @@ int main(int argc, char** argv) {
   clip.vision_micro_batch = vision_micro;
   clip.text_micro_batch = text_micro;
   clip.pipeline_overlap = overlap;
+  if (input == "png") {
+    if (image_decode != "stage" && image_decode != "batch") {
+      std::fprintf(stderr, "--image-decode: stage or batch (the preprocess mode decodes on a pool the bench lacks)\n");
+      return 2;
+    }
+    clip.image_decode = image_decode == "stage" ? mmserve::engine::ClipOptions::ImageDecode::kStage
+                                                : mmserve::engine::ClipOptions::ImageDecode::kBatch;
+  }
   auto executor = mmserve::engine::ClipExecutor::create(model_dir, options, clip);
   if (!executor.ok()) {
     std::fprintf(stderr, "%s\n", executor.status().to_string().c_str());
@@ -156,6 +236,21 @@ int main(int argc, char** argv) {
   }
   auto& exec = **executor;
   const int64_t size = exec.image_size();
+  std::unique_ptr<mmserve::engine::ClipInputs> preparer;
+  std::vector<std::string> pngs;  // --input png: the 4 pictures `mmserve bench` sends at this size
+  if (input == "png") {
+    auto made = mmserve::engine::ClipInputs::create(model_dir, exec, mmserve::engine::PreparerOptions{});
+    if (!made.ok()) {
+      std::fprintf(stderr, "%s\n", made.status().to_string().c_str());
+      return 1;
+    }
+    preparer = std::move(*made);
+    for (unsigned seed = 1; seed <= 4; ++seed) {  // bench_payloads.cpp's seeds
+      const int side = static_cast<int>(size);
+      const std::vector<uint8_t> px = mmserve::synthetic_image_pixels(side, side, seed);
+      pngs.push_back(mmserve::image::encode_png(px.data(), side, side, 3));
+    }
+  }
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   nlohmann::json results = nlohmann::json::array();
@@ -188,7 +283,7 @@ int main(int argc, char** argv) {
         for (const std::vector<uint8_t>& image : levels) level_pieces.emplace_back(image);
         for (size_t i = 0; i < table.size(); ++i) table[i] = (static_cast<float>(i % 256) / 255.0f - 0.45f) / 0.27f;
       }
-      ms = time_ms(iters, [&] {
+      ms = input == "png" ? time_png_batches(exec, *preparer, pngs, batch, iters) : time_ms(iters, [&] {
         auto r = device_pixels          ? exec.embed_images_on_device(device_pixels, batch)
                  : input == "levels" ? exec.embed_image_levels(level_pieces, table, 0, batch)
                                      : exec.embed_images(pixels, batch);
@@ -224,7 +319,8 @@ int main(int argc, char** argv) {
   std::printf("%s\n", nlohmann::json({{"impl", "mmserve"},
                                       {"device", options.device.to_string()},
                                       {"dtype", mmserve::dtype_name(exec.dtype())},
-                                      {"input", options.device.is_cpu() ? "host" : input},
+                                      {"input", options.device.is_cpu() && input != "png" ? "host" : input},
+                                      {"image_decode", input == "png" ? image_decode : ""},
                                       {"memory_bytes", exec.memory_bytes()},
                                       {"tp_devices", tp_devices},
                                       {"pipeline_devices", pipeline_devices},

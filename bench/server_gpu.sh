@@ -53,12 +53,25 @@ EOF2
 # ... and with the pixels already on the GPU (the GPU's own limit; not the ratio's denominator).
 "$BIN/clip_throughput" --model "$REPO/clip-gpu" --device cuda --dtype bf16 --tower vision --input device \
   --batches "$MAX_BATCH" --iters 30 >"$OUT/engine_device.json" 2>>"$OUT/engine.err" || { cat "$OUT/engine.err" >&2; exit 1; }
+# ... and fed the PNG files themselves through the model's preparer and the GPU decode stage (image_decode: stage,
+# one instance, no HTTP): the stage's in-process ceiling, decode and encoder sharing the GPU.
+"$BIN/clip_throughput" --model "$REPO/clip-gpu" --device cuda --dtype bf16 --tower vision --input png \
+  --image-decode stage --batches "$MAX_BATCH" --iters 60 >"$OUT/engine_png_stage.json" 2>>"$OUT/engine.err" ||
+  { cat "$OUT/engine.err" >&2; exit 1; }
 
 srv_start gpu "$REPO" --http-threads 0
 echo "server $SRV_URL; warming up" >&2
 bench_run gpu_warmup --model clip-gpu --profile "$OUT/gpu_image.yaml" --rate 500 --duration 3 --connections 64
+# Where the host's CPU goes at saturation: every core's busy share (/proc/stat) and the server's own CPU seconds.
+cpu_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+proc_cpu() { awk '{print $14+$15}' "/proc/$SRV_PID/stat"; }
+read -r busy0 total0 < <(cpu_busy)
+srv0=$(proc_cpu)
 bench_run gpu_image_saturation --model clip-gpu --profile "$OUT/gpu_image.yaml" --rate "$RATE" \
   --duration "$DURATION" --connections "$CONNECTIONS"
+read -r busy1 total1 < <(cpu_busy)
+srv1=$(proc_cpu)
+echo "{\"host_busy\": $(( (busy1 - busy0) * 1000 / (total1 - total0) )), \"server_ticks\": $((srv1 - srv0)), \"host_ticks\": $((busy1 - busy0)), \"all_ticks\": $((total1 - total0)), \"clk_tck\": $(getconf CLK_TCK), \"cores\": $(nproc)}" >"$OUT/cpu.json"
 SAT=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["overall"]["throughput_ok_per_s"])' "$OUT/gpu_image_saturation.json")
 HALF=$("$PY" -c "print(max(1.0, $SAT / 2))")
 bench_run gpu_image_half --model clip-gpu --profile "$OUT/gpu_image.yaml" --rate "$HALF" --duration "$DURATION" \
@@ -84,6 +97,8 @@ def load(name):
 engine = [r for r in load("engine")["results"] if r["tower"] == "vision"][0]
 engine_device = [r for r in load("engine_device")["results"] if r["tower"] == "vision"][0]
 engine_levels = [r for r in load("engine_levels")["results"] if r["tower"] == "vision"][0]
+engine_png = [r for r in load("engine_png_stage")["results"] if r["tower"] == "vision"][0]
+cpu = load("cpu")
 sat, half = (load(n)["overall"] for n in ("gpu_image_saturation", "gpu_image_half"))
 b1 = load("gpu_image_b1")["overall"] if os.path.exists(os.path.join(out, "gpu_image_b1.json")) else None  # B1=0
 half_offered = load("gpu_image_half")["offered_rate"]
@@ -96,6 +111,10 @@ keep_levels = sat["throughput_ok_per_s"] / engine_levels["per_s"]
 rows = {
     "engine_images_per_s": engine["per_s"], "engine_device_pixels_images_per_s": engine_device["per_s"],
     "engine_levels_images_per_s": engine_levels["per_s"], "server_keeps_of_levels_engine": keep_levels,
+    "engine_png_stage_images_per_s": engine_png["per_s"],
+    "saturation_host_busy": cpu["host_busy"] / 1000,
+    "saturation_server_cores": cpu["server_ticks"] * cpu["cores"] / cpu["all_ticks"],
+    "saturation_cpu": cpu,
     "engine_batch": max_batch,
     "server_images_per_s": sat["throughput_ok_per_s"], "server_keeps": keep,
     "half_rate": half_offered, "half_p50_ms": p(half, "p50"), "half_p99_ms": p(half, "p99"),
@@ -111,8 +130,11 @@ print("|---|---|")
 print(f"| engine alone (host pixels, batch {max_batch}) | {engine['per_s']:.0f} images/s |")
 print(f"| engine alone (8-bit levels, one host buffer per image, batch {max_batch}) | {engine_levels['per_s']:.0f} images/s |")
 print(f"| engine alone (pixels already on the GPU) | {engine_device['per_s']:.0f} images/s |")
+print(f"| engine fed the PNGs (preparer + GPU decode stage, one instance, no HTTP) | {engine_png['per_s']:.0f} images/s |")
 print(f"| server at saturation | {sat['throughput_ok_per_s']:.0f} images/s = **{100*keep:.0f}%** of the engine with host f32 pixels (target >= 80%), {100*keep_levels:.0f}% of the engine with levels |")
 print(f"| server at half of it ({half_offered:.0f}/s offered) | p50 {p(half,'p50'):.1f} ms, p99 {p(half,'p99'):.1f} ms |")
+srv_cores = cpu["server_ticks"] * cpu["cores"] / cpu["all_ticks"]  # over the run's wall time (all_ticks / cores)
+print(f"| host CPU at saturation | {cpu['host_busy'] / 10:.0f}% of {cpu['cores']} cores busy, the server {srv_cores:.1f} cores |")
 if b1:
     print(f"| same server, max_batch_size 1 | {b1['throughput_ok_per_s']:.0f} images/s (batching gains {rows['batching_ratio_images']:.2f}x) |")
 if texts:

@@ -105,6 +105,11 @@ fi
 
 if has kernels; then
   # KERNELS_ONLY="moe": only those ops' micro-benchmarks (and no torch attention baseline).
+  # With a carried baseline (base/kernels_cuda_bench), its figures first, in the same call.
+  if [ -x "$BIN/base/kernels_cuda_bench" ]; then
+    "$BIN/base/kernels_cuda_bench" ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} --json "$RES/kernels_cuda_base.json" \
+      > "$RES/kernels_cuda_base_table.md" 2> "$RES/kernels_cuda_base.err" || summary+=("bench kernels (baseline): FAIL")
+  fi
   if "$BIN/kernels_cuda_bench" ${KERNELS_ONLY:+--only "$KERNELS_ONLY"} --json "$RES/kernels_cuda.json" \
       > "$RES/kernels_cuda_table.md" 2> "$RES/kernels_cuda.err"; then
     summary+=("bench kernels: ok")
@@ -234,7 +239,14 @@ options: {image_decode: stage};batch1|options: {image_decode: batch}"}
     entry=${rest%%;*}
     rest=${rest#*;}
     name=${entry%%|*}
-    if CLIP_YAML=${entry#*|} TEXTS=0 B1=0 bench/server_gpu.sh "$BIN" "$RES/image_path_$name" \
+    # A name starting with "base-" serves with the carried baseline's mmserve (pack-gpu-build.sh BASELINE=DIR):
+    # the commit before, in the same call; its engine rows are this build's.
+    bin=$BIN
+    if [[ $name == base-* ]]; then
+      bin=$BIN/base
+      for f in clip_throughput lib; do [ -e "$bin/$f" ] || ln -s "$BIN/$f" "$bin/$f"; done
+    fi
+    if CLIP_YAML=${entry#*|} TEXTS=0 B1=0 bench/server_gpu.sh "$bin" "$RES/image_path_$name" \
         > "$RES/image_path_$name.md" 2> "$RES/image_path_$name.err"; then
       summary+=("image path $name: $(grep -o 'server at saturation | [0-9]* images/s = \*\*[0-9]*%' "$RES/image_path_$name.md")")
     else
@@ -280,7 +292,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in mixtral_gpu_table.md priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md; do
+for f in mixtral_gpu_table.md priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_base_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md $(cd "$RES" && ls image_path_*.md 2>/dev/null); do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"

@@ -8,6 +8,8 @@
 #                                                  which saves the second (static) build when only code changed
 #   PACK=gpu GPU_EXTRA="sam_cuda_test"             only the GPU test binaries (+ these)
 #   PACK=only GPU_EXTRA="clip_batch_cuda_test"     only these test binaries (a call that runs a stage or two)
+#   BASELINE=DIR                                   also DIR's mmserve and kernels_cuda_bench (binaries of an earlier
+#                                                  commit, same libraries) as base/: gpu-check's before/after runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/gpu-host}
@@ -49,6 +51,10 @@ if [ "$B" != build/gpu-host ]; then
       [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"
     done
   done
+fi
+if [ -n "${BASELINE:-}" ]; then
+  mkdir -p "$STAGE/base"
+  for f in mmserve kernels_cuda_bench; do [ -x "$BASELINE/$f" ] && cp "$BASELINE/$f" "$STAGE/base/"; done
 fi
 find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry

@@ -1,9 +1,8 @@
-// Request bodies and synthetic images for `mmserve bench` (see bench_payloads.h). The libpng/libjpeg error
-// paths use setjmp/longjmp as those libraries require; only plain data lives across the jumps.
+// Request bodies and synthetic images for `mmserve bench` (see bench_payloads.h). The libjpeg error path uses
+// setjmp/longjmp as that library requires; only plain data lives across the jump. PNGs: frontends/image/png_encode.
 #include "cli/bench_payloads.h"
 
 #include <jpeglib.h>
-#include <png.h>
 
 #include <algorithm>
 #include <array>
@@ -16,6 +15,7 @@
 #include <string_view>
 
 #include "core/synthetic_image.h"
+#include "frontends/image/png_encode.h"
 
 namespace mmserve::cli {
 namespace {
@@ -32,11 +32,6 @@ constexpr std::array<std::string_view, 8> kDefaultTexts = {
     "猫の写真",
     "a black and white photograph of a man holding a camera on a tripod in a park",
 };
-
-void png_write_to_string(png_structp png, png_bytep data, png_size_t length) {
-  static_cast<std::string*>(png_get_io_ptr(png))->append(reinterpret_cast<const char*>(data), length);
-}
-void png_flush_noop(png_structp) {}
 
 struct JpegErrorManager {
   jpeg_error_mgr pub;
@@ -118,22 +113,8 @@ std::string base64_encode(const std::string& bytes) {
 
 StatusOr<std::string> synthesize_png(int width, int height, unsigned seed) {
   const std::vector<uint8_t> px = synthetic_image_pixels(width, height, seed);
-  std::vector<png_bytep> rows(height);
-  for (int y = 0; y < height; ++y) rows[y] = const_cast<png_bytep>(&px[static_cast<size_t>(y) * width * 3]);
-  std::string out;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  if (png == nullptr) return internal_error("libpng: cannot create a write struct");
-  png_infop info = png_create_info_struct(png);
-  if (info == nullptr || setjmp(png_jmpbuf(png))) {
-    png_destroy_write_struct(&png, &info);
-    return internal_error("libpng: encoding a synthetic image failed");
-  }
-  png_set_write_fn(png, &out, png_write_to_string, png_flush_noop);
-  png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
-  png_set_rows(png, info, rows.data());
-  png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
-  png_destroy_write_struct(&png, &info);
+  std::string out = image::encode_png(px.data(), width, height, 3);
+  if (out.empty()) return internal_error("libpng: encoding a synthetic image failed");
   return out;
 }
 

@@ -1,5 +1,5 @@
-// encode_png_gray (see png_encode.h): libpng's write API into a string. Nothing a client sends reaches here (the
-// pixels are our own masks), so libpng's errors can only be out-of-memory: they end in an empty result.
+// encode_png (see png_encode.h): libpng's write API into a string. Nothing a client sends reaches here (the pixels
+// are our own masks and pictures), so libpng's errors can only be out-of-memory: they end in an empty result.
 #include "frontends/image/png_encode.h"
 
 #include <png.h>
@@ -19,8 +19,13 @@ void flush_nothing(png_structp) {}
 
 }  // namespace
 
-std::string encode_png_gray(const uint8_t* gray, int width, int height) {
+std::string encode_png(const uint8_t* pixels, int width, int height, int channels, int level) {
   std::string out;
+  const int color = channels == 1   ? PNG_COLOR_TYPE_GRAY
+                    : channels == 3 ? PNG_COLOR_TYPE_RGB
+                    : channels == 4 ? PNG_COLOR_TYPE_RGB_ALPHA
+                                    : -1;
+  if (color < 0 || width <= 0 || height <= 0) return out;
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   if (png == nullptr) return out;
   png_infop info = png_create_info_struct(png);
@@ -34,11 +39,11 @@ std::string encode_png_gray(const uint8_t* gray, int width, int height) {
     return std::string();
   }
   png_set_write_fn(png, &out, write_to_string, flush_nothing);
-  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8, PNG_COLOR_TYPE_GRAY,
+  png_set_IHDR(png, info, static_cast<png_uint_32>(width), static_cast<png_uint_32>(height), 8, color,
                PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
-  png_set_compression_level(png, 1);  // masks compress well even at the fastest level
-  for (int y = 0; y < height; ++y)
-    rows[static_cast<size_t>(y)] = const_cast<png_bytep>(gray + static_cast<size_t>(y) * width);
+  if (level >= 0) png_set_compression_level(png, level);
+  const size_t stride = static_cast<size_t>(width) * channels;
+  for (int y = 0; y < height; ++y) rows[static_cast<size_t>(y)] = const_cast<png_bytep>(pixels + y * stride);
   png_set_rows(png, info, rows.data());
   png_write_png(png, info, PNG_TRANSFORM_IDENTITY, nullptr);
   png_destroy_write_struct(&png, &info);
