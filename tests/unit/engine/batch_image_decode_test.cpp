@@ -385,6 +385,65 @@ TEST(BatchImageDecodeConfig, KeyAndRefusals) {
   }
 }
 
+// A busy stage (decode_stage.queue_images) sends the next requests' PNGs to the preprocessing pool: decodes_media()
+// says so, and prepare() then decodes them on the host (levels, no kept PNG); once the queue drains they go to the
+// stage again.
+TEST(BatchImageDecodeConfig, ABusyStageSendsImagesToThePool) {
+  const std::string dir = testing::fixture("clip-tiny-quickgelu-f32");
+  ClipOptions clip;
+  clip.image_decode = ClipOptions::ImageDecode::kStage;
+  clip.stage.lanes = 1;
+  clip.stage.lane_images = 1;
+  clip.stage.queue_images = 1;
+  auto executor = ClipExecutor::create(dir, {}, clip);
+  ASSERT_TRUE(executor.ok()) << executor.status().to_string();
+  auto inputs = ClipInputs::create(dir, **executor, {});
+  ASSERT_TRUE(inputs.ok()) << inputs.status().to_string();
+  const std::string big = make_png(400, 300, 3, 21);  // ms a decode on a core, under the kept-stream limit
+  InputItem item;
+  item.kind = InputKind::kImageBytes;
+  item.image_bytes = big;
+  const std::vector<InputItem> one = {item};
+  EXPECT_FALSE((*inputs)->decodes_media(one)) << "an idle stage takes the PNG";
+  Prepared1 first = prepare(**inputs, {big});
+  ASSERT_TRUE(first.status.ok());
+  ASSERT_EQ(first.input->kept_pngs.size(), 1u);
+  // The queue holds it until the stage thread hands it to the lane (busy meanwhile): wait for that.
+  for (int tries = 0; tries < 1000 && (*inputs)->decodes_media(one); ++tries) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  // Requests in a row while the lane decodes: the one that waits for the lane makes the stage busy, and the
+  // next go to the host until the queue moves.
+  std::vector<Prepared1> later;
+  int busy_seen = 0, on_host = 0, staged = 0;
+  for (int i = 0; i < 20; ++i) {
+    busy_seen += (*inputs)->decodes_media(one) ? 1 : 0;
+    later.push_back(prepare(**inputs, {big}));
+    ASSERT_TRUE(later.back().status.ok());
+    (later.back().input->kept_pngs.empty() ? on_host : staged) += 1;
+  }
+  EXPECT_GT(busy_seen, 0);
+  EXPECT_GT(on_host, 0) << "decoded on the host while the stage was busy";
+  EXPECT_GT(staged, 0);
+  const int64_t side = (*executor)->image_size();
+  const Prepared1* host = nullptr;
+  const StagedImage* gpu = nullptr;
+  for (const Prepared1& p : later) {
+    if (p.input->kept_pngs.empty()) {
+      EXPECT_EQ(p.input->levels.size(), static_cast<size_t>(3 * side * side));
+      host = &p;
+    } else {
+      ASSERT_EQ(p.input->kept_pngs[0].staged->wait(), 0);
+      gpu = p.input->kept_pngs[0].staged.get();
+    }
+  }
+  ASSERT_EQ(first.input->kept_pngs[0].staged->wait(), 0);
+  EXPECT_FALSE((*inputs)->decodes_media(one)) << "the queue drained: the stage takes PNGs again";
+  // The host's levels equal the stage's, so where an image went never shows in its embedding.
+  ASSERT_TRUE(host != nullptr && gpu != nullptr);
+  EXPECT_TRUE(std::equal(host->input->levels.begin(), host->input->levels.end(), gpu->levels()));
+}
+
 // --- The stage ahead of the batcher (png_decode_stage.h), on cpu: the same levels, refusals per image, slots that
 // run out without blocking, a stop that leaves no waiter hanging.
 
