@@ -61,9 +61,10 @@ Status LlamaExecutor::load_adapter(const std::string& name, const std::string& d
   }
   ASSIGN_OR_RETURN(std::shared_ptr<models::LoraAdapter> adapter,
                    models::load_lora_adapter(dir, name, config_, prefixes, pack, projector ? &*projector : nullptr));
+  // Both LLaVA paths (the CPU's LlavaModel, the GPU's LlavaCudaVision) apply it; a path without it refuses here.
   if (adapter->adapts_projector() && !encode_images_lora_) {
-    return unimplemented("adapter '" + name + "' adapts LLaVA's multi_modal_projector, which only the CPU path "
-                         "applies yet (this model runs on " + options_.device.to_string() + ")");
+    return unimplemented("adapter '" + name + "' adapts LLaVA's multi_modal_projector, which this model's image "
+                         "path does not apply (it runs on " + options_.device.to_string() + ")");
   }
   if (adapter->adapts_experts() && !options_.device.is_cpu()) {  // a packer refuses them already; this without one
     return unimplemented("adapter '" + name + "': LoRA on Mixtral's experts runs on the CPU path only (this model " +

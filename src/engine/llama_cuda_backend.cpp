@@ -237,6 +237,10 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
     vision->encode = [raw = shared.get()](const float* pixels, int64_t n, float* features) {
       return raw->encode(pixels, n, features);
     };
+    vision->encode_lora = [raw = shared.get()](const float* pixels, int64_t n, float* features,
+                                               const std::shared_ptr<const models::LoraAdapter>& adapter) {
+      return raw->encode(pixels, n, features, adapter);
+    };
     vision->image_newline = shared->image_newline();
     vision->owner = shared;
   } else {

@@ -20,6 +20,10 @@ struct LlamaOptions;
 // The image side of a LLaVA on the GPU (models/llava/llava_cuda.h), type-erased for the executor.
 struct CudaImageEncoder {
   std::function<Status(const float* pixels, int64_t n, float* features)> encode;  // n tiles
+  // The same under an adapter's projector deltas (LlavaCudaVision's device cache of their matrices per load).
+  std::function<Status(const float* pixels, int64_t n, float* features,
+                       const std::shared_ptr<const models::LoraAdapter>& adapter)>
+      encode_lora;
   std::vector<float> image_newline;  // LLaVA-NeXT
   std::shared_ptr<void> owner;
 };

@@ -127,13 +127,13 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
         return raw->encode_images(pixel_t, feature_t, arena);
       };
       e->encode_images_lora_ = [raw = shared.get()](const float* pixels, int64_t n, float* features,
-                                                    const models::LoraAdapter& adapter) {
+                                                    const std::shared_ptr<const models::LoraAdapter>& adapter) {
         const models::LlavaConfig& c = raw->config();
         const int64_t s = c.vision.image_size;
         Tensor pixel_t(const_cast<float*>(pixels), DType::kF32, {n, 3, s, s});
         Tensor feature_t(features, DType::kF32, {n, c.tokens_per_image(), c.text.hidden_size});
         Arena arena;
-        return raw->encode_images(pixel_t, feature_t, arena, &adapter.projector);
+        return raw->encode_images(pixel_t, feature_t, arena, &adapter->projector);
       };
       e->image_newline_ = shared->image_newline();
       e->vision_owner_ = std::const_pointer_cast<models::LlavaModel>(shared);
@@ -169,6 +169,7 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     ASSIGN_OR_RETURN(e->backend_, make_llama_cuda_backend(model_dir, options, llama, e->config_, e->max_model_len_,
                                                           e->dtype_, llava ? &*e->llava_config_ : nullptr, &vision));
     e->encode_images_ = std::move(vision.encode);
+    e->encode_images_lora_ = std::move(vision.encode_lora);
     e->image_newline_ = std::move(vision.image_newline);
     e->vision_owner_ = std::move(vision.owner);
     e->lora_slots_ = llama.max_loras > 0 ? llama.max_loras
@@ -748,7 +749,7 @@ StatusOr<std::vector<float>> LlamaExecutor::image_features(const LlamaInput& inp
     const int64_t tiles = static_cast<int64_t>(pixels.size()) / tile_floats;
     std::vector<float> features(static_cast<size_t>(tiles * t * h));
     if (projector != nullptr) {
-      RETURN_IF_ERROR(encode_images_lora_(pixels.data(), tiles, features.data(), *projector));
+      RETURN_IF_ERROR(encode_images_lora_(pixels.data(), tiles, features.data(), input.adapter));
     } else {
       RETURN_IF_ERROR(encode_images_(pixels.data(), tiles, features.data()));
     }

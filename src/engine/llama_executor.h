@@ -227,8 +227,10 @@ class LlamaExecutor final : public Executor {
   // LLaVA-NeXT's image_newline row (packing: models/llava/llava_next.h).
   std::optional<models::LlavaConfig> llava_config_;
   std::function<Status(const float* pixels, int64_t n, float* features)> encode_images_;
-  // The same under an adapter's projector deltas (the CPU path; unset on the GPU, which refuses such adapters).
-  std::function<Status(const float* pixels, int64_t n, float* features, const models::LoraAdapter& adapter)>
+  // The same under an adapter's projector deltas (LlavaModel's on the CPU, LlavaCudaVision's on a GPU; unset where a
+  // path does not apply them, which then refuses such adapters at load).
+  std::function<Status(const float* pixels, int64_t n, float* features,
+                       const std::shared_ptr<const models::LoraAdapter>& adapter)>
       encode_images_lora_;
   std::vector<float> image_newline_;
   std::shared_ptr<void> vision_owner_;

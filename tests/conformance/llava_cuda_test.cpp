@@ -3,8 +3,11 @@
 // features from HF's pixels (LLaVA-NeXT's tiles packed with image_newline), then
 // the prompt's logits and every greedy step (fed HF's ids) with the placeholder rows taking our features. f32 within
 // 2e-4 of each row's largest |value| (the same model, other summation orders); bf16 under the 2x rule (our logits'
-// error at most twice HF's own bf16 run's, on the same inputs), over a Llama and over a Mixtral text model. Skipped,
-// saying why, without a GPU.
+// error at most twice HF's own bf16 run's, on the same inputs), over a Llama and over a Mixtral text model. Then a
+// PEFT adapter on the projector (tests/fixtures/lora/llava-projector-r4: linear_1 r 4, linear_2 r 2), its linears
+// whole and one at a time, against LlavaModel::encode_images with the same adapter (the CPU twin): f32 within 1e-4 of
+// the features' largest |value|, bf16 within twice the unadapted bf16 run's error; each must move the features well
+// beyond that (an ignored adapter fails); and the device cache's bound. Skipped, saying why, without a GPU.
 #include "models/llava/llava_cuda.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +21,7 @@
 #include "core/safetensors.h"
 #include "kernels/testing/cuda_test_util.h"
 #include "models/llava/llava_next.h"
+#include "models/lora/lora_adapter.h"
 
 namespace mmserve::models {
 namespace {
@@ -131,6 +135,143 @@ TEST(LlavaCuda, TowerProjectorAndDecoderMatchTransformers) {
     ++variants;
   }
   EXPECT_GE(variants, 5);
+}
+
+// max |got - want| over the largest |want| (every value of every row: the features of a few images).
+float relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  float scale = 0, worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    scale = std::max(scale, std::fabs(want[i]));
+    worst = std::max(worst, std::fabs(got[i] - want[i]));
+  }
+  return scale > 0 ? worst / scale : worst;
+}
+
+// The projector adapter fixture's base model, its CPU twin, and HF's pixels of the fixture image with two altered
+// copies (three images: with max_images 2 the GPU runs them in two chunks under the adapter).
+struct ProjectorLoraCase {
+  std::string model_dir = testing::fixture("llava/llava-llama-f32");
+  std::string adapter_dir = testing::fixture("lora/llava-projector-r4");
+  std::unique_ptr<LlavaModel> cpu;
+  std::vector<float> pixels;
+  int64_t images = 3;
+
+  void load() {
+    auto m = LlavaModel::load(model_dir);
+    ASSERT_TRUE(m.ok()) << m.status().to_string();
+    cpu = std::move(*m);
+    testing::Golden golden(model_dir + "/golden.safetensors");
+    const std::vector<float> one = golden.f32("pixel_values");
+    for (int64_t i = 0; i < images; ++i) {
+      for (size_t k = 0; k < one.size(); ++k) pixels.push_back(i == 0 ? one[k] : one[(k * 7 + i) % one.size()]);
+    }
+  }
+  // Each call a new load (another LoraAdapter::id), mutable until shared: `keep` chooses the linears it adapts.
+  std::shared_ptr<LoraAdapter> load_adapter(std::array<bool, 2> keep = {true, true}) const {
+    const LlavaConfig& c = cpu->config();
+    const LoraProjectorShape shape{{"model.multi_modal_projector.", "multi_modal_projector."},
+                                   c.vision.hidden_size * static_cast<int64_t>(c.feature_layers.size()),
+                                   c.text.hidden_size};
+    auto a = load_lora_adapter(adapter_dir, "projector", c.text, {"model.language_model.", "language_model.model."},
+                               nullptr, &shape);
+    EXPECT_TRUE(a.ok()) << a.status().to_string();
+    if (!a.ok()) return nullptr;
+    for (int k = 0; k < 2; ++k) {
+      if (!keep[k]) (*a)->projector[k] = LoraModule();
+    }
+    return *a;
+  }
+  std::vector<float> cpu_features(const LoraAdapter* adapter) const {
+    const LlavaConfig& c = cpu->config();
+    const int64_t s = c.vision.image_size;
+    std::vector<float> out(static_cast<size_t>(images * c.tokens_per_image() * c.text.hidden_size));
+    Tensor pixel_t(const_cast<float*>(pixels.data()), DType::kF32, {images, 3, s, s});
+    Tensor feature_t(out.data(), DType::kF32, {images, c.tokens_per_image(), c.text.hidden_size});
+    Arena arena;
+    const Status st = cpu->encode_images(pixel_t, feature_t, arena, adapter ? &adapter->projector : nullptr);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    return out;
+  }
+};
+
+TEST(LlavaCuda, ProjectorAdapterMatchesTheCpuTwin) {
+  MMSERVE_REQUIRE_GPU();
+  ProjectorLoraCase t;
+  ASSERT_NO_FATAL_FAILURE(t.load());
+  const std::vector<float> cpu_base = t.cpu_features(nullptr);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    LlavaCudaVisionOptions vo;
+    vo.dtype = dtype;
+    vo.max_images = 2;
+    auto vision = LlavaCudaVision::load(t.model_dir, vo);
+    ASSERT_TRUE(vision.ok()) << vision.status().to_string();
+    auto encode = [&](const std::shared_ptr<const LoraAdapter>& adapter) {
+      std::vector<float> out(cpu_base.size());
+      const Status st = (*vision)->encode(t.pixels.data(), t.images, out.data(), adapter);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      return out;
+    };
+    const std::vector<float> gpu_base = encode(nullptr);
+    const float base_err = relative_error(gpu_base, cpu_base);
+    // f32: the same computation in another summation order. bf16: the 2x rule, our own unadapted run the reference.
+    const float tolerance = dtype == DType::kF32 ? 1e-4f : 2 * base_err;
+    // Both linears, then linear_2 alone (the delta on the f32 output), then linear_1 alone (before the activation).
+    for (const std::array<bool, 2> keep : {std::array<bool, 2>{true, true}, {false, true}, {true, false}}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " linear_1 " + (keep[0] ? "on" : "off") + ", linear_2 " +
+                   (keep[1] ? "on" : "off"));
+      const std::shared_ptr<const LoraAdapter> adapter = t.load_adapter(keep);
+      ASSERT_NE(adapter, nullptr);
+      const std::vector<float> want = t.cpu_features(adapter.get()), got = encode(adapter);
+      const float err = relative_error(got, want), moved = relative_error(got, gpu_base);
+      const float cpu_moved = relative_error(want, cpu_base);  // 0.42-0.63 for these three
+      std::printf("[ llava_cuda ] projector adapter %-4s linear_1 %d linear_2 %d: max rel error %.2e (unadapted "
+                  "%.2e), moved %.2e from the unadapted features (the CPU's %.2e)\n",
+                  dtype_name(dtype), keep[0], keep[1], err, base_err, moved, cpu_moved);
+      EXPECT_LE(err, tolerance);
+      ASSERT_GE(cpu_moved, 0.1f) << "the fixture's adapter must change the features";
+      EXPECT_GE(moved, 0.5f * cpu_moved) << "the adapter must change the GPU's features as it does the CPU's";
+      EXPECT_LE(relative_error(encode(adapter), want), tolerance) << "again, from the device cache";
+    }
+    // The unadapted forward as before (nothing of an adapter's pass stays behind).
+    EXPECT_LE(relative_error(encode(nullptr), cpu_base), dtype == DType::kF32 ? 1e-4f : 1.01f * base_err);
+  }
+}
+
+TEST(LlavaCuda, ProjectorAdapterCacheIsBoundedAndFreedWithItsAdapters) {
+  MMSERVE_REQUIRE_GPU();
+  ProjectorLoraCase t;
+  t.images = 1;
+  ASSERT_NO_FATAL_FAILURE(t.load());
+  LlavaCudaVisionOptions vo;
+  vo.dtype = DType::kF32;
+  auto vision = LlavaCudaVision::load(t.model_dir, vo);
+  ASSERT_TRUE(vision.ok()) << vision.status().to_string();
+  const size_t n = LlavaCudaVision::kProjectorLoraEntries + 2;
+  std::vector<std::shared_ptr<const LoraAdapter>> loads;
+  std::vector<std::vector<float>> want;
+  for (size_t i = 0; i < n; ++i) {  // loads that differ: linear_2 alone on odd ones
+    loads.push_back(t.load_adapter({i % 2 == 0, true}));
+    ASSERT_NE(loads.back(), nullptr);
+    want.push_back(t.cpu_features(loads.back().get()));
+  }
+  std::vector<float> got(want[0].size());
+  for (size_t round = 0; round < 2; ++round) {  // the second round finds its loads evicted, uploaded again
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE((*vision)->encode(t.pixels.data(), 1, got.data(), loads[i]).ok());
+      EXPECT_LE(relative_error(got, want[i]), 1e-4f) << "load " << i << ", round " << round;
+      EXPECT_LE((*vision)->projector_lora_entries(), static_cast<int64_t>(LlavaCudaVision::kProjectorLoraEntries));
+    }
+  }
+  EXPECT_EQ((*vision)->projector_lora_entries(), static_cast<int64_t>(LlavaCudaVision::kProjectorLoraEntries));
+  ASSERT_TRUE((*vision)->encode(t.pixels.data(), 1, got.data(), loads[0]).ok());  // evicted in round 2: back in
+  EXPECT_LE(relative_error(got, want[0]), 1e-4f);
+  // Unloaded (the registry and every request let go): the next image, adapted or not, frees their matrices.
+  loads.erase(loads.begin() + 1, loads.end());
+  ASSERT_TRUE((*vision)->encode(t.pixels.data(), 1, got.data()).ok());
+  EXPECT_EQ((*vision)->projector_lora_entries(), 1);
+  loads.clear();
+  ASSERT_TRUE((*vision)->encode(t.pixels.data(), 1, got.data()).ok());
+  EXPECT_EQ((*vision)->projector_lora_entries(), 0);
 }
 
 }  // namespace

@@ -666,6 +666,12 @@ TEST(CliGpu, GenerateWithAnAdapterOnLlavasDecoderOnTheGpuGivesPeftsIds) {
   expect_llava_lora_greedy({"--device", "cuda:0", "--dtype", "f32"});
 }
 
+// The projector's deltas on the GPU (LlavaCudaVision's pass after each projector GEMM), the o_proj's in a slot.
+TEST(CliGpu, GenerateWithAnAdapterOnLlavasProjectorOnTheGpuGivesPeftsIds) {
+  if (!fs::exists("/dev/nvidia0")) GTEST_SKIP() << "GPU test skipped: no /dev/nvidia0 on this machine";
+  expect_llava_lora_greedy({"--device", "cuda:0", "--dtype", "f32"}, "llava-projector-r4");
+}
+
 // LLaVA-NeXT's own refusals: a processor whose pinpoints are not the model's (it would count other placeholders
 // than the model packs), and a placeholder count that does not match the images.
 TEST(Cli, LlavaNextRefusesMismatchedPinpointsAndPlaceholders) {

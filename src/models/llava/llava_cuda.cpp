@@ -1,5 +1,6 @@
 // LlavaCudaVision (see llava_cuda.h): load (the tower's and projector's tensors, converted on the host), the plan of
-// the device buffers, and the forward of llava.cpp's encode_images, one kernel or GEMM per step.
+// the device buffers, the forward of llava.cpp's encode_images, one kernel or GEMM per step, and the projector's LoRA
+// deltas with their device cache.
 #include "models/llava/llava_cuda.h"
 
 #include <algorithm>
@@ -19,6 +20,18 @@ namespace {
 
 size_t bytes_of(DType d, int64_t n) {
   return storage_bytes(d, n);
+}
+
+// n host f32 values to `dst` on the device in `dtype` (f32, or bf16/f16 converted on the host through `half`).
+Status upload_as(const float* src, int64_t n, DType dtype, void* dst, std::vector<uint16_t>& half) {
+  if (dtype == DType::kF32) {
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    return ok_status();
+  }
+  half.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) half[i] = dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+  return ok_status();
 }
 
 // One device tensor to fill: from a host f32 tensor (load) or random (benchmarks).
@@ -166,15 +179,7 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::load(const std::stri
   for (const Job& j : jobs) {
     if (j.source.numel() != j.numel) return internal_error("LLaVA tower: a tensor of an unexpected size");
     ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(bytes_of(j.dtype, j.numel)));
-    const float* src = j.source.data_as<float>();
-    if (j.dtype == DType::kF32) {
-      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, j.numel * sizeof(float), cudaMemcpyHostToDevice));
-    } else {
-      half.resize(static_cast<size_t>(j.numel));
-      for (int64_t i = 0; i < j.numel; ++i)
-        half[i] = j.dtype == DType::kBF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
-      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), j.numel * sizeof(uint16_t), cudaMemcpyHostToDevice));
-    }
+    RETURN_IF_ERROR(upload_as(j.source.data_as<float>(), j.numel, j.dtype, dst, half));
     *j.target = dst;
   }
   return m;
@@ -201,7 +206,7 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::random(const LlavaCo
   return m;
 }
 
-Status LlavaCudaVision::forward(int64_t n) {
+Status LlavaCudaVision::forward(int64_t n, const ProjectorLora* lora) {
   const LlavaConfig& c = config_;
   const ClipVisionConfig& v = c.vision;
   const DType dt = options_.dtype;
@@ -240,16 +245,106 @@ Status LlavaCudaVision::forward(int64_t n) {
     RETURN_IF_ERROR(encoder_block_cuda(blocks_[static_cast<size_t>(l)], block_, shape, args, *gemm_, s));
     RETURN_IF_ERROR(select(l + 1));
   }
-  // The projector: linear_2(act(linear_1(selected))), the output f32.
+  // The projector: linear_2(act(linear_1(selected))), the output f32; an adapter's deltas join each linear's output
+  // (linear_1's before the activation, as PEFT's lora.Linear wraps the linear alone).
   g = kernels::GemmCudaArgs{};
   g.m = n * t, g.n = h, g.k = in, g.a = selected_, g.lda = in, g.w = linear1_w_, g.ldw = in, g.in_dtype = dt;
   g.d = mid_, g.ldd = h, g.out_dtype = dt, g.bias = linear1_b_;
   RETURN_IF_ERROR(gemm_->run(g, s));
+  if (lora != nullptr && lora->rank[0] > 0) RETURN_IF_ERROR(add_projector_delta(*lora, 0, selected_, n * t, mid_, dt));
   RETURN_IF_ERROR(kernels::activation_cuda(c.projector_act, mid_, dt, n * t * h, s));
   g = kernels::GemmCudaArgs{};
   g.m = n * t, g.n = h, g.k = h, g.a = mid_, g.lda = h, g.w = linear2_w_, g.ldw = h, g.in_dtype = dt;
   g.d = features_, g.ldd = h, g.out_dtype = DType::kF32, g.bias = linear2_b_;
-  return gemm_->run(g, s);
+  RETURN_IF_ERROR(gemm_->run(g, s));
+  if (lora != nullptr && lora->rank[1] > 0) {
+    RETURN_IF_ERROR(add_projector_delta(*lora, 1, mid_, n * t, features_, DType::kF32));
+  }
+  return ok_status();
+}
+
+Status LlavaCudaVision::add_projector_delta(const ProjectorLora& lora, int k, const void* x, int64_t rows, void* y,
+                                            DType y_dtype) {
+  // linear_1: [in -> h], linear_2: [h -> h]; x is the linear's input in the model's dtype.
+  const int64_t h = config_.text.hidden_size;
+  const int64_t in = k == 0 ? config_.vision.hidden_size * static_cast<int64_t>(config_.feature_layers.size()) : h;
+  const int64_t r = lora.rank[k];
+  kernels::GemmCudaArgs g;
+  g.m = rows, g.n = r, g.k = in, g.a = x, g.lda = in, g.w = lora.a[k], g.ldw = in, g.in_dtype = options_.dtype;
+  g.d = lora.scratch, g.ldd = r, g.out_dtype = y_dtype;  // the rank values in y's dtype, B's too (see the header)
+  RETURN_IF_ERROR(gemm_->run(g, stream_.get()));
+  g = kernels::GemmCudaArgs{};
+  g.m = rows, g.n = h, g.k = r, g.a = lora.scratch, g.lda = r, g.w = lora.b[k], g.ldw = r, g.in_dtype = y_dtype;
+  g.d = y, g.ldd = h, g.out_dtype = y_dtype, g.alpha = lora.scale[k], g.beta = 1.0f;
+  return gemm_->run(g, stream_.get());
+}
+
+void LlavaCudaVision::drop_expired_projector_loras() {
+  // Called between encodes (every forward synchronised its stream), so no queued GEMM still reads a freed entry.
+  projector_loras_.erase(std::remove_if(projector_loras_.begin(), projector_loras_.end(),
+                                        [](const ProjectorLora& e) { return e.adapter.expired(); }),
+                         projector_loras_.end());
+}
+
+StatusOr<const LlavaCudaVision::ProjectorLora*> LlavaCudaVision::projector_lora(
+    const std::shared_ptr<const LoraAdapter>& adapter) {
+  drop_expired_projector_loras();
+  if (adapter == nullptr || !adapter->adapts_projector()) return nullptr;
+  for (ProjectorLora& e : projector_loras_) {
+    if (e.id == adapter->id) {
+      e.used = ++projector_lora_clock_;
+      return &e;
+    }
+  }
+  // A new load: its shapes checked against this projector (a load for another model's would read out of bounds).
+  const int64_t h = config_.text.hidden_size;
+  const int64_t in = config_.vision.hidden_size * static_cast<int64_t>(config_.feature_layers.size());
+  const std::array<std::array<int64_t, 2>, 2> features = {{{in, h}, {h, h}}};
+  ProjectorLora entry;
+  entry.id = adapter->id, entry.adapter = adapter;
+  int64_t r_max = 0;
+  size_t total = 0;
+  for (int k = 0; k < 2; ++k) {
+    const LoraModule& m = adapter->projector[k];
+    if (!m.present()) continue;
+    if (m.in != features[k][0] || m.out != features[k][1]) {
+      return invalid_argument("adapter '" + adapter->name + "': its projector linear_" + std::to_string(k + 1) +
+                              " is [" + std::to_string(m.in) + " -> " + std::to_string(m.out) + "], this model's [" +
+                              std::to_string(features[k][0]) + " -> " + std::to_string(features[k][1]) + "]");
+    }
+    if (static_cast<int64_t>(m.a.size()) != m.rank * m.in || static_cast<int64_t>(m.b.size()) != m.out * m.rank) {
+      return failed_precondition("adapter '" + adapter->name + "' holds no f32 matrices for its projector linear_" +
+                                 std::to_string(k + 1));
+    }
+    entry.rank[k] = m.rank, entry.scale[k] = m.scale;
+    r_max = std::max(r_max, m.rank);
+    total += DeviceArena::aligned(bytes_of(options_.dtype, m.rank * m.in)) +
+             DeviceArena::aligned(bytes_of(k == 0 ? options_.dtype : DType::kF32, m.out * m.rank));
+  }
+  const int64_t scratch = options_.max_images * config_.tokens_per_image() * r_max;
+  total += DeviceArena::aligned(bytes_of(DType::kF32, scratch));  // f32: the wider of the two dtypes it holds
+  if (projector_loras_.size() >= kProjectorLoraEntries) {
+    projector_loras_.erase(
+        std::min_element(projector_loras_.begin(), projector_loras_.end(),
+                         [](const ProjectorLora& x, const ProjectorLora& y) { return x.used < y.used; }));
+  }
+  entry.memory = std::make_unique<DeviceArena>();
+  RETURN_IF_ERROR(entry.memory->init(total));
+  std::vector<uint16_t> half;
+  for (int k = 0; k < 2; ++k) {
+    const LoraModule& m = adapter->projector[k];
+    if (!m.present()) continue;
+    const DType b_dtype = k == 0 ? options_.dtype : DType::kF32;
+    ASSIGN_OR_RETURN(void* a, entry.memory->allocate(bytes_of(options_.dtype, m.rank * m.in)));
+    ASSIGN_OR_RETURN(void* b, entry.memory->allocate(bytes_of(b_dtype, m.out * m.rank)));
+    RETURN_IF_ERROR(upload_as(m.a.data(), m.rank * m.in, options_.dtype, a, half));
+    RETURN_IF_ERROR(upload_as(m.b.data(), m.out * m.rank, b_dtype, b, half));
+    entry.a[k] = a, entry.b[k] = b;
+  }
+  ASSIGN_OR_RETURN(entry.scratch, entry.memory->allocate(bytes_of(DType::kF32, scratch)));
+  entry.used = ++projector_lora_clock_;
+  projector_loras_.push_back(std::move(entry));
+  return &projector_loras_.back();
 }
 
 Status LlavaCudaVision::encode_on_device(const float* device_pixels, int64_t n) {
@@ -261,15 +356,22 @@ Status LlavaCudaVision::encode_on_device(const float* device_pixels, int64_t n) 
 }
 
 Status LlavaCudaVision::encode(const float* pixels, int64_t n, float* features) {
+  return encode(pixels, n, features, nullptr);
+}
+
+Status LlavaCudaVision::encode(const float* pixels, int64_t n, float* features,
+                               const std::shared_ptr<const LoraAdapter>& adapter) {
   const ClipVisionConfig& v = config_.vision;
   const int64_t per_image = v.num_channels * v.image_size * v.image_size;
   const int64_t per_features = config_.tokens_per_image() * config_.text.hidden_size;
   CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
+  // Also without an adapter: the entries of adapters unloaded since the last image are freed here.
+  ASSIGN_OR_RETURN(const ProjectorLora* lora, projector_lora(adapter));
   for (int64_t first = 0; first < n; first += options_.max_images) {
     const int64_t m = std::min(options_.max_images, n - first);
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pixels_, pixels + first * per_image, m * per_image * sizeof(float),
                                          cudaMemcpyHostToDevice, stream_.get()));
-    RETURN_IF_ERROR(forward(m));
+    RETURN_IF_ERROR(forward(m, lora));
     CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(features + first * per_features, features_, m * per_features * sizeof(float),
                                          cudaMemcpyDeviceToHost, stream_.get()));
     RETURN_IF_ERROR(stream_.synchronize());
