@@ -8,6 +8,7 @@
 #                                                  which saves the second (static) build when only code changed
 #   PACK=gpu GPU_EXTRA="sam_cuda_test"             only the GPU test binaries (+ these)
 #   PACK=only GPU_EXTRA="clip_batch_cuda_test"     only these test binaries (a call that runs a stage or two)
+#   BENCHES="kernels_cuda_bench"                   only these GPU benches (default: all five)
 #   BASELINE=DIR                                   also DIR's mmserve and kernels_cuda_bench (binaries of an earlier
 #                                                  commit, same libraries) as base/: gpu-check's before/after runs
 set -euo pipefail
@@ -16,11 +17,10 @@ B=${1:-build/gpu-host}
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/tests" "$STAGE/lib"
 cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
-[ -x "$B/src/kernels/kernels_cuda_bench" ] && cp "$B/src/kernels/kernels_cuda_bench" "$STAGE/"
-[ -x "$B/bench/whisper_gpu_bench" ] && cp "$B/bench/whisper_gpu_bench" "$STAGE/"
-[ -x "$B/bench/sam_gpu_bench" ] && cp "$B/bench/sam_gpu_bench" "$STAGE/"
-[ -x "$B/bench/llama_gpu_bench" ] && cp "$B/bench/llama_gpu_bench" "$STAGE/"
-[ -x "$B/bench/llava_gpu_bench" ] && cp "$B/bench/llava_gpu_bench" "$STAGE/"
+# BENCHES="kernels_cuda_bench": only these of the GPU benches (the carried size is limited).
+for b in ${BENCHES:-kernels_cuda_bench whisper_gpu_bench sam_gpu_bench llama_gpu_bench llava_gpu_bench}; do
+  for d in "$B/src/kernels" "$B/bench"; do [ -x "$d/$b" ] && cp "$d/$b" "$STAGE/"; done
+done
 # PACK=gpu: only the binaries with GPU tests (the device tool carries at most 64 MiB with the tree).
 if [ "${PACK:-all}" = only ]; then
   for t in ${GPU_EXTRA:-}; do
