@@ -1,0 +1,452 @@
+// The W4A16 GEMM on the GPU (see w4a16_cuda.h for the contract, w4a16.h and w4a16_layout.h for the packed layout).
+//
+// m <= 64, mma_kernel: a CTA of 4 warps owns 4 row strips of 16 output rows (64 outputs) and one split's range of
+// 256-column chunks. Per chunk: the CTA copies x's [rows, 256] slice into shared memory (rows padded to the
+// fragment's 8 tokens with zeros; gathered through perm for act-order), each warp dequantises its strip's four
+// 16 x 64 tiles (one 16-byte load per lane each, fetched one chunk ahead into registers) into A fragments and runs
+// mma.sync.m16n8k16 against ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows
+// of W x 16 columns), x the B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of
+// the MMA as an x-as-A kernel would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
+// csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16-byte load is its fragments, the
+// lop3/magic-number dequantisation, scales applied in registers per group, split-K over SMs. What we do not (yet):
+// cp.async multi-stage pipelining of the weights through shared memory, Marlin's semaphore-ordered in-place
+// reduction (we write f32 partials and sum them in a second launch), and its 4-bit zeros (ours are 16-bit).
+//
+// m > 64: dequant_kernel writes W [n, k] in the dtype to the workspace (columns in packed order), gather_kernel
+// permutes x's columns when act-order, and cuBLASLt multiplies.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/attention/mma_ptx.cuh"
+#include "kernels/common/cuda_convert.cuh"
+#include "kernels/common/cuda_pdl.cuh"
+#include "kernels/gemm/gemm_cuda.h"
+#include "kernels/w4a16/w4a16_cuda.h"
+#include "kernels/w4a16/w4a16_layout.h"
+
+namespace mmserve::kernels {
+namespace {
+
+namespace layout = w4a16_layout;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kChunkTiles = 4;                // 64-column tiles per chunk
+constexpr int kChunkCols = kChunkTiles * 64;  // 256
+// x's shared rows padded by 16 bytes: the 8 rows one ldmatrix matrix reads start in 8 different 16-byte bank groups.
+constexpr int kXStride = kChunkCols + 8;
+constexpr int64_t kSplitRowsBudget = 256;  // splits * m at most this (bounds the partials' bytes)
+
+// The 16-bit pair type of T and the magic number base | base that turns a nibble into base + value.
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__half> {
+  using Type = __half2;
+  static constexpr uint32_t kMagic = layout::kMagicF16x2;
+};
+template <>
+struct Pair<__nv_bfloat16> {
+  using Type = __nv_bfloat162;
+  static constexpr uint32_t kMagic = layout::kMagicBf16x2;
+};
+
+// (v - zb) * s on both 16-bit halves, v = base + q and zb = base + zero: the difference is exact, the product rounds
+// once (round to nearest even), which is the twin's round_dtype((q - zero) * scale).
+template <typename T>
+__device__ __forceinline__ uint32_t sub_mul(uint32_t v, uint32_t zb, uint32_t s) {
+  typename Pair<T>::Type a, b, c;
+  memcpy(&a, &v, 4), memcpy(&b, &zb, 4), memcpy(&c, &s, 4);
+  const typename Pair<T>::Type r = __hmul2(__hsub2(a, b), c);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
+}
+
+// One packed word (a lane's 8 values of one 16-column step) -> the A fragment registers a0..a3. sz: the lane's
+// {scale, base + zero} of row g (x) and of row g + 8 (y), 16-bit each, scale in the low half.
+template <typename T>
+__device__ __forceinline__ void dequant(uint32_t word, uint2 sz, uint32_t (&a)[4]) {
+  const uint32_t s_lo = __byte_perm(sz.x, 0, 0x1010), z_lo = __byte_perm(sz.x, 0, 0x3232);
+  const uint32_t s_hi = __byte_perm(sz.y, 0, 0x1010), z_hi = __byte_perm(sz.y, 0, 0x3232);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = ((word >> (4 * i)) & 0x000f000fu) | Pair<T>::kMagic;  // one lop3 after the shift
+    a[i] = sub_mul<T>(v, (i & 1) ? z_hi : z_lo, (i & 1) ? s_hi : s_lo);
+  }
+}
+
+struct MmaParams {
+  const void* x = nullptr;
+  const int32_t* perm = nullptr;
+  int64_t m = 0, n = 0, k = 0, group_size = 0;
+  const uint4* q = nullptr;
+  const uint2* sz = nullptr;
+  void* y = nullptr;
+  float* partial = nullptr;  // [splits][m][n] when splits > 1
+  int64_t chunks_per_split = 0;
+  int splits = 1;
+};
+
+// The strip's four tiles of chunk c (zeros past the last tile or for a warp without a strip).
+__device__ __forceinline__ void load_weights(const uint4* wq, int64_t c, int64_t col_tiles, bool active,
+                                             uint4 (&w)[kChunkTiles]) {
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) {
+    const int64_t kt = c * kChunkTiles + j;
+    w[j] = active && kt < col_tiles ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
+  }
+}
+
+// x[:, k0 .. k0 + 256) (or fewer at the end) -> xs [kRows][kXStride], rows past m zero; gathered by perm if given.
+template <int kRows>
+__device__ __forceinline__ void load_x(const uint16_t* x, const int32_t* perm, int64_t m, int64_t k, int64_t k0,
+                                       uint16_t* xs) {
+  const int64_t width = min(int64_t{kChunkCols}, k - k0);
+  if (perm == nullptr) {
+    constexpr int kVecs = kChunkCols / 8;
+    for (int idx = threadIdx.x; idx < kRows * kVecs; idx += kThreads) {
+      const int r = idx / kVecs, v = idx % kVecs;
+      if (v * 8 >= width) continue;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (r < m) value = *reinterpret_cast<const uint4*>(x + r * k + k0 + v * 8);
+      *reinterpret_cast<uint4*>(xs + r * kXStride + v * 8) = value;
+    }
+  } else {
+    for (int idx = threadIdx.x; idx < kRows * kChunkCols; idx += kThreads) {
+      const int r = idx / kChunkCols, cc = idx % kChunkCols;
+      if (cc >= width) continue;
+      xs[r * kXStride + cc] = r < m ? x[r * k + perm[k0 + cc]] : uint16_t{0};
+    }
+  }
+}
+
+// One 16 x 64 tile (chunk slot j) times x's [64, kRows] slice into acc. sz_strip: the lane's sz entry of group 0;
+// group_stride: entries per group.
+template <typename T, int kMTiles>
+__device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int j, const uint2* sz_strip,
+                                             int64_t group_stride, int64_t group_size, const uint16_t* xs, int lane,
+                                             float (&acc)[kMTiles][4]) {
+  const uint2 sz_half[2] = {__ldg(sz_strip + (col0 / group_size) * group_stride),
+                            __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride)};  // group 32: two groups
+  const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    // B fragments of two 16-column steps for every m-tile: matrix q = lane / 8 is columns 8q .. 8q + 7 of this
+    // 32-column half, rows (tokens) lane % 8 of the m-tile; r[0], r[1] = (b0, b1) of the first step, r[2], r[3] of
+    // the second (mma_ptx.cuh: ldmatrix_x4).
+    uint32_t b[kMTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      ldmatrix_x4(b[mt], xs + (mt * 8 + lane % 8) * kXStride + j * 64 + half * 32 + 8 * (lane / 8));
+    }
+#pragma unroll
+    for (int step = 0; step < 2; ++step) {
+      uint32_t a[4];
+      dequant<T>(words[2 * half + step], sz_half[half], a);
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) mma_16816<T>(acc[mt], a, b[mt][2 * step], b[mt][2 * step + 1]);
+    }
+  }
+}
+
+template <typename T, int kMTiles>
+__global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ MmaParams p) {
+  pdl_trigger();
+  constexpr int kRows = 8 * kMTiles;
+  __shared__ __align__(16) uint16_t xs[kRows * kXStride];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int64_t row_tiles = p.n / 16, col_tiles = p.k / 64;
+  const int64_t nt = int64_t{blockIdx.x} * kWarps + warp;  // this warp's 16-row strip
+  const bool active = nt < row_tiles;
+  const int64_t chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles;
+  const int64_t c_begin = int64_t{blockIdx.y} * p.chunks_per_split;
+  const int64_t c_end = min(chunks, c_begin + p.chunks_per_split);
+  const uint4* wq = p.q + nt * col_tiles * 32 + lane;
+  const uint2* sz_strip = p.sz + nt * 8 + g;
+  const int64_t group_stride = row_tiles * 8;
+
+  uint4 cur[kChunkTiles], next[kChunkTiles];
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) next[j] = make_uint4(0, 0, 0, 0);
+  if (c_begin < c_end) load_weights(wq, c_begin, col_tiles, active, cur);  // weights are immutable: before the wait
+  float acc[kMTiles][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+  pdl_wait();  // x is the previous kernel's output; y / the partials may be read by it
+
+  const uint16_t* x = static_cast<const uint16_t*>(p.x);
+  for (int64_t c = c_begin; c < c_end; ++c) {
+    __syncthreads();  // every warp is done with the previous chunk's xs
+    load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs);
+    __syncthreads();
+    if (c + 1 < c_end) load_weights(wq, c + 1, col_tiles, active, next);  // in flight while this chunk computes
+    if (active) {
+#pragma unroll
+      for (int j = 0; j < kChunkTiles; ++j) {
+        const int64_t kt = c * kChunkTiles + j;
+        if (kt < col_tiles) compute_tile<T, kMTiles>(cur[j], kt * 64, j, sz_strip, group_stride, p.group_size, xs, lane, acc);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kChunkTiles; ++j) cur[j] = next[j];
+  }
+  if (!active) return;
+
+  // C fragment: c0 = (row g, token 2t), c1 = (g, 2t + 1), c2 = (g + 8, 2t), c3 = (g + 8, 2t + 1).
+  const int64_t col_lo = nt * 16 + g;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int64_t row = mt * 8 + 2 * t + (e & 1), col = col_lo + (e < 2 ? 0 : 8);
+      if (row >= p.m) continue;
+      if (p.splits == 1) {
+        static_cast<T*>(p.y)[row * p.n + col] = from_f32<T>(acc[mt][e]);
+      } else {
+        p.partial[(int64_t{blockIdx.y} * p.m + row) * p.n + col] = acc[mt][e];
+      }
+    }
+  }
+}
+
+// y = the sum of the splits' partials, in split order (the same result every run), rounded to T.
+template <typename T>
+__global__ void __launch_bounds__(256) reduce_kernel(const float* partial, int splits, int64_t count, T* y) {
+  pdl_trigger();
+  pdl_wait();
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  if (i >= count) return;
+  float v = 0.0f;
+  for (int s = 0; s < splits; ++s) v += partial[s * count + i];
+  y[i] = from_f32<T>(v);
+}
+
+// One thread a (tile, lane): its 4 words -> 32 values of W [n][k] (packed column order), two adjacent columns a
+// 32-bit store.
+template <typename T>
+__global__ void __launch_bounds__(256) dequant_kernel(const uint4* q, const uint2* sz, int64_t row_tiles,
+                                                      int64_t col_tiles, int64_t group_size, int64_t k,
+                                                      uint32_t* out) {
+  const int64_t idx = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  if (idx >= row_tiles * col_tiles * 32) return;
+  const int lane = static_cast<int>(idx % 32);
+  const int64_t tile = idx / 32, kt = tile % col_tiles, nt = tile / col_tiles;
+  const uint4 wv = q[idx];  // layout::word_index(nt, kt, col_tiles, lane, 0) / 4 == idx
+  const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    const int64_t col_s = kt * 64 + 16 * s;
+    uint32_t a[4];
+    dequant<T>(words[s], sz[(col_s / group_size) * row_tiles * 8 + nt * 8 + lane / 4], a);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t row = nt * 16 + layout::fragment_row(lane, i), col = col_s + layout::fragment_col(lane, i, 0);
+      out[(row * k + col) / 2] = a[i];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(256) gather_kernel(const uint16_t* x, const int32_t* perm, int64_t m, int64_t k,
+                                                     uint16_t* out) {
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  if (i >= m * k) return;
+  out[i] = x[(i / k) * k + perm[i % k]];
+}
+
+// The current device's SM count, cached per device (asked once, before any capture that needs it).
+int sm_count() {
+  constexpr int kDevices = 64;
+  static std::atomic<int> cached[kDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  if (device >= 0 && device < kDevices && cached[device].load(std::memory_order_relaxed) > 0) {
+    return cached[device].load(std::memory_order_relaxed);
+  }
+  int count = 0;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || count <= 0) return 132;
+  if (device >= 0 && device < kDevices) cached[device].store(count, std::memory_order_relaxed);
+  return count;
+}
+
+int64_t chunks_of(int64_t k) {
+  return (k / 64 + kChunkTiles - 1) / kChunkTiles;
+}
+
+// The most splits a call of m rows may take.
+int64_t split_cap(int64_t m, int64_t k, int split_k) {
+  const int64_t cap = split_k > 0 ? std::min<int64_t>(split_k, kW4A16MaxSplits)
+                                  : std::min<int64_t>(kW4A16MaxSplits, std::max<int64_t>(1, kSplitRowsBudget / m));
+  return std::min(cap, chunks_of(k));
+}
+
+struct SplitPlan {
+  int64_t splits = 1, chunks_per_split = 1;
+};
+
+// Enough CTAs for ~4 per SM (each holds 4 warps' weight loads in flight), within split_cap; every split non-empty.
+SplitPlan plan_splits(int64_t m, int64_t n, int64_t k, int split_k) {
+  const int64_t chunks = chunks_of(k), ctas_n = (n / 16 + kWarps - 1) / kWarps;
+  int64_t want = split_k > 0 ? split_k : (4 * sm_count() + ctas_n - 1) / ctas_n;
+  want = std::clamp<int64_t>(want, 1, split_cap(m, k, split_k));
+  SplitPlan plan;
+  plan.chunks_per_split = (chunks + want - 1) / want;
+  plan.splits = (chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
+  return plan;
+}
+
+size_t aligned(size_t bytes) {
+  return DeviceArena::aligned(bytes);
+}
+
+template <typename T, int kMTiles>
+Status launch_mma_tiles(const MmaParams& p, dim3 grid, cudaStream_t stream) {
+  CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles>, grid, dim3(kThreads), 0, stream, p));
+  return ok_status();
+}
+
+template <typename T>
+Status run_mma(const MmaParams& p, int64_t ctas_n, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(ctas_n), static_cast<unsigned>(p.splits));
+  const int64_t m_tiles = (p.m + 7) / 8;
+  if (m_tiles <= 1) {
+    RETURN_IF_ERROR((launch_mma_tiles<T, 1>(p, grid, stream)));
+  } else if (m_tiles <= 2) {
+    RETURN_IF_ERROR((launch_mma_tiles<T, 2>(p, grid, stream)));
+  } else if (m_tiles <= 4) {
+    RETURN_IF_ERROR((launch_mma_tiles<T, 4>(p, grid, stream)));
+  } else {
+    RETURN_IF_ERROR((launch_mma_tiles<T, 8>(p, grid, stream)));
+  }
+  if (p.splits > 1) {
+    const int64_t count = p.m * p.n;
+    CUDA_RETURN_IF_ERROR(launch_pdl(reduce_kernel<T>, dim3(static_cast<unsigned>((count + 255) / 256)), dim3(256), 0,
+                                    stream, static_cast<const float*>(p.partial), p.splits, count,
+                                    static_cast<T*>(p.y)));
+  }
+  return ok_status();
+}
+
+Status check_device_weight(const W4A16Device& w) {
+  if (w.q == nullptr || w.sz == nullptr || w.n <= 0 || w.k <= 0 || w.n % 16 != 0 || w.k % 64 != 0 ||
+      w.group_size <= 0 || w.group_size % 32 != 0 || w.k % w.group_size != 0 || w.groups != w.k / w.group_size ||
+      (w.dtype != DType::kBF16 && w.dtype != DType::kF16)) {
+    return invalid_argument("w4a16: not a packed weight (n=" + std::to_string(w.n) + " k=" + std::to_string(w.k) +
+                            " group_size=" + std::to_string(w.group_size) + ")");
+  }
+  return ok_status();
+}
+
+template <typename T>
+Status dequantize(const W4A16Device& w, void* out, cudaStream_t stream) {
+  const int64_t threads = (w.n / 16) * (w.k / 64) * 32;
+  dequant_kernel<T><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
+      reinterpret_cast<const uint4*>(w.q), reinterpret_cast<const uint2*>(w.sz), w.n / 16, w.k / 64, w.group_size,
+      w.k, static_cast<uint32_t*>(out));
+  CUDA_RETURN_IF_LAUNCH_ERROR();
+  return ok_status();
+}
+
+}  // namespace
+
+size_t w4a16_device_bytes(const W4A16Packed& w) {
+  return aligned(w.q.size() * 4) + aligned(w.sz.size() * 2) + aligned(w.perm.size() * 4);
+}
+
+StatusOr<W4A16Device> w4a16_upload_into(const W4A16Packed& w, DeviceArena& arena) {
+  const int64_t row_tiles = w.n / 16, col_tiles = w.k / 64;
+  if (w.n <= 0 || w.k <= 0 || w.group_size <= 0 || static_cast<int64_t>(w.q.size()) != row_tiles * col_tiles * 128 ||
+      static_cast<int64_t>(w.sz.size()) != w.groups * row_tiles * 32 ||
+      (!w.perm.empty() && static_cast<int64_t>(w.perm.size()) != w.k)) {
+    return invalid_argument("w4a16_upload: the packed arrays do not match its shape (use w4a16_pack)");
+  }
+  W4A16Device d;
+  d.n = w.n, d.k = w.k, d.group_size = w.group_size, d.groups = w.groups, d.dtype = w.dtype;
+  ASSIGN_OR_RETURN(uint32_t * q, arena.allocate_array<uint32_t>(static_cast<int64_t>(w.q.size())));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(q, w.q.data(), w.q.size() * 4, cudaMemcpyHostToDevice));
+  ASSIGN_OR_RETURN(uint16_t * sz, arena.allocate_array<uint16_t>(static_cast<int64_t>(w.sz.size())));
+  CUDA_RETURN_IF_ERROR(cudaMemcpy(sz, w.sz.data(), w.sz.size() * 2, cudaMemcpyHostToDevice));
+  d.q = q, d.sz = sz;
+  if (!w.perm.empty()) {
+    ASSIGN_OR_RETURN(int32_t * perm, arena.allocate_array<int32_t>(static_cast<int64_t>(w.perm.size())));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(perm, w.perm.data(), w.perm.size() * 4, cudaMemcpyHostToDevice));
+    d.perm = perm;
+  }
+  return d;
+}
+
+StatusOr<std::unique_ptr<W4A16Buffers>> w4a16_upload(const W4A16Packed& w) {
+  auto buffers = std::make_unique<W4A16Buffers>();
+  RETURN_IF_ERROR(buffers->arena.init(w4a16_device_bytes(w)));
+  ASSIGN_OR_RETURN(buffers->view, w4a16_upload_into(w, buffers->arena));
+  return buffers;
+}
+
+size_t w4a16_workspace_bytes(int64_t m, const W4A16Device& w, int split_k) {
+  if (m <= 0) return 0;
+  if (m <= kW4A16MmaMaxRows) {
+    const int64_t cap = split_cap(m, w.k, split_k);
+    return cap <= 1 ? 0 : aligned(static_cast<size_t>(cap * m * w.n) * 4);
+  }
+  return aligned(static_cast<size_t>(w.n * w.k) * 2) + (w.perm ? aligned(static_cast<size_t>(m * w.k) * 2) : 0);
+}
+
+Status w4a16_dequantize_cuda(const W4A16Device& w, void* out, cudaStream_t stream) {
+  RETURN_IF_ERROR(check_device_weight(w));
+  if (out == nullptr || reinterpret_cast<uintptr_t>(out) % 4 != 0) {
+    return invalid_argument("w4a16_dequantize_cuda: the output must be 4-byte aligned");
+  }
+  return w.dtype == DType::kF16 ? dequantize<__half>(w, out, stream) : dequantize<__nv_bfloat16>(w, out, stream);
+}
+
+Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device& w, void* y, void* workspace,
+                       size_t workspace_bytes, CublasLtGemm* gemm, cudaStream_t stream, int split_k) {
+  RETURN_IF_ERROR(check_device_weight(w));
+  if (dtype != w.dtype) {
+    return invalid_argument(std::string("w4a16_gemm_cuda: x is ") + dtype_name(dtype) + " but the weight was packed for " +
+                            dtype_name(w.dtype));
+  }
+  if (m < 0) return invalid_argument("w4a16_gemm_cuda: m < 0");
+  if (m == 0) return ok_status();
+  if (x == nullptr || y == nullptr || reinterpret_cast<uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(y) % 4 != 0) {
+    return invalid_argument("w4a16_gemm_cuda: x must be 16-byte aligned and y 4-byte aligned, neither null");
+  }
+  const size_t need = w4a16_workspace_bytes(m, w, split_k);
+  if (workspace_bytes < need || (need > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))) {
+    return invalid_argument("w4a16_gemm_cuda: the workspace holds " + std::to_string(workspace_bytes) +
+                            " bytes (16-byte aligned); m=" + std::to_string(m) + " needs " + std::to_string(need));
+  }
+  if (m <= kW4A16MmaMaxRows) {
+    const SplitPlan plan = plan_splits(m, w.n, w.k, split_k);
+    MmaParams p;
+    p.x = x, p.perm = w.perm, p.m = m, p.n = w.n, p.k = w.k, p.group_size = w.group_size;
+    p.q = reinterpret_cast<const uint4*>(w.q), p.sz = reinterpret_cast<const uint2*>(w.sz), p.y = y;
+    p.partial = static_cast<float*>(workspace), p.chunks_per_split = plan.chunks_per_split;
+    p.splits = static_cast<int>(plan.splits);
+    const int64_t ctas_n = (w.n / 16 + kWarps - 1) / kWarps;
+    return dtype == DType::kF16 ? run_mma<__half>(p, ctas_n, stream) : run_mma<__nv_bfloat16>(p, ctas_n, stream);
+  }
+  if (gemm == nullptr) return invalid_argument("w4a16_gemm_cuda: m > 64 takes cuBLASLt; pass a CublasLtGemm");
+  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  RETURN_IF_ERROR(w4a16_dequantize_cuda(w, ws, stream));
+  const void* a = x;
+  if (w.perm != nullptr) {
+    uint16_t* gathered = reinterpret_cast<uint16_t*>(ws + aligned(static_cast<size_t>(w.n * w.k) * 2));
+    gather_kernel<<<static_cast<unsigned>((m * w.k + 255) / 256), 256, 0, stream>>>(static_cast<const uint16_t*>(x),
+                                                                                   w.perm, m, w.k, gathered);
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    a = gathered;
+  }
+  GemmCudaArgs args;
+  args.m = m, args.n = w.n, args.k = w.k, args.a = a, args.lda = w.k, args.w = ws, args.ldw = w.k;
+  args.in_dtype = dtype, args.d = y, args.ldd = w.n, args.out_dtype = dtype;
+  return gemm->run(args, stream);
+}
+
+}  // namespace mmserve::kernels
