@@ -82,5 +82,6 @@ void bench_swiglu_cuda(CudaBench& bench);
 void bench_moe_cuda(CudaBench& bench);
 void bench_lora_cuda(CudaBench& bench);
 void bench_sampling_cuda(CudaBench& bench);
+void bench_w4a16_cuda(CudaBench& bench);  // issue 17
 
 }  // namespace mmserve::kernels
