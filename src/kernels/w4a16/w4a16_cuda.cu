@@ -1,10 +1,11 @@
 // The W4A16 GEMM on the GPU (see w4a16_cuda.h for the contract, w4a16.h and w4a16_layout.h for the packed layout).
 //
 // m <= 64, mma_kernel: a CTA of 4 warps owns 4 row strips of 16 output rows (64 outputs) and one split's range of
-// 256-column chunks. Per chunk: the CTA copies x's [rows, 256] slice into shared memory (rows padded to the
-// fragment's 8 tokens with zeros; gathered through perm for act-order), each warp dequantises its strip's four
-// 16 x 64 tiles (one 16-byte load per lane each, fetched one chunk ahead into registers) into A fragments and runs
-// mma.sync.m16n8k16 against ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows
+// 256-column chunks. The CTA copies x's [rows, 256] slices of up to stage_chunks() chunks at once into shared memory
+// (rows padded to the fragment's 8 tokens with zeros; gathered through perm for act-order; at decode's few rows the
+// whole range behind one barrier), and each warp dequantises its strip's four 16 x 64 tiles a chunk (one 16-byte
+// load per lane each, requested two chunks ahead into registers) into A fragments and runs mma.sync.m16n8k16 against
+// ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows
 // of W x 16 columns), x the B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of
 // the MMA as an x-as-A kernel would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
 // csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16-byte load is its fragments, the
@@ -155,11 +156,17 @@ __device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int 
   }
 }
 
+// Chunks of x held in shared memory at once: as many as fit in 40 KB (9 at 8 rows, 1 at 64), so that at decode's
+// few rows a CTA loads its whole range of x behind one barrier instead of one barrier pair per chunk.
+constexpr int stage_chunks(int m_tiles) {
+  return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
+}
+
 template <typename T, int kMTiles>
 __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ MmaParams p) {
   pdl_trigger();
-  constexpr int kRows = 8 * kMTiles;
-  __shared__ __align__(16) uint16_t xs[kRows * kXStride];
+  constexpr int kRows = 8 * kMTiles, kStage = stage_chunks(kMTiles);
+  __shared__ __align__(16) uint16_t xs[kStage * kRows * kXStride];  // kStage chunk slots of [kRows][kXStride]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int64_t row_tiles = p.n / 16, col_tiles = p.k / 64;
   const int64_t nt = int64_t{blockIdx.x} * kWarps + warp;  // this warp's 16-row strip
@@ -171,30 +178,37 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
   const uint2* sz_strip = p.sz + nt * 8 + g;
   const int64_t group_stride = row_tiles * 8;
 
-  uint4 cur[kChunkTiles], next[kChunkTiles];
+  // The weights of chunks c, c + 1 and c + 2: two chunks always in flight behind the one being computed. The first
+  // two are requested before the wait (weights are immutable).
+  uint4 w0[kChunkTiles], w1[kChunkTiles], w2[kChunkTiles];
 #pragma unroll
-  for (int j = 0; j < kChunkTiles; ++j) next[j] = make_uint4(0, 0, 0, 0);
-  if (c_begin < c_end) load_weights(wq, c_begin, col_tiles, active, cur);  // weights are immutable: before the wait
+  for (int j = 0; j < kChunkTiles; ++j) w0[j] = w1[j] = w2[j] = make_uint4(0, 0, 0, 0);
+  if (c_begin < c_end) load_weights(wq, c_begin, col_tiles, active, w0);
+  if (c_begin + 1 < c_end) load_weights(wq, c_begin + 1, col_tiles, active, w1);
   float acc[kMTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
   pdl_wait();  // x is the previous kernel's output; y / the partials may be read by it
 
   const uint16_t* x = static_cast<const uint16_t*>(p.x);
-  for (int64_t c = c_begin; c < c_end; ++c) {
-    __syncthreads();  // every warp is done with the previous chunk's xs
-    load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs);
+  for (int64_t s0 = c_begin; s0 < c_end; s0 += kStage) {
+    const int64_t s1 = min(c_end, s0 + kStage);
+    __syncthreads();  // every warp is done with the previous stage's xs
+    for (int64_t c = s0; c < s1; ++c) load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
     __syncthreads();
-    if (c + 1 < c_end) load_weights(wq, c + 1, col_tiles, active, next);  // in flight while this chunk computes
-    if (active) {
+    for (int64_t c = s0; c < s1; ++c) {
+      if (c + 2 < c_end) load_weights(wq, c + 2, col_tiles, active, w2);
+      if (active) {
+        const uint16_t* xc = xs + (c - s0) * kRows * kXStride;
 #pragma unroll
-      for (int j = 0; j < kChunkTiles; ++j) {
-        const int64_t kt = c * kChunkTiles + j;
-        if (kt < col_tiles) compute_tile<T, kMTiles>(cur[j], kt * 64, j, sz_strip, group_stride, p.group_size, xs, lane, acc);
+        for (int j = 0; j < kChunkTiles; ++j) {
+          const int64_t kt = c * kChunkTiles + j;
+          if (kt < col_tiles) compute_tile<T, kMTiles>(w0[j], kt * 64, j, sz_strip, group_stride, p.group_size, xc, lane, acc);
+        }
       }
-    }
 #pragma unroll
-    for (int j = 0; j < kChunkTiles; ++j) cur[j] = next[j];
+      for (int j = 0; j < kChunkTiles; ++j) w0[j] = w1[j], w1[j] = w2[j];
+    }
   }
   if (!active) return;
 

@@ -3,9 +3,9 @@
 // w4a16_gemm_cpu.
 //
 //   m <= 64 (decode): one launch of a tensor-core kernel that streams the packed weight from global memory exactly
-//     once (16-byte loads, one warp a 16-row strip, a chunk of 256 columns prefetched into registers while the
-//     previous one is computed), dequantises it in registers into mma.sync.m16n8k16 A fragments (the magic-number
-//     trick, w4a16_layout.h) and multiplies by x's chunk held in shared memory (the B operand, ldmatrix; x gathered
+//     once (16-byte loads, one warp a 16-row strip, chunks of 256 columns requested two ahead into registers while
+//     the current one is computed), dequantises it in registers into mma.sync.m16n8k16 A fragments (the magic-number
+//     trick, w4a16_layout.h) and multiplies by x's chunks held in shared memory (the B operand, ldmatrix; x gathered
 //     by perm there for act-order). Split-K: the columns are cut into `splits` ranges so that small n still fills
 //     every SM; each split writes f32 partials into the workspace (every element written, nothing to zero) and a
 //     second small launch sums them in split order and rounds to the dtype. One split writes y directly.

@@ -219,11 +219,14 @@ TEST_F(W4A16Cuda, GemmMatchesTheCpuTwin) {
 
 TEST_F(W4A16Cuda, LlamaShapesWithTheHeuristicSplits) {
   MMSERVE_REQUIRE_GPU();
-  // Many chunks per split (k = 14336: 56 chunks) and many CTAs (n = 4096), group 128, both dtypes.
+  // Many chunks per split (k = 14336: 56 chunks, several shared-memory stages of x) and many CTAs (n = 4096),
+  // group 128, both dtypes.
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     const Weight down = make(256, 14336, 128, false, dtype, 21);
     ASSERT_TRUE(down.device);
     for (int64_t m : {1, 5, 64}) check(down, m, 0, 30 + static_cast<uint32_t>(m));
+    // One split over all 56 chunks: x staged 9 chunks at a time (m <= 8), 4 (m <= 16), 2 (m <= 32), 1 (m <= 64).
+    for (int64_t m : {1, 12, 20, 40}) check(down, m, 1, 50 + static_cast<uint32_t>(m));
     const Weight o = make(4096, 512, 128, true, dtype, 22);
     ASSERT_TRUE(o.device);
     for (int64_t m : {1, 16}) check(o, m, 0, 40 + static_cast<uint32_t>(m));
