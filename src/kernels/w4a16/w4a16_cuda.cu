@@ -82,13 +82,35 @@ __device__ __forceinline__ void dequant(uint32_t word, uint2 sz, uint32_t (&a)[4
   }
 }
 
+// Where and how the result goes (W4A16Output with y).
+struct OutParams {
+  void* y = nullptr;
+  const void* bias = nullptr;  // in y's dtype
+  bool f32 = false, accumulate = false;
+};
+
+// y[row][col] = v + bias[col] (+ y[row][col]), in T or f32.
+template <typename T>
+__device__ __forceinline__ void write_output(const OutParams& o, int64_t n, int64_t row, int64_t col, float v) {
+  const int64_t i = row * n + col;
+  if (o.f32) {
+    float* y = static_cast<float*>(o.y);
+    if (o.bias != nullptr) v += static_cast<const float*>(o.bias)[col];
+    y[i] = o.accumulate ? y[i] + v : v;
+  } else {
+    T* y = static_cast<T*>(o.y);
+    if (o.bias != nullptr) v += to_f32(static_cast<const T*>(o.bias)[col]);
+    y[i] = from_f32<T>(o.accumulate ? to_f32(y[i]) + v : v);
+  }
+}
+
 struct MmaParams {
   const void* x = nullptr;
   const int32_t* perm = nullptr;
   int64_t m = 0, n = 0, k = 0, group_size = 0;
   const uint4* q = nullptr;
   const uint2* sz = nullptr;
-  void* y = nullptr;
+  OutParams out;
   float* partial = nullptr;  // [splits][m][n] when splits > 1
   int64_t chunks_per_split = 0;
   int splits = 1;
@@ -221,7 +243,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
       const int64_t row = mt * 8 + 2 * t + (e & 1), col = col_lo + (e < 2 ? 0 : 8);
       if (row >= p.m) continue;
       if (p.splits == 1) {
-        static_cast<T*>(p.y)[row * p.n + col] = from_f32<T>(acc[mt][e]);
+        write_output<T>(p.out, p.n, row, col, acc[mt][e]);
       } else {
         p.partial[(int64_t{blockIdx.y} * p.m + row) * p.n + col] = acc[mt][e];
       }
@@ -229,16 +251,17 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
   }
 }
 
-// y = the sum of the splits' partials, in split order (the same result every run), rounded to T.
+// y = the sum of the splits' partials, in split order (the same result every run), written as write_output does.
 template <typename T>
-__global__ void __launch_bounds__(256) reduce_kernel(const float* partial, int splits, int64_t count, T* y) {
+__global__ void __launch_bounds__(256) reduce_kernel(const float* partial, int splits, int64_t m, int64_t n,
+                                                     const __grid_constant__ OutParams out) {
   pdl_trigger();
   pdl_wait();
-  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
+  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x, count = m * n;
   if (i >= count) return;
   float v = 0.0f;
   for (int s = 0; s < splits; ++s) v += partial[s * count + i];
-  y[i] = from_f32<T>(v);
+  write_output<T>(out, n, i / n, i % n, v);
 }
 
 // One thread a (tile, lane): its 4 words -> 32 values of W [n][k] (packed column order), two adjacent columns a
@@ -340,8 +363,7 @@ Status run_mma(const MmaParams& p, int64_t ctas_n, cudaStream_t stream) {
   if (p.splits > 1) {
     const int64_t count = p.m * p.n;
     CUDA_RETURN_IF_ERROR(launch_pdl(reduce_kernel<T>, dim3(static_cast<unsigned>((count + 255) / 256)), dim3(256), 0,
-                                    stream, static_cast<const float*>(p.partial), p.splits, count,
-                                    static_cast<T*>(p.y)));
+                                    stream, static_cast<const float*>(p.partial), p.splits, p.m, p.n, p.out));
   }
   return ok_status();
 }
@@ -419,7 +441,8 @@ Status w4a16_dequantize_cuda(const W4A16Device& w, void* out, cudaStream_t strea
 }
 
 Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device& w, void* y, void* workspace,
-                       size_t workspace_bytes, CublasLtGemm* gemm, cudaStream_t stream, int split_k) {
+                       size_t workspace_bytes, CublasLtGemm* gemm, cudaStream_t stream, const W4A16Output& out,
+                       int split_k) {
   RETURN_IF_ERROR(check_device_weight(w));
   if (dtype != w.dtype) {
     return invalid_argument(std::string("w4a16_gemm_cuda: x is ") + dtype_name(dtype) + " but the weight was packed for " +
@@ -440,7 +463,8 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
     const SplitPlan plan = plan_splits(m, w.n, w.k, split_k);
     MmaParams p;
     p.x = x, p.perm = w.perm, p.m = m, p.n = w.n, p.k = w.k, p.group_size = w.group_size;
-    p.q = reinterpret_cast<const uint4*>(w.q), p.sz = reinterpret_cast<const uint2*>(w.sz), p.y = y;
+    p.q = reinterpret_cast<const uint4*>(w.q), p.sz = reinterpret_cast<const uint2*>(w.sz);
+    p.out.y = y, p.out.bias = out.bias, p.out.f32 = out.f32, p.out.accumulate = out.accumulate;
     p.partial = static_cast<float*>(workspace), p.chunks_per_split = plan.chunks_per_split;
     p.splits = static_cast<int>(plan.splits);
     const int64_t ctas_n = (w.n / 16 + kWarps - 1) / kWarps;
@@ -459,7 +483,8 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
   }
   GemmCudaArgs args;
   args.m = m, args.n = w.n, args.k = w.k, args.a = a, args.lda = w.k, args.w = ws, args.ldw = w.k;
-  args.in_dtype = dtype, args.d = y, args.ldd = w.n, args.out_dtype = dtype;
+  args.in_dtype = dtype, args.d = y, args.ldd = w.n, args.out_dtype = out.f32 ? DType::kF32 : dtype;
+  args.bias = out.bias, args.beta = out.accumulate ? 1.0f : 0.0f;
   return gemm->run(args, stream);
 }
 

@@ -16,7 +16,8 @@
 //
 // Nothing allocates, synchronises or reads device memory on the host: a call can be captured in a CUDA graph (the
 // cuBLASLt path's first call of a shape runs cuBLASLt's heuristic on the host, so warm it up before capturing).
-// Contract: x is [m, k] contiguous and 16-byte aligned, y [m, n] contiguous, dtype == the packing's dtype, the
+// Contract: x is [m, k] contiguous and 16-byte aligned, y [m, n] contiguous (in the dtype, or f32: W4A16Output),
+// dtype == the packing's dtype, the
 // workspace 256-byte aligned with at least w4a16_workspace_bytes(m, w, split_k) bytes; m > 64 needs `gemm`.
 // split_k: 0 picks the split count from the shape and the SM count; > 0 forces it (tests and the bench), capped
 // by the number of 256-column chunks.
@@ -67,8 +68,17 @@ StatusOr<std::unique_ptr<W4A16Buffers>> w4a16_upload(const W4A16Packed& w);
 // 1); m > 64, the dequantised weight (n * k 16-bit values) and, with act-order, the gathered x (m * k).
 size_t w4a16_workspace_bytes(int64_t m, const W4A16Device& w, int split_k = 0);
 
+// How y is written, for the decoder's projections: o and down add into the f32 residual stream (f32, accumulate),
+// qkv may carry a bias. y = x · W^T + bias (+ y's previous value when accumulating), rounded once to y's dtype.
+struct W4A16Output {
+  bool f32 = false;            // y in f32 instead of the input dtype
+  bool accumulate = false;     // y += ... (cuBLASLt's beta = 1)
+  const void* bias = nullptr;  // [n] in y's dtype, or null
+};
+
 Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device& w, void* y, void* workspace,
-                       size_t workspace_bytes, CublasLtGemm* gemm, cudaStream_t stream, int split_k = 0);
+                       size_t workspace_bytes, CublasLtGemm* gemm, cudaStream_t stream, const W4A16Output& out = {},
+                       int split_k = 0);
 
 // The dequantised weight [n][k] in `w.dtype`, columns in the packed order (the prefill path's first step; bit-equal
 // to w4a16_dequantize_cpu(packed, true)).

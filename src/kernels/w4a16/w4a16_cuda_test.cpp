@@ -8,8 +8,9 @@
 //      group sizes 32 / 64 / 128 / -1, act-order, m = 1..64 (tensor-core kernel: one split writing y, forced
 //      uneven splits, the heuristic's) and m > 64 (dequantise + cuBLASLt), outputs guarded against stray writes and
 //      the workspace filled with NaN first (nothing may rely on it being zeroed);
-//   4. a graph captured once and replayed on new x; 5. refusals.
-// Tolerance, per output: eps * |want| + 2^-14 * sum_c |x_c * W_c|: eps = 2^-8 (bf16) or 2^-11 (f16) covers the
+//   4. the epilogue: y in f32 accumulated onto (the residual stream), a bias; 5. a graph captured once and replayed
+//      on new x; 6. refusals.
+// Tolerance, per output: eps * |want| + 2^-14 * sum_c |x_c * W_c|: eps = 2^-8 (bf16), 2^-11 (f16), 2^-20 (f32) covers the
 // output's rounding to the dtype (the twin's output is f32), and the second term the f32 accumulation in another
 // order (tensor cores, split-K partials). The weights and x are the same values on both sides.
 // Skipped, with the reason, where no GPU is visible.
@@ -61,6 +62,11 @@ std::string describe(const W4A16Packed& w, int64_t m, int split_k) {
          (m > kW4A16MmaMaxRows ? " (cuBLASLt path)" : " (mma path)");
 }
 
+// The epilogue under test: y in f32 (the residual stream), accumulated onto, with a bias.
+struct Output {
+  bool f32 = false, accumulate = false, bias = false;
+};
+
 class W4A16Cuda : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,44 +82,64 @@ class W4A16Cuda : public ::testing::Test {
     if (gemm_workspace_) cudaFree(gemm_workspace_);
   }
 
-  // Runs the GEMM on `x` (already rounded to the dtype) and returns y as f32; the workspace is NaN-filled first.
-  std::vector<float> run(const Weight& w, const std::vector<float>& x, int64_t m, int split_k, cudaStream_t stream) {
-    const DType dtype = w.packed.dtype;
+  // Runs the GEMM on `x` (already rounded to the dtype) and returns y as f32; y starts as y0 (accumulating) or as
+  // sentinels, the workspace NaN-filled.
+  std::vector<float> run(const Weight& w, const std::vector<float>& x, int64_t m, int split_k, cudaStream_t stream,
+                         const Output& o = {}, const std::vector<float>& y0 = {}, const std::vector<float>& bias = {}) {
+    const DType dtype = w.packed.dtype, y_dtype = o.f32 ? DType::kF32 : dtype;
     DeviceVector<uint8_t> dx(cuda_test::encode(x, dtype));
-    cuda_test::DeviceArray dy(std::vector<float>(static_cast<size_t>(m * w.packed.n), cuda_test::kSentinel), dtype, 0);
+    cuda_test::DeviceArray dy(o.accumulate ? y0 : std::vector<float>(static_cast<size_t>(m * w.packed.n), cuda_test::kSentinel),
+                              y_dtype, 0);
+    DeviceVector<uint8_t> dbias(cuda_test::encode(bias, y_dtype));
     const size_t ws_bytes = w4a16_workspace_bytes(m, w.device->view, split_k);
     DeviceVector<uint8_t> ws(ws_bytes + 256);
     EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes + 256), cudaSuccess);
+    W4A16Output out;
+    out.f32 = o.f32, out.accumulate = o.accumulate, out.bias = o.bias ? dbias.get() : nullptr;
     const Status st = w4a16_gemm_cuda(dx.get(), dtype, m, w.device->view, dy.data(), ws.get(), ws_bytes, gemm_.get(),
-                                      stream, split_k);
+                                      stream, out, split_k);
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a kernel failed: " << describe(w.packed, m, split_k);
     return dy.download();
   }
 
-  void check(const Weight& w, int64_t m, int split_k, uint32_t seed) {
+  void check(const Weight& w, int64_t m, int split_k, uint32_t seed, const Output& o = {}) {
     const W4A16Packed& p = w.packed;
-    const std::string what = describe(p, m, split_k);
+    const DType y_dtype = o.f32 ? DType::kF32 : p.dtype;
+    const std::string what = describe(p, m, split_k) + (o.f32 ? " y f32" : "") + (o.accumulate ? " accumulate" : "") +
+                             (o.bias ? " bias" : "");
     SCOPED_TRACE(what);
     const std::vector<float> x =
         cuda_test::round_through(test_util::random_floats(static_cast<size_t>(m * p.k), seed, -1, 1), p.dtype);
+    const std::vector<float> y0 = o.accumulate ? cuda_test::round_through(
+                                                     test_util::random_floats(static_cast<size_t>(m * p.n), seed + 1, -1, 1), y_dtype)
+                                               : std::vector<float>{};
+    const std::vector<float> bias =
+        o.bias ? cuda_test::round_through(test_util::random_floats(static_cast<size_t>(p.n), seed + 2, -1, 1), y_dtype)
+               : std::vector<float>{};
     std::vector<float> want(static_cast<size_t>(m * p.n));
     w4a16_gemm_cpu(x.data(), m, p, want.data());
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < p.n; ++c) {
+        if (o.bias) want[r * p.n + c] += bias[c];
+        if (o.accumulate) want[r * p.n + c] += y0[r * p.n + c];
+      }
+    }
     const std::vector<float> weight = w4a16_dequantize_cpu(p);
-    const std::vector<float> got = run(w, x, m, split_k, nullptr);
-    const double eps = p.dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+    const std::vector<float> got = run(w, x, m, split_k, nullptr, o, y0, bias);
+    const double eps = y_dtype == DType::kF32 ? 1.0 / (1 << 20) : y_dtype == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
     int64_t bad = 0;
     for (int64_t r = 0; r < m; ++r) {
-      for (int64_t o = 0; o < p.n; ++o) {
+      for (int64_t c = 0; c < p.n; ++c) {
         double abs_sum = 0;
-        for (int64_t c = 0; c < p.k; ++c) abs_sum += std::fabs(double{x[r * p.k + c]} * weight[o * p.k + c]);
-        const double g = got[r * p.n + o], e = want[r * p.n + o];
+        for (int64_t i = 0; i < p.k; ++i) abs_sum += std::fabs(double{x[r * p.k + i]} * weight[c * p.k + i]);
+        const double g = got[r * p.n + c], e = want[r * p.n + c];
         const double tol = eps * std::fabs(e) + abs_sum / 16384 + 1e-6;
         if (!(std::fabs(g - e) <= tol)) {
           if (bad < 6) {
-            ADD_FAILURE() << what << ": y[" << r << "][" << o << "] = " << g << ", twin " << e << ", tolerance " << tol
-                          << " (row " << o % 16 << " of its 16-row strip, token " << r % 8 << " of its 8-token tile)";
+            ADD_FAILURE() << what << ": y[" << r << "][" << c << "] = " << g << ", twin " << e << ", tolerance " << tol
+                          << " (row " << c % 16 << " of its 16-row strip, token " << r % 8 << " of its 8-token tile)";
           }
           ++bad;
         }
@@ -212,6 +238,27 @@ TEST_F(W4A16Cuda, GemmMatchesTheCpuTwin) {
           for (int64_t m : {65, 100}) check(w, m, 0, seed++);
           if (HasFailure()) return;  // the first failing configuration says the most
         }
+      }
+    }
+  }
+}
+
+TEST_F(W4A16Cuda, EpilogueWritesTheResidualAndTheBias) {
+  MMSERVE_REQUIRE_GPU();
+  // o / down: f32 residual, accumulated; qkv: a bias in the dtype; both at once; through one split (the mma
+  // kernel's epilogue), three (the reduce's) and m > 64 (cuBLASLt's beta and bias).
+  const Output outputs[] = {{true, true, false}, {false, false, true}, {true, true, true}, {false, true, false}};
+  uint32_t seed = 61;
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (bool act : {false, true}) {
+      const Weight w = make(272, 640, 64, act, dtype, seed++);
+      ASSERT_TRUE(w.device);
+      for (const Output& o : outputs) {
+        for (int64_t m : {1, 9, 64}) {
+          for (int split_k : {1, 3}) check(w, m, split_k, seed++, o);
+        }
+        check(w, 100, 0, seed++, o);
+        if (HasFailure()) return;
       }
     }
   }
