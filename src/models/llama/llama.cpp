@@ -9,6 +9,7 @@
 #include "core/json_config.h"
 #include "models/lora/lora_adapter.h"
 #include "models/lora/lora_step.h"
+#include "models/quant/quant_load.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
 #include "kernels/gemm/gemm.h"
@@ -219,12 +220,16 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& model_
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   ASSIGN_OR_RETURN(model->config_, parse_llama_config(json, config_path));
+  // A W4A16 checkpoint (AWQ, GPTQ) stores its linears packed: models/quant dequantises them to f32.
+  ASSIGN_OR_RETURN(const QuantConfig quant, parse_quant_config(json, config_path));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
-  const std::vector<WeightSpec> specs = llama_weight_specs(model->config_);
+  ASSIGN_OR_RETURN(const QuantizedWeightPlan plan, plan_quantized_weights(quant, llama_weight_specs(model->config_)));
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};  // a buffer older checkpoints carry
-  RETURN_IF_ERROR(check_weights(*store, specs, check).with_context(model_dir));
-  ASSIGN_OR_RETURN(model->weights_, F32Weights::load(*store, specs));
+  RETURN_IF_ERROR(check_weights(*store, plan.stored, check).with_context(model_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<F32Weights> weights, F32Weights::load(*store, plan.floats));
+  RETURN_IF_ERROR(dequantize_linears(*store, quant, plan, *weights).with_context(model_dir));
+  model->weights_ = std::move(weights);
   model->bind_weights();
   return model;
 }

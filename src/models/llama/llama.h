@@ -12,7 +12,8 @@
 // (`rope_parameters` {rope_type, rope_theta, factor, ...}) are both read; rope types default, linear, dynamic and
 // llama3 are computed (kernels/rope.h), others (yarn, longrope, ...) are kUnimplemented naming the type.
 // Weights of any stored dtype (f32, f16, bf16; sharded) are checked against the table for the architecture
-// (all problems reported at once) and upcast to f32: the CPU path computes in f32.
+// (all problems reported at once) and upcast to f32: the CPU path computes in f32. W4A16 checkpoints (AWQ GEMM,
+// GPTQ v1/v2: config.json's quantization_config) have their linears dequantised to f32 at load (models/quant).
 // The forward is one engine step over a paged KV pool (forward_step: models/common/decoder_step.h, the sequences
 // of a continuous batch, prefill chunks and decode tokens mixed); forward() is the same for one sequence with a
 // cache of its own (LlamaKvCache: one block as long as the sequence), which the conformance tests use.
