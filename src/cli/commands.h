@@ -141,6 +141,15 @@ struct ChatTemplateArgs {
 };
 int run_chat_template(const ChatTemplateArgs& args);
 
+// `mmserve quantize` (cli/quantize_command.cpp, models/quant/quantize.h).
+struct QuantizeArgs {
+  std::string model_dir, output_dir, data;
+  std::string method = "rtn";  // rtn | awq
+  std::string format = "awq";  // awq | gptq
+  long long group_size = 128;  // 32, 64, 128 or -1
+};
+int run_quantize(const QuantizeArgs& args);
+
 // The executor options of --device, --dtype, --threads and --batch (errors name the flag's value).
 StatusOr<engine::ExecutorOptions> executor_options(const std::string& device, const std::string& dtype, int threads,
                                                    int batch);

@@ -101,6 +101,19 @@ int main(int argc, char** argv) {
   chat_cmd->add_option("--messages", chat.messages, "a JSON file of chat messages")->required()->check(CLI::ExistingFile);
   chat_cmd->add_flag("--no-generation-prompt", chat.no_generation_prompt, "add_generation_prompt=False");
 
+  QuantizeArgs quantize;
+  CLI::App* quantize_cmd = app.add_subcommand(
+      "quantize", "Write a W4A16 checkpoint (AWQ GEMM or GPTQ format) of a decoder (Llama, Mistral, Qwen2/3, Mixtral)");
+  quantize_cmd->add_option("--model", quantize.model_dir, "HF model directory (f32, f16 or bf16)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  quantize_cmd->add_option("--output", quantize.output_dir, "directory to write")->required();
+  quantize_cmd->add_option("--method", quantize.method, "rtn (round to nearest) or awq (activation-aware, --data)");
+  quantize_cmd->add_option("--format", quantize.format, "awq (AutoAWQ's GEMM) or gptq (v1, sym false)");
+  quantize_cmd->add_option("--group-size", quantize.group_size, "inputs per scale: 32, 64, 128 or -1 (one group)");
+  quantize_cmd->add_option("--data", quantize.data, "--method awq: calibration prompts, JSONL {\"text\": ...}")
+      ->check(CLI::ExistingFile);
+
   // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
   ServeArgs serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "Run the HTTP server (KServe v2 + OpenAI APIs, /metrics)");
@@ -231,6 +244,7 @@ int main(int argc, char** argv) {
   if (*l2c_cmd) return run_convert_llama2c(l2c_checkpoint, l2c_tokenizer, l2c_output);
   if (*generate_cmd) return run_generate(generate);
   if (*chat_cmd) return run_chat_template(chat);
+  if (*quantize_cmd) return run_quantize(quantize);
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
   if (*transcribe_cmd) return run_transcribe(transcribe);

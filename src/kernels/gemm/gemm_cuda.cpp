@@ -20,6 +20,17 @@ StatusOr<cudaDataType_t> cuda_type(DType dtype) {
   }
 }
 
+// The algorithm depends on alignment too: a pointer's alignment is part of the plan's key (256-byte aligned
+// pointers from the arena are the common case; a slice may be less aligned).
+int64_t alignment(const void* p) {
+  const uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  int64_t a = 256;
+  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
+
+cudaDataType_t fp8_type(Fp8Format f) { return f == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2; }
+
 }  // namespace
 
 // Everything cuBLASLt needs for one shape: descriptors, layouts and the chosen algorithm. Created once per
@@ -36,6 +47,27 @@ struct CublasLtGemm::Plan {
   }
 };
 
+// The descriptor both GEMMs share: f32 compute (f32 inputs: CUBLAS_COMPUTE_32F, true f32, the precise path; 16-bit and
+// FP8 inputs accumulate in f32 too) in the column-major view D^T [n, m] = W [n, k] (stored row-major = column-major
+// [k, n], so op T) times A^T [k, m] (A row-major [m, k] = column-major [k, m], op N), and the bias epilogue.
+Status create_desc(cublasLtMatmulDesc_t* desc, bool bias, cudaDataType_t out_type) {
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
+  CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
+  if (bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    const int32_t bias_type = out_type;
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+  }
+  return ok_status();
+}
+
 StatusOr<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create(void* workspace, size_t workspace_bytes) {
   auto gemm = std::unique_ptr<CublasLtGemm>(new CublasLtGemm());
   CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&gemm->handle_));
@@ -49,15 +81,36 @@ CublasLtGemm::~CublasLtGemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
+Status CublasLtGemm::choose_algo(Plan& plan, int64_t align, const std::string& what) {
+  cublasLtMatmulPreference_t preference = nullptr;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
+  const uint64_t workspace_bytes = workspace_bytes_;
+  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                               &workspace_bytes, sizeof(workspace_bytes));
+  const uint32_t align_bytes = static_cast<uint32_t>(align);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulPreferenceSetAttribute(preference, attr, &align_bytes, sizeof(align_bytes));
+    }
+  }
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (status == CUBLAS_STATUS_SUCCESS) {
+    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan.desc, plan.w_layout, plan.a_layout, plan.d_layout,
+                                            plan.d_layout, preference, 1, &result, &found);
+  }
+  cublasLtMatmulPreferenceDestroy(preference);
+  // An unsupported combination shows up as NOT_SUPPORTED from the heuristic or as no result.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    return unimplemented("cuBLASLt has no algorithm for " + what);
+  }
+  CUBLAS_RETURN_IF_ERROR(status);
+  plan.algo = result.algo;
+  return ok_status();
+}
+
 StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const GemmCudaArgs& args) {
-  // The algorithm depends on alignment too: a pointer's alignment is part of the key (256-byte aligned
-  // pointers from the arena are the common case; a slice may be less aligned).
-  auto alignment = [](const void* p) -> int64_t {
-    const uintptr_t v = reinterpret_cast<uintptr_t>(p);
-    int64_t a = 256;
-    while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
-    return a;
-  };
   const int64_t align = std::min({alignment(args.a), alignment(args.w), alignment(args.d)});
   const Key key{args.m,
                 args.n,
@@ -75,53 +128,15 @@ StatusOr<CublasLtGemm::Plan*> CublasLtGemm::plan_for(const GemmCudaArgs& args) {
   ASSIGN_OR_RETURN(cudaDataType_t in_type, cuda_type(args.in_dtype));
   ASSIGN_OR_RETURN(cudaDataType_t out_type, cuda_type(args.out_dtype));
   auto plan = std::make_unique<Plan>();
-  // f32 inputs: CUBLAS_COMPUTE_32F (true f32, the precise path); 16-bit inputs accumulate in f32 too.
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-  // Column-major view: D^T [n, m] = W [n, k] (stored row-major = column-major [k, n], so op T) times
-  // A^T [k, m] (A row-major [m, k] = column-major [k, m], op N).
-  CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)));
-  CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof(no_transpose)));
-  if (args.bias) {
-    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-    CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    const int32_t bias_type = out_type;
-    CUBLAS_RETURN_IF_ERROR(
-        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
-  }
+  RETURN_IF_ERROR(create_desc(&plan->desc, args.bias != nullptr, out_type));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, in_type, args.k, args.n, args.ldw));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a_layout, in_type, args.k, args.m, args.lda));
   CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d_layout, out_type, args.n, args.m, args.ldd));
 
-  cublasLtMatmulPreference_t preference = nullptr;
-  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference));
-  const uint64_t workspace_bytes = workspace_bytes_;
-  cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                               &workspace_bytes, sizeof(workspace_bytes));
-  const uint32_t align_bytes = static_cast<uint32_t>(align);
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublasLtMatmulPreferenceSetAttribute(preference, attr, &align_bytes, sizeof(align_bytes));
-    }
-  }
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (status == CUBLAS_STATUS_SUCCESS) {
-    status = cublasLtMatmulAlgoGetHeuristic(handle_, plan->desc, plan->w_layout, plan->a_layout, plan->d_layout,
-                                            plan->d_layout, preference, 1, &result, &found);
-  }
-  cublasLtMatmulPreferenceDestroy(preference);
-  CUBLAS_RETURN_IF_ERROR(status);
-  if (found == 0) {
-    return unimplemented("cuBLASLt has no algorithm for GEMM m=" + std::to_string(args.m) +
-                         " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) + " " +
-                         dtype_name(args.in_dtype) + "->" + dtype_name(args.out_dtype));
-  }
-  plan->algo = result.algo;
+  RETURN_IF_ERROR(choose_algo(*plan, align,
+                              "GEMM m=" + std::to_string(args.m) + " n=" + std::to_string(args.n) +
+                                  " k=" + std::to_string(args.k) + " " + dtype_name(args.in_dtype) + "->" +
+                                  dtype_name(args.out_dtype)));
   Plan* raw = plan.get();
   plans_.emplace(key, std::move(plan));
   return raw;
@@ -157,6 +172,78 @@ Status CublasLtGemm::run(const GemmCudaArgs& args, cudaStream_t stream) {
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &args.alpha, args.w, plan->w_layout, args.a,
                                         plan->a_layout, &args.beta, args.d, plan->d_layout, args.d, plan->d_layout,
                                         &plan->algo, workspace_, workspace_bytes_, stream));
+  return ok_status();
+}
+
+StatusOr<CublasLtGemm::Plan*> CublasLtGemm::fp8_plan_for(const Fp8GemmCudaArgs& args) {
+  const int64_t align = std::min({alignment(args.a), alignment(args.w), alignment(args.d)});
+  const int flags = (args.a_format == Fp8Format::kE5M2) | (args.w_format == Fp8Format::kE5M2) << 1 |
+                    (args.scale_mode == Fp8ScaleMode::kRowwise) << 2 | (args.bias != nullptr) << 3 |
+                    args.fast_accum << 4;
+  const Fp8Key key{args.m, args.n, args.k, args.lda, args.ldw, args.ldd, align, flags, static_cast<int>(args.out_dtype)};
+  auto it = fp8_plans_.find(key);
+  if (it != fp8_plans_.end()) return it->second.get();
+
+  ASSIGN_OR_RETURN(cudaDataType_t out_type, cuda_type(args.out_dtype));
+  auto plan = std::make_unique<Plan>();
+  // The layout of run(): W with op T and A with op N, which is the "TN" form FP8 requires.
+  RETURN_IF_ERROR(create_desc(&plan->desc, args.bias != nullptr, out_type));
+  const int8_t fast = args.fast_accum ? 1 : 0;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof(fast)));
+  if (args.scale_mode == Fp8ScaleMode::kRowwise) {
+    // cuBLASLt's A is our W (its M = our n: per output channel), its B our activations (its N = our m: per token).
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof(mode)));
+    CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof(mode)));
+  }
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, fp8_type(args.w_format), args.k, args.n, args.ldw));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->a_layout, fp8_type(args.a_format), args.k, args.m, args.lda));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->d_layout, out_type, args.n, args.m, args.ldd));
+  RETURN_IF_ERROR(choose_algo(
+      *plan, align,
+      std::string("FP8 GEMM ") + fp8_format_name(args.a_format) + " x " + fp8_format_name(args.w_format) + "->" +
+          dtype_name(args.out_dtype) + (args.scale_mode == Fp8ScaleMode::kRowwise ? " rowwise" : " per-tensor") +
+          " m=" + std::to_string(args.m) + " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k)));
+  Plan* raw = plan.get();
+  fp8_plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+Status CublasLtGemm::run_fp8(const Fp8GemmCudaArgs& args, cudaStream_t stream) {
+  if (args.m < 0 || args.n <= 0 || args.k <= 0) {
+    return invalid_argument("FP8 GEMM sizes must be positive (m=" + std::to_string(args.m) +
+                            " n=" + std::to_string(args.n) + " k=" + std::to_string(args.k) + ")");
+  }
+  if (args.m == 0) return ok_status();
+  if (!args.a || !args.w || !args.d || !args.a_scale || !args.w_scale) {
+    return invalid_argument("FP8 GEMM with a null matrix or scale pointer");
+  }
+  if (args.lda < args.k || args.ldw < args.k || args.ldd < args.n) {
+    return invalid_argument("FP8 GEMM leading dimensions too small for its shape");
+  }
+  if (args.k % 16 != 0 || args.lda % 16 != 0 || args.ldw % 16 != 0 || alignment(args.a) < 16 || alignment(args.w) < 16) {
+    return invalid_argument("FP8 GEMM needs k, lda and ldw multiples of 16 and 16-byte aligned A and W (k=" +
+                            std::to_string(args.k) + " lda=" + std::to_string(args.lda) +
+                            " ldw=" + std::to_string(args.ldw) + ")");
+  }
+  if (args.a_format == Fp8Format::kE5M2 && args.w_format == Fp8Format::kE5M2) {
+    return unimplemented("FP8 GEMM: e5m2 x e5m2 is not a cuBLASLt combination (one side must be e4m3)");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  ASSIGN_OR_RETURN(Plan * plan, fp8_plan_for(args));
+  // Scale and bias pointers are attributes of the shared descriptor: set under the lock, for this call.
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                        &args.w_scale, sizeof(args.w_scale)));
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                        &args.a_scale, sizeof(args.a_scale)));
+  if (args.bias) {
+    CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, args.w, plan->w_layout, args.a, plan->a_layout,
+                                        &beta, args.d, plan->d_layout, args.d, plan->d_layout, &plan->algo, workspace_,
+                                        workspace_bytes_, stream));
   return ok_status();
 }
 

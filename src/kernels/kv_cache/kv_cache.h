@@ -15,6 +15,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/fp8/fp8.h"
 #include "kernels/attention/attention_kv.h"
 
 namespace mmserve::kernels {
@@ -74,9 +75,9 @@ struct QuantizeKvArgs {
 };
 
 // FP8 E4M3 (OCP "fn": bias 7, max 448, no infinities, NaN 0x7f/0xff) <-> f32, bit-exact with CUDA's
-// __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) and its inverse.
-uint8_t f32_to_fp8_e4m3(float x);
-float fp8_e4m3_to_f32(uint8_t v);
+// __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) and its inverse: fp8.h's codes, under the names the caches use.
+inline uint8_t f32_to_fp8_e4m3(float x) { return fp8_encode(x, Fp8Format::kE4M3); }
+inline float fp8_e4m3_to_f32(uint8_t v) { return fp8_decode(v, Fp8Format::kE4M3); }
 
 // Argument checks shared by the twins and the CUDA versions (kInvalidArgument naming the field).
 Status kv_cache_append_validate(const KvCacheAppendArgs& args);

@@ -1,11 +1,7 @@
 // KV-cache maintenance on CPU: the twins of kv_cache_cuda (contracts in kv_cache.h), plain loops, plus the
 // FP8 E4M3 conversions both sides share semantics with.
 //
-// f32_to_fp8_e4m3 works in the value domain rather than on bits: |x| > 448 saturates (everything in
-// (448, 464] rounds to 448 anyway, and SATFINITE clamps beyond); otherwise the quantum is the spacing of
-// E4M3 numbers at |x| (2^-9 below the smallest normal 2^-6, else 2^(floor(log2 |x|) - 3)), |x| / quantum is
-// exact (a power of two) and rounded to nearest even, and the code is continuous across the
-// subnormal/normal boundary and the binades, so a carry into the next binade needs no special case.
+// The FP8 codes are fp8/fp8.h's (f32_to_fp8_e4m3 and fp8_e4m3_to_f32 in kv_cache.h name them).
 // Tests: kv_cache_test.cpp; kv_cache_cuda_test.cpp checks it against CUDA's own conversion and the GPU.
 #include <algorithm>
 #include <cmath>
@@ -24,29 +20,6 @@ using cpu::load_float;
 
 
 }  // namespace
-
-uint8_t f32_to_fp8_e4m3(float x) {
-  if (std::isnan(x)) return 0x7f;  // CUDA's canonical NaN (the sign of a NaN input is dropped)
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  const float a = std::fabs(x);
-  if (a > 448.0f) return sign | 0x7e;  // saturate to the largest finite value
-  int exponent = 0;
-  (void)std::frexp(a, &exponent);  // a = f * 2^exponent, f in [0.5, 1): floor(log2 a) = exponent - 1
-  const bool normal = a >= 0x1p-6f;
-  const float quantum = normal ? std::ldexp(1.0f, exponent - 1 - 3) : 0x1p-9f;
-  const int m = static_cast<int>(std::nearbyint(a / quantum));  // exact division; round half to even
-  const int code = normal ? ((exponent - 1 + 7) << 3) + m - 8 : m;
-  return static_cast<uint8_t>(sign | code);
-}
-
-float fp8_e4m3_to_f32(uint8_t v) {
-  const int code = v & 0x7f;
-  const float sign = (v & 0x80) ? -1.0f : 1.0f;
-  if (code == 0x7f) return std::nanf("");
-  const int e = code >> 3, m = code & 7;
-  if (e == 0) return sign * std::ldexp(static_cast<float>(m), -9);
-  return sign * std::ldexp(static_cast<float>(8 + m), e - 10);
-}
 
 Status kv_cache_append_validate(const KvCacheAppendArgs& a) {
   if (!is_float_dtype(a.dtype)) return invalid_argument("kv_cache_append: dtype must be f32, f16 or bf16");

@@ -82,6 +82,7 @@ void bench_swiglu_cuda(CudaBench& bench);
 void bench_moe_cuda(CudaBench& bench);
 void bench_lora_cuda(CudaBench& bench);
 void bench_sampling_cuda(CudaBench& bench);
+void bench_fp8_cuda(CudaBench& bench);  // issue 17
 void bench_w4a16_cuda(CudaBench& bench);  // issue 17
 
 }  // namespace mmserve::kernels

@@ -84,6 +84,7 @@ int main(int argc, char** argv) {
       {"moe", bench_moe_cuda},
       {"lora", bench_lora_cuda},
       {"sampling", bench_sampling_cuda},
+      {"fp8", bench_fp8_cuda},
       {"w4a16", bench_w4a16_cuda},
   };
   for (const auto& [name, run] : benches) {

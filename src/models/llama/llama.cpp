@@ -356,7 +356,7 @@ Status LlamaModel::forward(const int32_t* tokens, int64_t n, LlamaKvCache& cache
   step.embed_rows = extras.embed_rows;
   step.embeds = extras.embeds;
   std::vector<float> logits(static_cast<size_t>((n - first) * config_.vocab_size));
-  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data(), extras.routing));
+  RETURN_IF_ERROR(forward_step(step, cache.pool, logits.data(), extras.routing, extras.activations));
   cache.length += n;
   if (all_logits != nullptr) std::memcpy(all_logits, logits.data(), logits.size() * sizeof(float));
   if (last_logits != nullptr) {
@@ -428,8 +428,8 @@ Status check_step(const DecoderStep& step, const LlamaKvPool& pool, const LlamaC
 
 }  // namespace
 
-Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits,
-                                MoeRoutingTrace* routing) const {
+Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits, MoeRoutingTrace* routing,
+                                const LlamaActivationCallback* activations) const {
   const LlamaConfig& c = config_;
   RETURN_IF_ERROR(check_step(step, pool, c, max_length()));
   const int64_t n = step.num_tokens(), h = c.hidden_size, qs = c.q_size(), kvs = c.kv_size();
@@ -491,9 +491,13 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
         step, step.query_start.data(), [&](const LoraAdapter& a) { return &a.module(layer, t); }, in, in_ld, out,
         out_ld);
   };
+  auto report = [&](int64_t layer, LlamaActivation site, const float* rows, int64_t width) {
+    if (activations != nullptr) (*activations)(layer, site, rows, n, width);
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x.data(), h, w.input_norm.data_as<float>(), n, h, eps, normed.data(), h);
+    report(l, LlamaActivation::kAttnInput, normed.data(), h);
     kernels::linear(normed_t, w.q, bias(w.q_bias), qt);
     kernels::linear(normed_t, w.k, bias(w.k_bias), kt);
     kernels::linear(normed_t, w.v, bias(w.v_bias), vt);
@@ -513,9 +517,11 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     RETURN_IF_ERROR(kernels::paged_kv_write_cpu(write));
     a.k_cache = pool.k_layer(l), a.v_cache = pool.v_layer(l);
     RETURN_IF_ERROR(kernels::paged_attention_cpu(a));
+    report(l, LlamaActivation::kAttnOutput, attn.data(), qs);
     kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     lora(l, LoraTarget::kO, attn.data(), qs, x.data(), h);
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
+    report(l, LlamaActivation::kMlpInput, normed.data(), h);
     if (c.num_experts > 0) {
       const size_t at = static_cast<size_t>(l * n * k_experts);
       moe_mlp(w, l, step, any_lora, normed.data(), x.data(), route_ids.data() + at, route_weights.data() + at);
@@ -527,6 +533,7 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     lora(l, LoraTarget::kUp, normed.data(), h, up.data(), c.intermediate_size);
     kernels::swiglu(gate.data(), up.data(), c.intermediate_size, n, c.intermediate_size, gate.data(),
                     c.intermediate_size);
+    report(l, LlamaActivation::kMlpHidden, gate.data(), c.intermediate_size);
     kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     lora(l, LoraTarget::kDown, gate.data(), c.intermediate_size, x.data(), h);
   }

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,12 +85,25 @@ struct MoeRoutingTrace {
   std::vector<float> weights;
 };
 
+// The inputs of a layer's linears, named as the forward computes them (STYLE.md: every activation can be dumped):
+// what `mmserve quantize --method awq` calibrates on (models/quant/awq.h).
+enum class LlamaActivation {
+  kAttnInput,   // input_layernorm's output: q/k/v_proj's input [n, hidden]
+  kAttnOutput,  // attention's output: o_proj's input [n, q_size]
+  kMlpInput,    // post_attention_layernorm's output: gate/up_proj's (or the router's) input [n, hidden]
+  kMlpHidden,   // silu(gate) * up: down_proj's input [n, intermediate] (dense MLPs only)
+};
+// Called with the step's rows [n, width] of `site` in `layer`, during the forward (the rows are gone after).
+using LlamaActivationCallback =
+    std::function<void(int64_t layer, LlamaActivation site, const float* rows, int64_t n, int64_t width)>;
+
 // What LlamaModel::forward may also take or give: input embeddings for some rows (as DecoderStep's embed_rows /
-// embeds), and Mixtral's routing.
+// embeds), Mixtral's routing, and the linears' inputs.
 struct LlamaForwardExtras {
   std::vector<int32_t> embed_rows;  // rows of this call's tokens, ascending
   const float* embeds = nullptr;    // [embed_rows.size(), hidden]
   MoeRoutingTrace* routing = nullptr;
+  const LlamaActivationCallback* activations = nullptr;
 };
 
 // The paged KV pool of the CPU path: per layer, [num_blocks * block_size, kv_size] f32 for K and for V (slot s of
@@ -136,9 +150,9 @@ class LlamaModel {
   // `logits` [logit_rows, vocab]. kInvalidArgument for ids outside the vocabulary, positions past max_length(),
   // tables or slots outside the pool (checked before anything is written). Rows in step.embed_rows take their input
   // embedding from step.embeds instead of embed_tokens (LLaVA's image features). A Mixtral fills `routing` when
-  // it is non-null.
-  Status forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits,
-                      MoeRoutingTrace* routing = nullptr) const;
+  // it is non-null; `activations`, when non-null, sees each layer's linear inputs.
+  Status forward_step(const DecoderStep& step, LlamaKvPool& pool, float* logits, MoeRoutingTrace* routing = nullptr,
+                      const LlamaActivationCallback* activations = nullptr) const;
   // Appends tokens[0, n) to the sequence in `cache` (positions cache.length ...). Writes the logits of the last
   // token to `last_logits` [vocab] when non-null, and of every token to `all_logits` [n, vocab] when non-null.
   // kInvalidArgument for ids outside the vocabulary or a cache too small (nothing is written then).
