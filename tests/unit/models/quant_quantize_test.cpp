@@ -1,9 +1,12 @@
 // `mmserve quantize` and quantised checkpoints on the CPU path (issue 17): RTN's per-group bound; the tiny GQA Llama
 // (tests/fixtures/llama/llama-gqa-f32) quantised to AWQ GEMM and GPTQ v1 at group sizes 32 and -1, loaded back by
 // LlamaModel::load (which dequantises), with its logits and greedy ids compared with the f32 model's (agreement
-// printed, a loose bound asserted: RTN at 4 bits moves a tiny random model's logits a lot); the binary's success
-// output and its errors (missing --model, a bad --group-size, an unknown method, --method awq, a group size that does
-// not divide a linear, an output that already holds a model), each with a non-zero exit.
+// printed, a loose bound asserted: RTN at 4 bits moves a tiny random model's logits a lot), and equal bit for bit to
+// loading its dequantised f32 weights; AWQ's scaling (the scaled f32 model keeps the logits, no group's loss above
+// RTN's, Mixtral refused); the binary's success output (RTN, and AWQ with a --data file through a byte-level
+// tokenizer) and its errors (missing --model, a bad --group-size, an unknown method or format, --method awq without
+// --data, --data with rtn, a broken JSONL line, a group size that does not divide a linear, a non-decoder, an output
+// that already holds a model), each with a non-zero exit.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
