@@ -69,16 +69,24 @@ __device__ __forceinline__ uint32_t sub_mul(uint32_t v, uint32_t zb, uint32_t s)
   return u;
 }
 
-// One packed word (a lane's 8 values of one 16-column step) -> the A fragment registers a0..a3. sz: the lane's
-// {scale, base + zero} of row g (x) and of row g + 8 (y), 16-bit each, scale in the low half.
+// A lane's {scale, base + zero} of row g (sz.x) and of row g + 8 (sz.y), each spread over both 16-bit halves.
+struct RowScales {
+  uint32_t s_lo, z_lo, s_hi, z_hi;
+};
+
+__device__ __forceinline__ RowScales spread(uint2 sz) {
+  return {__byte_perm(sz.x, 0, 0x1010), __byte_perm(sz.x, 0, 0x3232), __byte_perm(sz.y, 0, 0x1010),
+          __byte_perm(sz.y, 0, 0x3232)};
+}
+
+// One packed word (a lane's 8 values of one 16-column step) -> the A fragment registers a0..a3 (a0, a2: row g;
+// a1, a3: row g + 8).
 template <typename T>
-__device__ __forceinline__ void dequant(uint32_t word, uint2 sz, uint32_t (&a)[4]) {
-  const uint32_t s_lo = __byte_perm(sz.x, 0, 0x1010), z_lo = __byte_perm(sz.x, 0, 0x3232);
-  const uint32_t s_hi = __byte_perm(sz.y, 0, 0x1010), z_hi = __byte_perm(sz.y, 0, 0x3232);
+__device__ __forceinline__ void dequant(uint32_t word, const RowScales& rs, uint32_t (&a)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t v = ((word >> (4 * i)) & 0x000f000fu) | Pair<T>::kMagic;  // one lop3 after the shift
-    a[i] = sub_mul<T>(v, (i & 1) ? z_hi : z_lo, (i & 1) ? s_hi : s_lo);
+    a[i] = sub_mul<T>(v, (i & 1) ? rs.z_hi : rs.z_lo, (i & 1) ? rs.s_hi : rs.s_lo);
   }
 }
 
@@ -155,8 +163,10 @@ template <typename T, int kMTiles>
 __device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int j, const uint2* sz_strip,
                                              int64_t group_stride, int64_t group_size, const uint16_t* xs, int lane,
                                              float (&acc)[kMTiles][4]) {
-  const uint2 sz_half[2] = {__ldg(sz_strip + (col0 / group_size) * group_stride),
-                            __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride)};  // group 32: two groups
+  // The tile's scales: one group, or two at group size 32 (one per 32-column half).
+  const uint2 sz0 = __ldg(sz_strip + (col0 / group_size) * group_stride);
+  const RowScales rs[2] = {spread(sz0),
+                           spread(group_size == 32 ? __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride) : sz0)};
   const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -171,7 +181,7 @@ __device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int 
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
       uint32_t a[4];
-      dequant<T>(words[2 * half + step], sz_half[half], a);
+      dequant<T>(words[2 * half + step], rs[half], a);
 #pragma unroll
       for (int mt = 0; mt < kMTiles; ++mt) mma_16816<T>(acc[mt], a, b[mt][2 * step], b[mt][2 * step + 1]);
     }
@@ -280,7 +290,7 @@ __global__ void __launch_bounds__(256) dequant_kernel(const uint4* q, const uint
   for (int s = 0; s < 4; ++s) {
     const int64_t col_s = kt * 64 + 16 * s;
     uint32_t a[4];
-    dequant<T>(words[s], sz[(col_s / group_size) * row_tiles * 8 + nt * 8 + lane / 4], a);
+    dequant<T>(words[s], spread(sz[(col_s / group_size) * row_tiles * 8 + nt * 8 + lane / 4]), a);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t row = nt * 16 + layout::fragment_row(lane, i), col = col_s + layout::fragment_col(lane, i, 0);

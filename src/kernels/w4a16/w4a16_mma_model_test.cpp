@@ -220,7 +220,7 @@ TEST(W4A16MmaModel, TheKernelsIndexingComputesTheTwinsProduct) {
           auto packed = w4a16_pack(logical.view(), dtype);
           ASSERT_TRUE(packed.ok()) << packed.status().to_string();
           const std::vector<float> weight = w4a16_dequantize_cpu(*packed);
-          for (int64_t m : {1, 3, 9, 17, 64}) {
+          for (int64_t m : {1, 9, 17, 64}) {
             for (int64_t splits : {1, 3}) {
               const std::string what = std::string(dtype_name(dtype)) + " n=" + std::to_string(s.n) +
                                        " k=" + std::to_string(s.k) + " group_size=" + std::to_string(gs) +
