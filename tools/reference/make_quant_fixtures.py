@@ -22,7 +22,8 @@ every layer (q/k/v/o_proj, gate/up/down_proj; embeddings, norms and lm_head stay
                          greedy_ids I64 [N] (plain argmax)
   golden.json          base "../../llama/llama-gqa-f32", the format settings, prompt ids, greedy ids, the base model's
                        greedy ids and how many agree, the largest prompt-logit change against the base, the minimum
-                       top-1 margin, the permutation seed (act-order), versions
+                       top-1 margin, the permutation seed (act-order: PERM_SEED + 100 layer + the linear's index in
+                       LINEARS), versions
 Tokenizers are not copied (the base has none; the tests pass ids).
 
 Variants:
@@ -293,7 +294,8 @@ def main():
                 for lin in LINEARS:
                     prefix = f"model.layers.{layer}.{lin}"
                     w = base_tensors[prefix + ".weight"].float()
-                    packed, deq[prefix + ".weight"] = quantize_linear(prefix, w, spec, PERM_SEED + layer)
+                    seed = PERM_SEED + 100 * layer + LINEARS.index(lin)  # one act-order permutation per linear
+                    packed, deq[prefix + ".weight"] = quantize_linear(prefix, w, spec, seed)
                     for key, t in packed.items():
                         stored[f"{prefix}.{key}"] = t.contiguous()
             for key, t in base_tensors.items():
