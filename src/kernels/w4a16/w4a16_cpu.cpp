@@ -33,8 +33,8 @@ float base_of(DType dtype) {
 }  // namespace
 
 Status w4a16_check(const Int4WeightView& w) {
-  const std::string shape = " (n=" + std::to_string(w.n) + " k=" + std::to_string(w.k) +
-                            " group_size=" + std::to_string(w.group_size) + ")";
+  const std::string shape =
+      " (n=" + std::to_string(w.n) + " k=" + std::to_string(w.k) + " group_size=" + std::to_string(w.group_size) + ")";
   if (w.n <= 0 || w.k <= 0 || w.n % kW4A16RowTile != 0 || w.k % kW4A16ColTile != 0) {
     return invalid_argument("w4a16: n must be a positive multiple of 16 and k of 64" + shape);
   }
@@ -90,7 +90,8 @@ StatusOr<W4A16Packed> w4a16_pack(const Int4WeightView& w, DType dtype) {
   if (w.g_idx != nullptr) {
     std::vector<int64_t> next(static_cast<size_t>(p.groups));
     for (int64_t g = 0; g < p.groups; ++g) next[static_cast<size_t>(g)] = g * p.group_size;
-    for (int64_t c = 0; c < w.k; ++c) perm[static_cast<size_t>(next[static_cast<size_t>(w.g_idx[c])]++)] = static_cast<int32_t>(c);
+    for (int64_t c = 0; c < w.k; ++c)
+      perm[static_cast<size_t>(next[static_cast<size_t>(w.g_idx[c])]++)] = static_cast<int32_t>(c);
   } else {
     for (int64_t c = 0; c < w.k; ++c) perm[static_cast<size_t>(c)] = static_cast<int32_t>(c);
   }
@@ -108,7 +109,8 @@ StatusOr<W4A16Packed> w4a16_pack(const Int4WeightView& w, DType dtype) {
           for (int i = 0; i < 4; ++i) {
             for (int h = 0; h < 2; ++h) {
               const int64_t row = nt * kW4A16RowTile + layout::fragment_row(lane, i);
-              const int64_t col = perm[static_cast<size_t>(kt * kW4A16ColTile + 16 * s + layout::fragment_col(lane, i, h))];
+              const int64_t col =
+                  perm[static_cast<size_t>(kt * kW4A16ColTile + 16 * s + layout::fragment_col(lane, i, h))];
               word |= uint32_t{w.q[row * w.k + col]} << layout::nibble_shift(i, h);
             }
           }
@@ -153,7 +155,8 @@ std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order)
               const float scale = from_bits(sz[2 * (fr / 8)], w.dtype);
               const float zero = from_bits(sz[2 * (fr / 8) + 1], w.dtype) - base;
               const float q = static_cast<float>((word >> layout::nibble_shift(i, h)) & 15u);
-              const float value = from_bits(to_bits((q - zero) * scale, w.dtype), w.dtype);  // (q - zero) * scale exact in f32
+              const float value =
+                  from_bits(to_bits((q - zero) * scale, w.dtype), w.dtype);  // (q - zero) * scale exact in f32
               const int64_t col = packed_order || w.perm.empty() ? j : w.perm[static_cast<size_t>(j)];
               out[static_cast<size_t>(row * w.k + col)] = value;
             }
@@ -168,7 +171,7 @@ std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order)
 void w4a16_gemm_cpu(const float* x, int64_t m, const W4A16Packed& w, float* y) {
   const std::vector<float> weight = w4a16_dequantize_cpu(w);
   const int64_t n = w.n, k = w.k;
-#pragma omp parallel for schedule(static) num_threads(parallel_threads(m * n * k))
+#pragma omp parallel for schedule(static) num_threads(parallel_threads(m* n* k))
   for (int64_t o = 0; o < n; ++o) {
     const float* wr = weight.data() + o * k;
     for (int64_t r = 0; r < m; ++r) {

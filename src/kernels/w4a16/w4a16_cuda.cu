@@ -5,9 +5,9 @@
 // (rows padded to the fragment's 8 tokens with zeros; gathered through perm for act-order; at decode's few rows the
 // whole range behind one barrier), and each warp dequantises its strip's four 16 x 64 tiles a chunk (one 16-byte
 // load per lane each, requested two chunks ahead into registers) into A fragments and runs mma.sync.m16n8k16 against
-// ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows
-// of W x 16 columns), x the B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of
-// the MMA as an x-as-A kernel would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
+// ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows of W x 16 columns), x the
+// B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of the MMA as an x-as-A kernel
+// would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
 // csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16-byte load is its fragments, the
 // lop3/magic-number dequantisation, scales applied in registers per group, split-K over SMs. What we do not (yet):
 // cp.async multi-stage pipelining of the weights through shared memory, Marlin's semaphore-ordered in-place
@@ -165,8 +165,8 @@ __device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int 
                                              float (&acc)[kMTiles][4]) {
   // The tile's scales: one group, or two at group size 32 (one per 32-column half).
   const uint2 sz0 = __ldg(sz_strip + (col0 / group_size) * group_stride);
-  const RowScales rs[2] = {spread(sz0),
-                           spread(group_size == 32 ? __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride) : sz0)};
+  const RowScales rs[2] = {
+      spread(sz0), spread(group_size == 32 ? __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride) : sz0)};
   const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -226,7 +226,8 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
   for (int64_t s0 = c_begin; s0 < c_end; s0 += kStage) {
     const int64_t s1 = min(c_end, s0 + kStage);
     __syncthreads();  // every warp is done with the previous stage's xs
-    for (int64_t c = s0; c < s1; ++c) load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
+    for (int64_t c = s0; c < s1; ++c)
+      load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
     __syncthreads();
     for (int64_t c = s0; c < s1; ++c) {
       if (c + 2 < c_end) load_weights(wq, c + 2, col_tiles, active, w2);
@@ -235,7 +236,8 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
 #pragma unroll
         for (int j = 0; j < kChunkTiles; ++j) {
           const int64_t kt = c * kChunkTiles + j;
-          if (kt < col_tiles) compute_tile<T, kMTiles>(w0[j], kt * 64, j, sz_strip, group_stride, p.group_size, xc, lane, acc);
+          if (kt < col_tiles)
+            compute_tile<T, kMTiles>(w0[j], kt * 64, j, sz_strip, group_stride, p.group_size, xc, lane, acc);
         }
       }
 #pragma unroll
@@ -263,8 +265,8 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
 
 // y = the sum of the splits' partials, in split order (the same result every run), written as write_output does.
 template <typename T>
-__global__ void __launch_bounds__(256) reduce_kernel(const float* partial, int splits, int64_t m, int64_t n,
-                                                     const __grid_constant__ OutParams out) {
+__global__ void __launch_bounds__(256)
+    reduce_kernel(const float* partial, int splits, int64_t m, int64_t n, const __grid_constant__ OutParams out) {
   pdl_trigger();
   pdl_wait();
   const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x, count = m * n;
@@ -278,8 +280,7 @@ __global__ void __launch_bounds__(256) reduce_kernel(const float* partial, int s
 // 32-bit store.
 template <typename T>
 __global__ void __launch_bounds__(256) dequant_kernel(const uint4* q, const uint2* sz, int64_t row_tiles,
-                                                      int64_t col_tiles, int64_t group_size, int64_t k,
-                                                      uint32_t* out) {
+                                                      int64_t col_tiles, int64_t group_size, int64_t k, uint32_t* out) {
   const int64_t idx = int64_t{blockIdx.x} * 256 + threadIdx.x;
   if (idx >= row_tiles * col_tiles * 32) return;
   const int lane = static_cast<int>(idx % 32);
@@ -299,8 +300,8 @@ __global__ void __launch_bounds__(256) dequant_kernel(const uint4* q, const uint
   }
 }
 
-__global__ void __launch_bounds__(256) gather_kernel(const uint16_t* x, const int32_t* perm, int64_t m, int64_t k,
-                                                     uint16_t* out) {
+__global__ void __launch_bounds__(256)
+    gather_kernel(const uint16_t* x, const int32_t* perm, int64_t m, int64_t k, uint16_t* out) {
   const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x;
   if (i >= m * k) return;
   out[i] = x[(i / k) * k + perm[i % k]];
@@ -392,8 +393,8 @@ template <typename T>
 Status dequantize(const W4A16Device& w, void* out, cudaStream_t stream) {
   const int64_t threads = (w.n / 16) * (w.k / 64) * 32;
   dequant_kernel<T><<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
-      reinterpret_cast<const uint4*>(w.q), reinterpret_cast<const uint2*>(w.sz), w.n / 16, w.k / 64, w.group_size,
-      w.k, static_cast<uint32_t*>(out));
+      reinterpret_cast<const uint4*>(w.q), reinterpret_cast<const uint2*>(w.sz), w.n / 16, w.k / 64, w.group_size, w.k,
+      static_cast<uint32_t*>(out));
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();
 }
@@ -455,8 +456,8 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
                        int split_k) {
   RETURN_IF_ERROR(check_device_weight(w));
   if (dtype != w.dtype) {
-    return invalid_argument(std::string("w4a16_gemm_cuda: x is ") + dtype_name(dtype) + " but the weight was packed for " +
-                            dtype_name(w.dtype));
+    return invalid_argument(std::string("w4a16_gemm_cuda: x is ") + dtype_name(dtype) +
+                            " but the weight was packed for " + dtype_name(w.dtype));
   }
   if (m < 0) return invalid_argument("w4a16_gemm_cuda: m < 0");
   if (m == 0) return ok_status();
@@ -465,7 +466,8 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
     return invalid_argument("w4a16_gemm_cuda: x must be 16-byte aligned and y 4-byte aligned, neither null");
   }
   const size_t need = w4a16_workspace_bytes(m, w, split_k);
-  if (workspace_bytes < need || (need > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))) {
+  if (workspace_bytes < need ||
+      (need > 0 && (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0))) {
     return invalid_argument("w4a16_gemm_cuda: the workspace holds " + std::to_string(workspace_bytes) +
                             " bytes (16-byte aligned); m=" + std::to_string(m) + " needs " + std::to_string(need));
   }
@@ -487,7 +489,7 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
   if (w.perm != nullptr) {
     uint16_t* gathered = reinterpret_cast<uint16_t*>(ws + aligned(static_cast<size_t>(w.n * w.k) * 2));
     gather_kernel<<<static_cast<unsigned>((m * w.k + 255) / 256), 256, 0, stream>>>(static_cast<const uint16_t*>(x),
-                                                                                   w.perm, m, w.k, gathered);
+                                                                                    w.perm, m, w.k, gathered);
     CUDA_RETURN_IF_LAUNCH_ERROR();
     a = gathered;
   }

@@ -93,8 +93,8 @@ void bench_linear(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double 
     Status status = ok_status();
     const size_t need = w4a16_workspace_bytes(m, ours[0]->view);
     const double us_ours = bench.run("w4a16", "ours " + shape, flops, packed_bytes, [&] {
-      const Status st = w4a16_gemm_cuda(x, DType::kBF16, m, ours[i++ % ours.size()]->view, y, ws, need,
-                                        &gemm, bench.stream());
+      const Status st =
+          w4a16_gemm_cuda(x, DType::kBF16, m, ours[i++ % ours.size()]->view, y, ws, need, &gemm, bench.stream());
       if (!st.ok()) status = st;
     });
     if (!status.ok()) std::fprintf(stderr, "w4a16 %s: %s\n", shape.c_str(), status.to_string().c_str());

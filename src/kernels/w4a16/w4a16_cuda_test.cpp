@@ -10,8 +10,8 @@
 //      the workspace filled with NaN first (nothing may rely on it being zeroed);
 //   4. the epilogue: y in f32 accumulated onto (the residual stream), a bias; 5. a graph captured once and replayed
 //      on new x; 6. refusals.
-// Tolerance, per output: eps * |want| + 2^-14 * sum_c |x_c * W_c|: eps = 2^-8 (bf16), 2^-11 (f16), 2^-20 (f32) covers the
-// output's rounding to the dtype (the twin's output is f32), and the second term the f32 accumulation in another
+// Tolerance, per output: eps * |want| + 2^-14 * sum_c |x_c * W_c|: eps = 2^-8 (bf16), 2^-11 (f16), 2^-20 (f32) covers
+// the output's rounding to the dtype (the twin's output is f32), and the second term the f32 accumulation in another
 // order (tensor cores, split-K partials). The weights and x are the same values on both sides.
 // Skipped, with the reason, where no GPU is visible.
 #include "kernels/w4a16/w4a16_cuda.h"
@@ -88,8 +88,8 @@ class W4A16Cuda : public ::testing::Test {
                          const Output& o = {}, const std::vector<float>& y0 = {}, const std::vector<float>& bias = {}) {
     const DType dtype = w.packed.dtype, y_dtype = o.f32 ? DType::kF32 : dtype;
     DeviceVector<uint8_t> dx(cuda_test::encode(x, dtype));
-    cuda_test::DeviceArray dy(o.accumulate ? y0 : std::vector<float>(static_cast<size_t>(m * w.packed.n), cuda_test::kSentinel),
-                              y_dtype, 0);
+    cuda_test::DeviceArray dy(
+        o.accumulate ? y0 : std::vector<float>(static_cast<size_t>(m * w.packed.n), cuda_test::kSentinel), y_dtype, 0);
     DeviceVector<uint8_t> dbias(cuda_test::encode(bias, y_dtype));
     const size_t ws_bytes = w4a16_workspace_bytes(m, w.device->view, split_k);
     DeviceVector<uint8_t> ws(ws_bytes + 256);
@@ -112,9 +112,10 @@ class W4A16Cuda : public ::testing::Test {
     SCOPED_TRACE(what);
     const std::vector<float> x =
         cuda_test::round_through(test_util::random_floats(static_cast<size_t>(m * p.k), seed, -1, 1), p.dtype);
-    const std::vector<float> y0 = o.accumulate ? cuda_test::round_through(
-                                                     test_util::random_floats(static_cast<size_t>(m * p.n), seed + 1, -1, 1), y_dtype)
-                                               : std::vector<float>{};
+    const std::vector<float> y0 =
+        o.accumulate
+            ? cuda_test::round_through(test_util::random_floats(static_cast<size_t>(m * p.n), seed + 1, -1, 1), y_dtype)
+            : std::vector<float>{};
     const std::vector<float> bias =
         o.bias ? cuda_test::round_through(test_util::random_floats(static_cast<size_t>(p.n), seed + 2, -1, 1), y_dtype)
                : std::vector<float>{};
@@ -296,8 +297,9 @@ TEST_F(W4A16Cuda, GraphReplayReadsTheNewInput) {
     };
     // Warm up (cuBLASLt's heuristic runs on the first call of a shape), then capture.
     dx.upload(cuda_test::encode(input(1), DType::kBF16));
-    ASSERT_TRUE(w4a16_gemm_cuda(dx.get(), DType::kBF16, m, w.device->view, dy.get(), ws.get(), ws_bytes, gemm_.get(),
-                                stream).ok());
+    ASSERT_TRUE(
+        w4a16_gemm_cuda(dx.get(), DType::kBF16, m, w.device->view, dy.get(), ws.get(), ws_bytes, gemm_.get(), stream)
+            .ok());
     ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
     const std::vector<uint8_t> direct = dy.download();
     cudaGraph_t graph = nullptr;
@@ -321,7 +323,8 @@ TEST_F(W4A16Cuda, GraphReplayReadsTheNewInput) {
     std::vector<float> want(static_cast<size_t>(m * n));
     w4a16_gemm_cpu(x2.data(), m, w.packed, want.data());
     double worst = 0;
-    for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(double{got[i]} - want[i]) / (1 + std::fabs(want[i])));
+    for (size_t i = 0; i < got.size(); ++i)
+      worst = std::max(worst, std::fabs(double{got[i]} - want[i]) / (1 + std::fabs(want[i])));
     EXPECT_LT(worst, 2.0 / 256) << "replay on a new x";
     ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
     ASSERT_CUDA_OK(cudaGraphDestroy(graph));

@@ -90,7 +90,8 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
   const int64_t row_tiles = w.n / 16, col_tiles = w.k / 64;
   const int64_t chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles, ctas_n = (row_tiles + kWarps - 1) / kWarps;
   const int64_t want = std::clamp<int64_t>(splits_wanted, 1, std::min<int64_t>(16, chunks));
-  const int64_t chunks_per_split = (chunks + want - 1) / want, splits = (chunks + chunks_per_split - 1) / chunks_per_split;
+  const int64_t chunks_per_split = (chunks + want - 1) / want,
+                splits = (chunks + chunks_per_split - 1) / chunks_per_split;
   const int m_tiles = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
   const int rows = 8 * m_tiles, stage = stage_chunks(m_tiles);
   std::vector<float> partial(static_cast<size_t>(splits * m * w.n), std::nanf("")), y(static_cast<size_t>(m * w.n));
@@ -102,7 +103,7 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
       struct WarpState {
         int64_t nt;
         bool active;
-        std::vector<Regs4> w0, w1, w2;  // [tile j][lane][word]
+        std::vector<Regs4> w0, w1, w2;                       // [tile j][lane][word]
         std::vector<std::vector<std::array<float, 4>>> acc;  // [m-tile][lane][element]
       };
       std::vector<WarpState> warps(kWarps);
@@ -163,7 +164,8 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
                     }
                     for (int mt = 0; mt < m_tiles; ++mt) {
                       std::vector<std::array<uint32_t, 2>> bb(32);
-                      for (int lane = 0; lane < 32; ++lane) bb[lane] = {b[mt][lane][2 * step], b[mt][lane][2 * step + 1]};
+                      for (int lane = 0; lane < 32; ++lane)
+                        bb[lane] = {b[mt][lane][2 * step], b[mt][lane][2 * step + 1]};
                       mma(ws.acc[mt], a, bb, w.dtype);
                     }
                   }

@@ -48,7 +48,8 @@ inline LogicalWeight random_weight(int64_t n, int64_t k, int64_t group_size, boo
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     w.g_idx.resize(static_cast<size_t>(k));
-    for (int64_t c = 0; c < k; ++c) w.g_idx[static_cast<size_t>(order[static_cast<size_t>(c)])] = static_cast<int32_t>(c / gs);
+    for (int64_t c = 0; c < k; ++c)
+      w.g_idx[static_cast<size_t>(order[static_cast<size_t>(c)])] = static_cast<int32_t>(c / gs);
   }
   return w;
 }
