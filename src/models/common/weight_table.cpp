@@ -95,6 +95,7 @@ Tensor F32Weights::add_owned(const std::string& name, const std::vector<int64_t>
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   owned_.emplace_back(new float[static_cast<size_t>(n)]);
+  bytes_ += static_cast<size_t>(n) * sizeof(float);  // bytes() is what the model holds, derived tensors too
   Tensor t(owned_.back().get(), DType::kF32, shape);
   index_[name] = t;
   return t;

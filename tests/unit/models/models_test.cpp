@@ -72,6 +72,10 @@ TEST(WeightTable, UpcastsToAlignedF32) {
   EXPECT_EQ((*weights)->get("extra").data_as<float>()[0], 1.0f);
   EXPECT_EQ((*weights)->get("a").data_as<float>()[5], 6.0f);
   EXPECT_TRUE((*weights)->get("absent").empty());
+  // A derived tensor (fused q/k/v, a dequantised linear) counts in what the model reports it holds.
+  const size_t before = (*weights)->bytes();
+  (*weights)->add_owned("fused", {3, 5});
+  EXPECT_EQ((*weights)->bytes(), before + 15 * sizeof(float));
 }
 
 TEST(WeightTable, RefusesUnsupportedDtypes) {
