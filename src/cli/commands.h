@@ -149,6 +149,20 @@ struct QuantizeArgs {
   long long group_size = 128;  // 32, 64, 128 or -1
 };
 int run_quantize(const QuantizeArgs& args);
+// The prompts of a JSONL file of {"text": ...} lines, each tokenised with the model's tokenizer as HF's
+// tokenizer(text) (quantize --method awq and calibrate read --data with it); errors name the file and line.
+StatusOr<std::vector<std::vector<int32_t>>> read_calibration_prompts(const std::string& path,
+                                                                     const std::string& model_dir);
+
+// `mmserve calibrate` (cli/calibrate_command.cpp, models/quant/fp8_calibrate.h).
+struct CalibrateArgs {
+  std::string model_dir, data, output_dir;
+  double max_kl = 0.01;
+  long long holdout = -1;                    // -1: max(1, 20% of the prompts)
+  std::string activation_scheme = "static";  // static | dynamic (per token)
+  std::string weight_strategy = "tensor";    // tensor | channel
+};
+int run_calibrate(const CalibrateArgs& args);
 
 // The executor options of --device, --dtype, --threads and --batch (errors name the flag's value).
 StatusOr<engine::ExecutorOptions> executor_options(const std::string& device, const std::string& dtype, int threads,

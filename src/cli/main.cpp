@@ -114,6 +114,21 @@ int main(int argc, char** argv) {
   quantize_cmd->add_option("--data", quantize.data, "--method awq: calibration prompts, JSONL {\"text\": ...}")
       ->check(CLI::ExistingFile);
 
+  CalibrateArgs calibrate;
+  CLI::App* calibrate_cmd = app.add_subcommand(
+      "calibrate", "Write an FP8 checkpoint (compressed-tensors) of a decoder when its KL on held-apart prompts is small");
+  calibrate_cmd->add_option("--model", calibrate.model_dir, "HF model directory (f32, f16 or bf16)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  calibrate_cmd->add_option("--data", calibrate.data, "calibration prompts, JSONL {\"text\": ...}")
+      ->required()
+      ->check(CLI::ExistingFile);
+  calibrate_cmd->add_option("--output", calibrate.output_dir, "directory to write")->required();
+  calibrate_cmd->add_option("--max-kl", calibrate.max_kl, "largest mean KL(p_orig || p_fp8) accepted (0.01)");
+  calibrate_cmd->add_option("--holdout", calibrate.holdout, "prompts held apart for the KL (default 20%, at least 1)");
+  calibrate_cmd->add_option("--activation-scheme", calibrate.activation_scheme, "static (input_scale) or dynamic (per token)");
+  calibrate_cmd->add_option("--weight-strategy", calibrate.weight_strategy, "tensor or channel weight scales");
+
   // ---- serve (options owned by src/cli/serve_command.cpp's author: add flags only inside this block) ----
   ServeArgs serve;
   CLI::App* serve_cmd = app.add_subcommand("serve", "Run the HTTP server (KServe v2 + OpenAI APIs, /metrics)");
@@ -245,6 +260,7 @@ int main(int argc, char** argv) {
   if (*generate_cmd) return run_generate(generate);
   if (*chat_cmd) return run_chat_template(chat);
   if (*quantize_cmd) return run_quantize(quantize);
+  if (*calibrate_cmd) return run_calibrate(calibrate);
   if (*serve_cmd) return run_serve(serve);
   if (*bench_cmd) return run_bench(bench);
   if (*transcribe_cmd) return run_transcribe(transcribe);

@@ -15,10 +15,8 @@
 #include "models/quant/quantize.h"
 
 namespace mmserve::cli {
-namespace {
-
-// The prompts of a JSONL file as token ids; errors name the file and line.
-StatusOr<std::vector<std::vector<int32_t>>> read_calibration(const std::string& path, const std::string& model_dir) {
+// The prompts of a JSONL file as token ids (commands.h); errors name the file and line.
+StatusOr<std::vector<std::vector<int32_t>>> read_calibration_prompts(const std::string& path, const std::string& model_dir) {
   ASSIGN_OR_RETURN(std::string text, read_input_file(path));
   ASSIGN_OR_RETURN(std::unique_ptr<text::HfTokenizer> tokenizer, text::HfTokenizer::from_model_dir(model_dir));
   std::vector<std::vector<int32_t>> prompts;
@@ -39,8 +37,6 @@ StatusOr<std::vector<std::vector<int32_t>>> read_calibration(const std::string& 
   return prompts;
 }
 
-}  // namespace
-
 int run_quantize(const QuantizeArgs& args) {
   models::QuantizeOptions options;
   options.model_dir = args.model_dir;
@@ -51,7 +47,7 @@ int run_quantize(const QuantizeArgs& args) {
   options.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   if (!args.data.empty()) {
     if (args.method != "awq") return fail("--data is read by --method awq only");
-    StatusOr<std::vector<std::vector<int32_t>>> prompts = read_calibration(args.data, args.model_dir);
+    StatusOr<std::vector<std::vector<int32_t>>> prompts = read_calibration_prompts(args.data, args.model_dir);
     if (!prompts.ok()) return fail(prompts.status().message());
     options.calibration = std::move(prompts).value();
   }

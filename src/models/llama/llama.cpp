@@ -226,11 +226,14 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& model_
   ASSIGN_OR_RETURN(const QuantizedWeightPlan plan, plan_quantized_weights(quant, llama_weight_specs(model->config_)));
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};  // a buffer older checkpoints carry
+  for (const std::string& s : plan.tolerated_suffixes) check.ignored_suffixes.push_back(s);  // FP8's scales
   RETURN_IF_ERROR(check_weights(*store, plan.stored, check).with_context(model_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<F32Weights> weights, F32Weights::load(*store, plan.floats));
-  RETURN_IF_ERROR(dequantize_linears(*store, quant, plan, *weights).with_context(model_dir));
+  Fp8Inputs fp8_inputs;  // FP8: each linear's input quantisation
+  RETURN_IF_ERROR(dequantize_linears(*store, quant, plan, *weights, &fp8_inputs).with_context(model_dir));
   model->weights_ = std::move(weights);
   model->bind_weights();
+  model->set_linear_inputs(fp8_input_transforms(fp8_inputs));
   return model;
 }
 
@@ -286,6 +289,22 @@ void LlamaModel::bind_weights() {
   if (c.rope_scaling.type != "dynamic") {
     inv_freq_ = kernels::rope_inv_freq(c.head_dim, c.rope_theta, c.rope_scaling, c.max_position_embeddings);
   }
+}
+
+void LlamaModel::set_linear_inputs(LinearInputTransforms transforms) {
+  linear_inputs_ = std::move(transforms);
+  auto find = [&](const std::string& module) {
+    const auto it = linear_inputs_.find(module);
+    return it == linear_inputs_.end() ? nullptr : &it->second;
+  };
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const std::string p = names_.model + "layers." + std::to_string(l) + ".";
+    Layer& w = layers_[l];
+    w.q_in = find(p + "self_attn.q_proj"), w.k_in = find(p + "self_attn.k_proj"), w.v_in = find(p + "self_attn.v_proj");
+    w.o_in = find(p + "self_attn.o_proj"), w.gate_in = find(p + "mlp.gate_proj"), w.up_in = find(p + "mlp.up_proj");
+    w.down_in = find(p + "mlp.down_proj");
+  }
+  lm_head_in_ = find(names_.lm_head.substr(0, names_.lm_head.rfind('.')));
 }
 
 int64_t LlamaModel::max_length() const {
@@ -494,13 +513,21 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
   auto report = [&](int64_t layer, LlamaActivation site, const float* rows, int64_t width) {
     if (activations != nullptr) (*activations)(layer, site, rows, n, width);
   };
+  // A linear's input through its transform (FP8 checkpoints: quantised and back), consumed by the GEMM at once.
+  std::vector<float> transformed;
+  auto input = [&](const LinearInputFn* f, const Tensor& rows) {
+    if (f == nullptr) return rows;
+    transformed.resize(static_cast<size_t>(rows.numel()));
+    (*f)(rows.data_as<float>(), rows.shape()[0], rows.shape()[1], transformed.data());
+    return Tensor(transformed.data(), DType::kF32, rows.shape());
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     kernels::rms_norm(x.data(), h, w.input_norm.data_as<float>(), n, h, eps, normed.data(), h);
     report(l, LlamaActivation::kAttnInput, normed.data(), h);
-    kernels::linear(normed_t, w.q, bias(w.q_bias), qt);
-    kernels::linear(normed_t, w.k, bias(w.k_bias), kt);
-    kernels::linear(normed_t, w.v, bias(w.v_bias), vt);
+    kernels::linear(input(w.q_in, normed_t), w.q, bias(w.q_bias), qt);
+    kernels::linear(input(w.k_in, normed_t), w.k, bias(w.k_bias), kt);
+    kernels::linear(input(w.v_in, normed_t), w.v, bias(w.v_bias), vt);
     lora(l, LoraTarget::kQ, normed.data(), h, q.data(), qs);
     lora(l, LoraTarget::kK, normed.data(), h, k.data(), kvs);
     lora(l, LoraTarget::kV, normed.data(), h, v.data(), kvs);
@@ -518,7 +545,7 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
     a.k_cache = pool.k_layer(l), a.v_cache = pool.v_layer(l);
     RETURN_IF_ERROR(kernels::paged_attention_cpu(a));
     report(l, LlamaActivation::kAttnOutput, attn.data(), qs);
-    kernels::linear(attn_t, w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+    kernels::linear(input(w.o_in, attn_t), w.o, bias(w.o_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     lora(l, LoraTarget::kO, attn.data(), qs, x.data(), h);
     kernels::rms_norm(x.data(), h, w.post_norm.data_as<float>(), n, h, eps, normed.data(), h);
     report(l, LlamaActivation::kMlpInput, normed.data(), h);
@@ -527,14 +554,14 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
       moe_mlp(w, l, step, any_lora, normed.data(), x.data(), route_ids.data() + at, route_weights.data() + at);
       continue;
     }
-    kernels::linear(normed_t, w.gate, bias(w.gate_bias), gate_t);
-    kernels::linear(normed_t, w.up, bias(w.up_bias), up_t);
+    kernels::linear(input(w.gate_in, normed_t), w.gate, bias(w.gate_bias), gate_t);
+    kernels::linear(input(w.up_in, normed_t), w.up, bias(w.up_bias), up_t);
     lora(l, LoraTarget::kGate, normed.data(), h, gate.data(), c.intermediate_size);
     lora(l, LoraTarget::kUp, normed.data(), h, up.data(), c.intermediate_size);
     kernels::swiglu(gate.data(), up.data(), c.intermediate_size, n, c.intermediate_size, gate.data(),
                     c.intermediate_size);
     report(l, LlamaActivation::kMlpHidden, gate.data(), c.intermediate_size);
-    kernels::linear(gate_t, w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
+    kernels::linear(input(w.down_in, gate_t), w.down, bias(w.down_bias), xt, kernels::Activation::kNone, /*accumulate=*/true);
     lora(l, LoraTarget::kDown, gate.data(), c.intermediate_size, x.data(), h);
   }
   if (routing != nullptr) {
@@ -551,7 +578,7 @@ Status LlamaModel::forward_step(const DecoderStep& step, LlamaKvPool& pool, floa
                       normed.data() + r * h, h);
   }
   Tensor in(normed.data(), DType::kF32, {rows, h}), out(logits, DType::kF32, {rows, c.vocab_size});
-  kernels::linear(in, lm_head_, nullptr, out);
+  kernels::linear(input(lm_head_in_, in), lm_head_, nullptr, out);
   return ok_status();
 }
 

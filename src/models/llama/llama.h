@@ -13,7 +13,8 @@
 // llama3 are computed (kernels/rope.h), others (yarn, longrope, ...) are kUnimplemented naming the type.
 // Weights of any stored dtype (f32, f16, bf16; sharded) are checked against the table for the architecture
 // (all problems reported at once) and upcast to f32: the CPU path computes in f32. W4A16 checkpoints (AWQ GEMM,
-// GPTQ v1/v2: config.json's quantization_config) have their linears dequantised to f32 at load (models/quant).
+// GPTQ v1/v2: config.json's quantization_config) have their linears dequantised to f32 at load (models/quant); FP8
+// checkpoints too, their linears' inputs quantised and dequantised in the forward as an FP8 engine's (set_linear_inputs).
 // The forward is one engine step over a paged KV pool (forward_step: models/common/decoder_step.h, the sequences
 // of a continuous batch, prefill chunks and decode tokens mixed); forward() is the same for one sequence with a
 // cache of its own (LlamaKvCache: one block as long as the sequence), which the conformance tests use.
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -97,6 +99,12 @@ enum class LlamaActivation {
 using LlamaActivationCallback =
     std::function<void(int64_t layer, LlamaActivation site, const float* rows, int64_t n, int64_t width)>;
 
+// A transform of a linear's input before its GEMM, x [rows, cols] -> out (same shape), by module name
+// ("model.layers.0.self_attn.q_proj", "lm_head"): FP8 checkpoints quantise and dequantise each linear's input as an
+// FP8 engine does (models/quant/fp8_checkpoint.h). Linears without an entry take their input as is.
+using LinearInputFn = std::function<void(const float* x, int64_t rows, int64_t cols, float* out)>;
+using LinearInputTransforms = std::map<std::string, LinearInputFn>;
+
 // What LlamaModel::forward may also take or give: input embeddings for some rows (as DecoderStep's embed_rows /
 // embeds), Mixtral's routing, and the linears' inputs.
 struct LlamaForwardExtras {
@@ -134,6 +142,8 @@ class LlamaModel {
   // names), checked by the caller.
   static std::unique_ptr<LlamaModel> from_weights(const LlamaConfig& config, std::shared_ptr<const F32Weights> weights,
                                                   const LlamaWeightNames& names);
+  // The linears' input transforms (replacing any set before); load() sets those of an FP8 checkpoint.
+  void set_linear_inputs(LinearInputTransforms transforms);
   const LlamaConfig& config() const { return config_; }
   size_t weight_bytes() const { return weights_->bytes(); }
 
@@ -174,6 +184,8 @@ class LlamaModel {
         gate_bias, up_bias, down_bias;
     Tensor router;                           // Mixtral: [experts, hidden]
     std::vector<Tensor> w1, w2, w3;          // Mixtral: per expert gate [i, h], down [h, i], up [i, h]
+    const LinearInputFn *q_in = nullptr, *k_in = nullptr, *v_in = nullptr, *o_in = nullptr, *gate_in = nullptr,
+                        *up_in = nullptr, *down_in = nullptr;  // linear_inputs_' entries, or null
   };
   LlamaModel() = default;
   void bind_weights();
@@ -187,6 +199,8 @@ class LlamaModel {
   std::shared_ptr<const F32Weights> weights_;
   std::vector<Layer> layers_;
   Tensor embed_, final_norm_, lm_head_;
+  LinearInputTransforms linear_inputs_;
+  const LinearInputFn* lm_head_in_ = nullptr;
   std::vector<float> inv_freq_;  // every rope type but dynamic (which depends on the sequence's length)
 };
 

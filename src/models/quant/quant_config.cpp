@@ -1,8 +1,12 @@
 // quantization_config parsing (see quant_config.h).
 #include "models/quant/quant_config.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include <algorithm>
 #include <cctype>
+#include <optional>
 
 #include "core/json_config.h"
 
@@ -26,9 +30,11 @@ Status parse_bits(const JsonObject& o, QuantConfig& c) {
   const std::string key = first_present(o, {"bits", "w_bit"});
   ASSIGN_OR_RETURN(c.bits, o.get_int_or(key, 4));
   if (c.bits == 2 || c.bits == 3 || c.bits == 8) {
-    return unimplemented(o.label() + "." + key + ": " + std::to_string(c.bits) + "-bit weights are not supported (4 only)");
+    return unimplemented(o.label() + "." + key + ": " + std::to_string(c.bits) +
+                         "-bit weights are not supported (4 only)");
   }
-  if (c.bits != 4) return invalid_argument(o.label() + "." + key + ": " + std::to_string(c.bits) + " is not a bit width");
+  if (c.bits != 4)
+    return invalid_argument(o.label() + "." + key + ": " + std::to_string(c.bits) + " is not a bit width");
   return ok_status();
 }
 
@@ -103,16 +109,236 @@ Status parse_gptq(const JsonObject& o, QuantConfig& c) {
   return parse_modules_to_not_convert(o, c);
 }
 
+// ---- FP8.
+
+// A list of strings (`field` names it), or null / absent: empty.
+Status string_list(const JsonObject& o, const std::string& key, std::vector<std::string>& out) {
+  if (!o.has(key)) return ok_status();
+  const nlohmann::json& v = o.raw()[key];
+  if (!v.is_array()) return invalid_argument(o.label() + "." + key + ": expected a list of module names");
+  for (const nlohmann::json& e : v) {
+    if (!e.is_string() || e.get<std::string>().empty()) {
+      return invalid_argument(o.label() + "." + key + ": expected a list of module names, got " + e.dump());
+    }
+    out.push_back(e.get<std::string>());
+  }
+  return ok_status();
+}
+
+// Python's re.match (anchored at the start only) through PCRE2, its work bounded as models/lora/peft_config.cpp's:
+// a checkpoint's config is a user's bytes.
+StatusOr<bool> regex_match_at_start(const std::string& pattern, const std::string& text) {
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_ANCHORED, &error,
+                                   &offset, nullptr);
+  if (code == nullptr) return invalid_argument("'re:" + pattern.substr(0, 120) + "' is not a regular expression");
+  pcre2_match_context* context = pcre2_match_context_create(nullptr);
+  pcre2_set_match_limit(context, 1000000);
+  pcre2_set_depth_limit(context, 10000);
+  pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data, context);
+  pcre2_match_data_free(data);
+  pcre2_match_context_free(context);
+  pcre2_code_free(code);
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  return invalid_argument("'re:" + pattern.substr(0, 120) + "' takes too long to match '" + text.substr(0, 120) + "'");
+}
+
+// compressed-tensors' _is_equal_or_regex_match, plus the class name "Linear" (every module we ask about is one).
+StatusOr<bool> entry_matches(const std::string& entry, const std::string& module) {
+  if (entry.starts_with("re:")) return regex_match_at_start(entry.substr(3), module);
+  return entry == module || entry == "Linear";
+}
+
+// Every "re:" entry compiles (checked at parse time, so that a bad pattern is named with its field).
+Status check_patterns(const std::vector<std::string>& entries, const std::string& field) {
+  for (const std::string& e : entries) {
+    if (!e.starts_with("re:")) continue;
+    StatusOr<bool> m = regex_match_at_start(e.substr(3), "");
+    if (!m.ok()) return m.status().with_context(field);
+  }
+  return ok_status();
+}
+
+bool is_fp8_format(const std::string& f) {
+  return f == "float-quantized" || f == "naive-quantized";
+}
+
+Status check_format(const JsonObject& o, const std::string& key) {
+  ASSIGN_OR_RETURN(std::string format, o.get_string_or(key, "float-quantized"));
+  if (!is_fp8_format(format)) {
+    return unimplemented(o.label() + "." + key + ": '" + format +
+                         "' is not supported (FP8 weights: float-quantized or naive-quantized)");
+  }
+  return ok_status();
+}
+
+// One QuantizationArgs (weights or input_activations): 8-bit symmetric float, no groups or blocks.
+Status check_fp8_args(const JsonObject& a) {
+  ASSIGN_OR_RETURN(int64_t bits, a.get_int_or("num_bits", 8));
+  if (bits != 8) return unimplemented(a.label() + ".num_bits: " + std::to_string(bits) + " is not supported (8: FP8)");
+  ASSIGN_OR_RETURN(std::string type, a.get_string_or("type", "int"));
+  if (lower(type) != "float") {
+    return unimplemented(a.label() + ".type: '" + type + "' is not supported (float: FP8 E4M3; int8 is not read)");
+  }
+  ASSIGN_OR_RETURN(bool symmetric, a.get_bool_or("symmetric", true));
+  if (!symmetric) return unimplemented(a.label() + ".symmetric: asymmetric FP8 is not supported");
+  if (a.has("block_structure"))
+    return unimplemented(a.label() + ".block_structure: block-wise scales are not supported");
+  if (a.has("actorder") && !(a.raw()["actorder"].is_boolean() && !a.raw()["actorder"].get<bool>())) {
+    return unimplemented(a.label() + ".actorder: activation ordering is not supported for FP8");
+  }
+  ASSIGN_OR_RETURN(int64_t group_size, a.get_int_or("group_size", -1));
+  if (group_size != -1) {
+    return unimplemented(a.label() + ".group_size: " + std::to_string(group_size) +
+                         ": grouped scales are not supported");
+  }
+  return ok_status();
+}
+
+// The strategy of `a`, lower-cased; compressed-tensors infers tensor when it is absent and group_size is too.
+StatusOr<std::string> strategy_of(const JsonObject& a) {
+  ASSIGN_OR_RETURN(std::string strategy, a.get_string_or("strategy", "tensor"));
+  return lower(strategy);
+}
+
+// `dynamic`: a boolean (compressed-tensors also has "local", for NVFP4 only).
+StatusOr<bool> dynamic_of(const JsonObject& a) {
+  if (a.has("dynamic") && a.raw()["dynamic"].is_string()) {
+    return unimplemented(a.label() + ".dynamic: '" + a.raw()["dynamic"].get<std::string>() +
+                         "' is not supported (true or false)");
+  }
+  return a.get_bool_or("dynamic", false);
+}
+
+struct Fp8Scheme {
+  Fp8WeightScale weights = Fp8WeightScale::kTensor;
+  Fp8InputScale inputs = Fp8InputScale::kNone;
+  bool operator==(const Fp8Scheme&) const = default;
+};
+
+StatusOr<Fp8Scheme> parse_scheme(const JsonObject& g) {
+  Fp8Scheme s;
+  if (g.has("format")) RETURN_IF_ERROR(check_format(g, "format"));
+  if (!g.has("weights"))
+    return unimplemented(g.label() + ".weights: null (activation-only quantisation) is not supported");
+  ASSIGN_OR_RETURN(JsonObject w, g.get_object("weights"));
+  RETURN_IF_ERROR(check_fp8_args(w));
+  ASSIGN_OR_RETURN(const std::string ws, strategy_of(w));
+  if (ws == "channel") {
+    s.weights = Fp8WeightScale::kChannel;
+  } else if (ws != "tensor") {
+    return unimplemented(w.label() + ".strategy: '" + ws + "' is not supported for FP8 weights (tensor, channel)");
+  }
+  ASSIGN_OR_RETURN(const bool w_dynamic, dynamic_of(w));
+  if (w_dynamic) return unimplemented(w.label() + ".dynamic: weights quantised at run time are not supported");
+  if (g.has("output_activations")) {
+    return unimplemented(g.label() + ".output_activations: quantised outputs are not supported");
+  }
+  if (!g.has("input_activations")) return s;
+  ASSIGN_OR_RETURN(JsonObject a, g.get_object("input_activations"));
+  RETURN_IF_ERROR(check_fp8_args(a));
+  ASSIGN_OR_RETURN(const std::string as, strategy_of(a));
+  ASSIGN_OR_RETURN(const bool a_dynamic, dynamic_of(a));
+  if (as == "tensor") {
+    s.inputs = a_dynamic ? Fp8InputScale::kDynamicTensor : Fp8InputScale::kStatic;
+  } else if (as == "token") {
+    if (!a_dynamic) return invalid_argument(a.label() + ".dynamic: the token strategy needs dynamic: true");
+    s.inputs = Fp8InputScale::kDynamicToken;
+  } else {
+    return unimplemented(a.label() + ".strategy: '" + as + "' is not supported for FP8 inputs (tensor, token)");
+  }
+  return s;
+}
+
+Status parse_compressed_tensors(const JsonObject& o, QuantConfig& c) {
+  c.compressed_tensors = true;
+  RETURN_IF_ERROR(check_format(o, "format"));
+  if (o.has("kv_cache_scheme")) return unimplemented(o.label() + ".kv_cache_scheme: an FP8 KV cache is not read yet");
+  if (o.has("sparsity_config") && !(o.raw()["sparsity_config"].is_object() && o.raw()["sparsity_config"].empty())) {
+    return unimplemented(o.label() + ".sparsity_config: sparse checkpoints are not supported");
+  }
+  ASSIGN_OR_RETURN(JsonObject groups, o.get_object("config_groups"));
+  if (groups.raw().empty()) return invalid_argument(groups.label() + ": no groups");
+  std::optional<Fp8Scheme> scheme;
+  c.fp8_targets.clear();
+  for (const auto& [name, value] : groups.raw().items()) {
+    const std::string where = groups.label() + "." + name;
+    Fp8Scheme s;
+    if (value.is_array()) {  // a preset's name mapped to its targets (QuantizationConfig.model_post_init)
+      if (name == "FP8") {
+        s = {Fp8WeightScale::kTensor, Fp8InputScale::kStatic};
+      } else if (name == "FP8_DYNAMIC") {
+        s = {Fp8WeightScale::kChannel, Fp8InputScale::kDynamicToken};
+      } else {
+        return unimplemented(where + ": the preset scheme '" + name + "' is not supported (FP8, FP8_DYNAMIC)");
+      }
+      for (const nlohmann::json& t : value) {
+        if (!t.is_string() || t.get<std::string>().empty()) {
+          return invalid_argument(where + ": expected a list of targets, got " + t.dump());
+        }
+        c.fp8_targets.push_back(t.get<std::string>());
+      }
+    } else {
+      ASSIGN_OR_RETURN(JsonObject g, JsonObject::wrap(value, where));
+      ASSIGN_OR_RETURN(s, parse_scheme(g));
+      if (!g.has("targets")) return invalid_argument(where + ".targets: missing");
+      RETURN_IF_ERROR(string_list(g, "targets", c.fp8_targets));
+    }
+    if (scheme.has_value() && !(*scheme == s)) {
+      return unimplemented(where + ": config groups with different schemes are not supported");
+    }
+    scheme = s;
+  }
+  if (c.fp8_targets.empty()) return invalid_argument(groups.label() + ": no targets");
+  c.fp8_weights = scheme->weights;
+  c.fp8_inputs = scheme->inputs;
+  RETURN_IF_ERROR(string_list(o, "ignore", c.fp8_ignore));
+  RETURN_IF_ERROR(check_patterns(c.fp8_targets, groups.label() + ".targets"));
+  return check_patterns(c.fp8_ignore, o.label() + ".ignore");
+}
+
+Status parse_autofp8(const JsonObject& o, QuantConfig& c) {
+  ASSIGN_OR_RETURN(std::string scheme, o.get_string_or("activation_scheme", "dynamic"));
+  if (scheme == "static") {
+    c.fp8_inputs = Fp8InputScale::kStatic;
+  } else if (scheme == "dynamic") {
+    c.fp8_inputs = Fp8InputScale::kDynamicTensor;
+  } else {
+    return invalid_argument(o.label() + ".activation_scheme: '" + scheme + "': expected static or dynamic");
+  }
+  if (o.has("weight_block_size")) {
+    return unimplemented(o.label() +
+                         ".weight_block_size: block-wise FP8 (weight_scale_inv per block) is not supported");
+  }
+  if (o.has("kv_cache_scheme")) return unimplemented(o.label() + ".kv_cache_scheme: an FP8 KV cache is not read yet");
+  ASSIGN_OR_RETURN(std::string fmt, o.get_string_or("fmt", "e4m3"));
+  if (lower(fmt) != "e4m3") return unimplemented(o.label() + ".fmt: '" + fmt + "' is not supported (e4m3)");
+  RETURN_IF_ERROR(string_list(o, "ignored_layers", c.fp8_ignore));
+  RETURN_IF_ERROR(string_list(o, "modules_to_not_convert", c.fp8_ignore));
+  return check_patterns(c.fp8_ignore, o.label() + ".ignored_layers");
+}
+
 }  // namespace
+
+const char* fp8_input_scale_name(Fp8InputScale s) {
+  switch (s) {
+    case Fp8InputScale::kNone: return "none";
+    case Fp8InputScale::kStatic: return "static";
+    case Fp8InputScale::kDynamicTensor: return "dynamic (per tensor)";
+    case Fp8InputScale::kDynamicToken: return "dynamic (per token)";
+  }
+  return "?";
+}
 
 std::string QuantConfig::format_name() const {
   switch (method) {
-    case QuantMethod::kAwq:
-      return "awq gemm";
-    case QuantMethod::kGptq:
-      return gptq_v2 ? "gptq v2" : "gptq v1";
-    case QuantMethod::kNone:
-      break;
+    case QuantMethod::kAwq: return "awq gemm";
+    case QuantMethod::kGptq: return gptq_v2 ? "gptq v2" : "gptq v1";
+    case QuantMethod::kFp8: return compressed_tensors ? "fp8 compressed-tensors" : "fp8";
+    case QuantMethod::kNone: break;
   }
   return "none";
 }
@@ -131,10 +357,12 @@ StatusOr<QuantConfig> parse_quant_config(const nlohmann::json& config, const std
     c.method = QuantMethod::kGptq;
     RETURN_IF_ERROR(parse_gptq(o, c));
   } else if (m == "fp8" || m == "compressed-tensors") {
-    return unimplemented(o.label() + ".quant_method: '" + method + "': FP8 checkpoints: not yet");
+    c.method = QuantMethod::kFp8;
+    RETURN_IF_ERROR(m == "fp8" ? parse_autofp8(o, c) : parse_compressed_tensors(o, c));
   } else {
-    return unimplemented(o.label() + ".quant_method: '" + method +
-                         "' is not supported (awq and gptq 4-bit checkpoints are read)");
+    return unimplemented(
+        o.label() + ".quant_method: '" + method +
+        "' is not supported (awq and gptq 4-bit, fp8 and compressed-tensors FP8 checkpoints are read)");
   }
   return c;
 }
@@ -149,18 +377,66 @@ bool quant_converts_module(const QuantConfig& config, const std::string& module)
   return true;
 }
 
+StatusOr<bool> fp8_converts_module(const QuantConfig& config, const std::string& module) {
+  bool targeted = false;
+  for (const std::string& t : config.fp8_targets) {
+    ASSIGN_OR_RETURN(const bool m, entry_matches(t, module));
+    targeted = targeted || m;
+  }
+  if (!targeted) return false;
+  for (const std::string& e : config.fp8_ignore) {
+    if (e == "Linear") return false;  // ignoring the class: nothing is quantised
+    ASSIGN_OR_RETURN(const bool m, entry_matches(e, module));
+    if (m) return false;
+  }
+  return true;
+}
+
 nlohmann::json quant_config_to_json(const QuantConfig& c) {
   nlohmann::json j;
+  if (c.method == QuantMethod::kFp8) {  // compressed-tensors, as llm-compressor's FP8 / FP8_DYNAMIC presets save
+    auto args = [](const char* strategy, bool dynamic) {
+      return nlohmann::json{{"num_bits", 8},
+                            {"type", "float"},
+                            {"strategy", strategy},
+                            {"symmetric", true},
+                            {"dynamic", dynamic},
+                            {"group_size", nullptr},
+                            {"block_structure", nullptr},
+                            {"actorder", nullptr},
+                            {"observer", dynamic ? nullptr : nlohmann::json("minmax")},
+                            {"observer_kwargs", nlohmann::json::object()}};
+    };
+    nlohmann::json group = {{"targets", c.fp8_targets},
+                            {"weights", args(c.fp8_weights == Fp8WeightScale::kChannel ? "channel" : "tensor", false)},
+                            {"input_activations", nullptr},
+                            {"output_activations", nullptr},
+                            {"format", "float-quantized"}};
+    if (c.fp8_inputs == Fp8InputScale::kStatic) group["input_activations"] = args("tensor", false);
+    if (c.fp8_inputs == Fp8InputScale::kDynamicTensor) group["input_activations"] = args("tensor", true);
+    if (c.fp8_inputs == Fp8InputScale::kDynamicToken) group["input_activations"] = args("token", true);
+    return {{"quant_method", "compressed-tensors"},
+            {"format", "float-quantized"},
+            {"quantization_status", "compressed"},
+            {"config_groups", {{"group_0", group}}},
+            {"ignore", c.fp8_ignore},
+            {"kv_cache_scheme", nullptr},
+            {"global_compression_ratio", nullptr},
+            {"sparsity_config", nlohmann::json::object()}};
+  }
   if (c.method == QuantMethod::kAwq) {
-    j = {{"quant_method", "awq"}, {"version", "gemm"}, {"bits", c.bits}, {"group_size", c.group_size},
+    j = {{"quant_method", "awq"},
+         {"version", "gemm"},
+         {"bits", c.bits},
+         {"group_size", c.group_size},
          {"zero_point", c.zero_point}};
   } else if (c.method == QuantMethod::kGptq) {
-    j = {{"quant_method", "gptq"},     {"bits", c.bits}, {"group_size", c.group_size},
-         {"desc_act", c.desc_act},     {"sym", c.sym},   {"checkpoint_format", c.gptq_v2 ? "gptq_v2" : "gptq"}};
+    j = {{"quant_method", "gptq"}, {"bits", c.bits}, {"group_size", c.group_size},
+         {"desc_act", c.desc_act}, {"sym", c.sym},   {"checkpoint_format", c.gptq_v2 ? "gptq_v2" : "gptq"}};
   }
   if (c.method == QuantMethod::kAwq || !c.modules_to_not_convert.empty()) {  // AwqConfig has the key, GPTQConfig not
-    j["modules_to_not_convert"] = c.modules_to_not_convert.empty() ? nlohmann::json(nullptr)
-                                                                   : nlohmann::json(c.modules_to_not_convert);
+    j["modules_to_not_convert"] =
+        c.modules_to_not_convert.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.modules_to_not_convert);
   }
   return j;
 }

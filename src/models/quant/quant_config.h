@@ -11,23 +11,47 @@
 //   checkpoint_format (or gptqmodel's older `format`) "gptq" (v1, the default: stored zero = zero - 1) or "gptq_v2"
 //   (stored zero exact); is_marlin_format true, other formats, pack_dtype other than int32, lm_head true, a non-empty
 //   `dynamic` or a non-null modules_in_block_to_quantize: kUnimplemented naming the field.
-// - FP8 (quant_method "fp8", "compressed-tensors"): kUnimplemented "FP8 checkpoints: not yet" (issue 17 item 3).
+// - FP8, E4M3 weights with per-tensor or per-channel scales, linear inputs unquantised, static per tensor, dynamic
+//   per tensor or dynamic per token (models/quant/fp8_checkpoint.h reads the tensors):
+//   * compressed-tensors (llm-compressor's output; vLLM's CompressedTensorsW8A8Fp8 / W8A16Fp8 read it): quant_method
+//     "compressed-tensors", format "float-quantized" or "naive-quantized" (also per group), config_groups of one
+//     scheme (several groups only when their schemes agree; a group may be a preset's name, FP8 or FP8_DYNAMIC,
+//     mapped to its targets), weights {num_bits 8, type float, strategy tensor|channel, symmetric, dynamic false},
+//     input_activations null (weight-only) or {num_bits 8, type float, strategy tensor (dynamic or not) | token
+//     (dynamic)}, targets ("Linear": every linear; a module name; "re:" + a regex matched at the name's start, as
+//     compressed-tensors' _is_equal_or_regex_match), ignore (the same forms). Other formats (pack-quantized, ...),
+//     int types, group / block / tensor_group strategies, asymmetric or dynamic weights, output_activations and a
+//     kv_cache_scheme: kUnimplemented naming the field; a static token strategy is kInvalidArgument (as
+//     compressed-tensors' QuantizationArgs validator).
+//   * AutoFP8 / vLLM's Fp8Config: quant_method "fp8", activation_scheme "static" (input_scale per linear) or "dynamic"
+//     (the default; per-tensor scales computed from each input, as AutoFP8's FP8DynamicLinear), ignored_layers (or
+//     transformers' modules_to_not_convert: exact names or "re:" patterns). weight_block_size (DeepSeek-style
+//     block-wise scales, weight_scale_inv) and kv_cache_scheme: kUnimplemented naming the field.
 // Any other quant_method is kUnimplemented naming it; a wrong type or value is kInvalidArgument naming the field.
 // Unknown keys are ignored (damp_percent, true_sequential, do_fuse, ... do not change the stored tensors).
 // Tests: tests/unit/models/quant_format_test.cpp; fuzz: fuzz/quant_config_fuzz.cpp.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "core/status.h"
 
 namespace mmserve::models {
 
-enum class QuantMethod { kNone, kAwq, kGptq };
+enum class QuantMethod { kNone, kAwq, kGptq, kFp8 };
+
+// FP8: how a linear's weight is scaled (weight_scale [1] or [out, 1]) and how its input is quantised.
+enum class Fp8WeightScale { kTensor, kChannel };
+enum class Fp8InputScale {
+  kNone,           // weight-only (W8A16): the input as is
+  kStatic,         // one input_scale per linear, from calibration
+  kDynamicTensor,  // amax of the whole input / 448, per forward
+  kDynamicToken,   // amax of each input row / 448
+};
+const char* fp8_input_scale_name(Fp8InputScale s);  // "none", "static", "dynamic (per tensor)", ...
 
 struct QuantConfig {
   QuantMethod method = QuantMethod::kNone;
@@ -38,11 +62,17 @@ struct QuantConfig {
   bool sym = true;           // GPTQ
   bool gptq_v2 = false;      // GPTQ checkpoint_format "gptq_v2": qzeros store the zero itself, not zero - 1
   std::vector<std::string> modules_to_not_convert;
+  // FP8 (method kFp8).
+  bool compressed_tensors = false;  // quant_method "compressed-tensors" (else AutoFP8's "fp8")
+  Fp8WeightScale fp8_weights = Fp8WeightScale::kTensor;
+  Fp8InputScale fp8_inputs = Fp8InputScale::kNone;
+  std::vector<std::string> fp8_targets = {"Linear"};  // compressed-tensors targets
+  std::vector<std::string> fp8_ignore;                // ignore / ignored_layers
 
   bool quantized() const { return method != QuantMethod::kNone; }
   // The group size for a linear with `k` inputs (-1 is k).
   int64_t group_size_for(int64_t k) const { return group_size == -1 ? k : group_size; }
-  // "awq gemm", "gptq v1" or "gptq v2" (for messages).
+  // "awq gemm", "gptq v1", "gptq v2", "fp8 compressed-tensors" or "fp8" (for messages).
   std::string format_name() const;
 };
 
@@ -56,8 +86,15 @@ StatusOr<QuantConfig> parse_quant_config(const nlohmann::json& config, const std
 // suffix; for the entries checkpoints carry, "lm_head", "gate", "model.layers.0.mlp", these agree).
 bool quant_converts_module(const QuantConfig& config, const std::string& module);
 
+// Whether the linear `module` ("model.layers.0.mlp.up_proj", "lm_head") is FP8 under `config` (method kFp8): some
+// target matches it ("Linear" matches every linear) and no ignore entry does. Entries are exact names or "re:" +
+// a regular expression matched from the start of the name (Python's re.match, through PCRE2 with bounded work);
+// kInvalidArgument for a pattern that does not compile or takes too long.
+StatusOr<bool> fp8_converts_module(const QuantConfig& config, const std::string& module);
+
 // The quantization_config object `mmserve quantize` writes for `config` (AWQ: version gemm, zero_point true; GPTQ:
-// desc_act, sym and checkpoint_format as set).
+// desc_act, sym and checkpoint_format as set); for kFp8 the compressed-tensors config `mmserve calibrate` writes
+// (format float-quantized, one group targeting "Linear", the ignore list).
 nlohmann::json quant_config_to_json(const QuantConfig& config);
 
 }  // namespace mmserve::models

@@ -6,7 +6,13 @@
 // Quantised linears: the decoder blocks' q/k/v/o_proj, gate/up/down_proj and Mixtral's experts' w1/w2/w3
 // ("<...>.layers.N.<...>.<name>.weight", 2-D), as AutoAWQ and GPTQ quantise them, less modules_to_not_convert;
 // never embed_tokens, norms, lm_head or Mixtral's router (block_sparse_moe.gate).
-// Tests: tests/unit/models/quant_load_test.cpp, tests/conformance/quant_hf_test.cpp.
+//
+// FP8 checkpoints (method kFp8, models/quant/fp8_checkpoint.h): the linears are those above plus lm_head and
+// Mixtral's router (every nn.Linear, as compressed-tensors' "Linear" target and AutoFP8 take them), less what
+// fp8_converts_module rules out; each keeps its `.weight` name (stored F8_E4M3) beside `.weight_scale` and, static,
+// `.input_scale`, which check_weights tolerates (the reader checks them per linear). Inputs quantised on Mixtral's
+// experts or router are kUnimplemented (the CPU MoE has no per-expert input hook yet); weight-only FP8 works there.
+// Tests: tests/unit/models/quant_format_test.cpp, quant_fp8_test.cpp, tests/conformance/quant_hf_test.cpp.
 #pragma once
 
 #include <string>
@@ -15,6 +21,7 @@
 #include "core/safetensors.h"
 #include "core/status.h"
 #include "models/common/weight_table.h"
+#include "models/quant/fp8_checkpoint.h"
 #include "models/quant/quant_config.h"
 
 namespace mmserve::models {
@@ -29,17 +36,19 @@ struct QuantizedLinear {
 };
 
 struct QuantizedWeightPlan {
-  std::vector<WeightSpec> stored;   // what the checkpoint must hold (check_weights)
-  std::vector<WeightSpec> floats;   // what F32Weights::load copies (everything but the quantised linears)
+  std::vector<WeightSpec> stored;  // what the checkpoint must hold (check_weights)
+  std::vector<WeightSpec> floats;  // what F32Weights::load copies (everything but the quantised linears)
   std::vector<QuantizedLinear> linears;
+  std::vector<std::string> tolerated_suffixes;  // FP8: ".weight_scale", ".input_scale" (for WeightCheckOptions)
 };
 
 // The plan for `specs` under `config` (method kNone: stored = floats = specs). kInvalidArgument naming the linear
 // when its sizes do not fit the format (check_int4_dims).
 StatusOr<QuantizedWeightPlan> plan_quantized_weights(const QuantConfig& config, const std::vector<WeightSpec>& specs);
 
-// Reads, checks and dequantises each of plan.linears from `store` into `weights` as `<prefix>.weight` [n, k].
+// Reads, checks and dequantises each of plan.linears from `store` into `weights` as `<prefix>.weight` [n, k]; for
+// FP8, fills `inputs` (when non-null) with each linear's input quantisation.
 Status dequantize_linears(const WeightStore& store, const QuantConfig& config, const QuantizedWeightPlan& plan,
-                          F32Weights& weights);
+                          F32Weights& weights, Fp8Inputs* inputs = nullptr);
 
 }  // namespace mmserve::models
