@@ -5,7 +5,10 @@
 // same run) and prints the ratios.
 //
 //   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
-//                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N]
+//                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N] [--w4a16 G]
+// --w4a16 G (issue 17): every decoder linear as random 4-bit weights in groups of G (128, or -1: one group), run
+// through kernels/w4a16 (LlamaCudaModel::random_w4a16); bench/run_llama_gpu_bench.sh with W4A16=G runs it beside the
+// bf16 run of the same shapes and prints the ratios. The JSON says "weights" and "weight_bytes".
 // --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots (--lora-slots S: fewer);
 // each batch size is then decoded twice in the same process, without adapters and with sequence i of iteration k
 // under adapter (k * B + i) % N (every step mixes min(B, N) adapters, the iterations go round all N), and the ratio
@@ -70,7 +73,7 @@ int main(int argc, char** argv) {
   std::string name = "llama-3-8b", batches = "1,32";
   int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
   bool graphs = true;
-  int64_t loras = 0, lora_slots = -1;
+  int64_t loras = 0, lora_slots = -1, w4a16 = 0;  // w4a16: the group size, 0 for bf16 weights
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--loras") loras = std::stoll(next());
     else if (a == "--lora-slots") lora_slots = std::stoll(next());
+    else if (a == "--w4a16") w4a16 = std::stoll(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -98,16 +102,20 @@ int main(int argc, char** argv) {
   o.graphs = graphs;
   o.max_loras = lora_slots >= 0 ? std::min(lora_slots, loras) : loras, o.max_lora_rank = 16;
   const double t_load = now_s();
-  auto model = models::LlamaCudaModel::random(arch(name), o, 1);
+  auto model = w4a16 != 0 ? models::LlamaCudaModel::random_w4a16(arch(name), o, 1, w4a16)
+                           : models::LlamaCudaModel::random(arch(name), o, 1);
   BENCH_CHECK_OK(model.status());
   models::LlamaCudaModel& m = **model;
-  std::fprintf(stderr, "%s ready in %.1f s: weights %.2f GB, pool %.2f GB (%lld blocks)\n", name.c_str(),
-               now_s() - t_load, m.weight_bytes() / 1e9, m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
+  const std::string weights = w4a16 != 0 ? "w4a16 g" + std::to_string(w4a16) : "bf16";
+  std::fprintf(stderr, "%s (%s) ready in %.1f s: weights %.2f GB (%.2f GiB), pool %.2f GB (%lld blocks)\n",
+               name.c_str(), weights.c_str(), now_s() - t_load, m.weight_bytes() / 1e9, m.weight_bytes() / 1073741824.0,
+               m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
   const int64_t vocab = m.config().vocab_size;
   bench::Stepper stepper(m, o.max_num_seqs, o.max_num_tokens);
   engine::DecoderScheduler& scheduler = stepper.scheduler;
   std::mt19937 rng(0);
-  nlohmann::json out = {{"arch", name}, {"graphs", m.graphs()}, {"decode", nlohmann::json::array()}};
+  nlohmann::json out = {{"arch", name},     {"graphs", m.graphs()},           {"decode", nlohmann::json::array()},
+                        {"weights", weights}, {"weight_bytes", m.weight_bytes()}};
   // --loras: random adapters (normal-ish values from a cheap generator; the timing does not depend on them).
   std::vector<std::shared_ptr<models::LoraAdapter>> adapters;
   std::vector<double> pack_ms, upload_ms;

@@ -6,6 +6,8 @@
 #   bench/run_llama_gpu_bench.sh BIN_DIR RESULT_DIR
 # BIN_DIR holds llama_gpu_bench. Environment: ARCHS ("llama-3-8b llama-3.2-1b"), BATCHES (1,32), PROMPT (128),
 # NEW_TOKENS (128), PREFILL (2048), ITERS (3), CELL_TIMEOUT_S (300). Writes RESULT_DIR/{hf,mmserve}_<arch>.json.
+# W4A16=G (issue 17; e.g. 128): mmserve once more with random 4-bit weights in groups of G (llama_gpu_bench --w4a16 G),
+# RESULT_DIR/mmserve_w4a16_<arch>.json, and a second table: W4A16 against mmserve's bf16 run of the same script run.
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BIN_DIR RESULT_DIR" >&2; exit 2; }
 BIN=$1
@@ -19,6 +21,10 @@ mkdir -p "$RES"
 for arch in $ARCHS; do
   echo "[$SECONDS s] $arch: mmserve" >&2
   timeout -k 10 "$T" "$BIN/llama_gpu_bench" --arch "$arch" "${ARGS[@]}" > "$RES/mmserve_$arch.json" 2> "$RES/mmserve_$arch.err" || tail -n 5 "$RES/mmserve_$arch.err" >&2
+  if [ -n "${W4A16:-}" ]; then
+    echo "[$SECONDS s] $arch: mmserve W4A16 g$W4A16" >&2
+    timeout -k 10 "$T" "$BIN/llama_gpu_bench" --arch "$arch" --w4a16 "$W4A16" "${ARGS[@]}" > "$RES/mmserve_w4a16_$arch.json" 2> "$RES/mmserve_w4a16_$arch.err" || tail -n 5 "$RES/mmserve_w4a16_$arch.err" >&2
+  fi
   echo "[$SECONDS s] $arch: HF" >&2
   timeout -k 10 "$T" python3 "$HERE/hf_llama_gpu.py" --arch "$arch" "${ARGS[@]}" > "$RES/hf_$arch.json" 2> "$RES/hf_$arch.err" || tail -n 5 "$RES/hf_$arch.err" >&2
 done
@@ -36,4 +42,19 @@ for a in archs:
         print(f"| {a} | decode batch {dm['batch']} tok/s | {dm['tokens_per_s']:.1f} | {dh['tokens_per_s']:.1f} | {dm['tokens_per_s']/dh['tokens_per_s']:.2f}x |")
     pm, ph = m["prefill"]["ms"], h["prefill"]["ms"]
     print(f"| {a} | prefill {m['prefill']['tokens']} ms | {pm:.1f} | {ph:.1f} | {ph/pm:.2f}x faster |")
+import os
+if os.environ.get("W4A16"):
+    print()
+    print("| shapes | measure | mmserve W4A16 | mmserve bf16 | ratio |")
+    print("|---|---|---|---|---|")
+    for a in archs:
+        try:
+            q = json.load(open(f"{res}/mmserve_w4a16_{a}.json")); m = json.load(open(f"{res}/mmserve_{a}.json"))
+        except Exception as e:
+            print(f"| {a} | missing ({e}) | | | |"); continue
+        print(f"| {a} | weights GB | {q['weight_bytes']/1e9:.2f} ({q['weights']}) | {m['weight_bytes']/1e9:.2f} | {m['weight_bytes']/q['weight_bytes']:.2f}x smaller |")
+        for dq, dm in zip(q["decode"], m["decode"]):
+            print(f"| {a} | decode batch {dq['batch']} tok/s | {dq['tokens_per_s']:.1f} | {dm['tokens_per_s']:.1f} | {dq['tokens_per_s']/dm['tokens_per_s']:.2f}x |")
+        pq, pm = q["prefill"]["ms"], m["prefill"]["ms"]
+        print(f"| {a} | prefill {q['prefill']['tokens']} ms | {pq:.1f} | {pm:.1f} | {pm/pq:.2f}x faster |")
 PY

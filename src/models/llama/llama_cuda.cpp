@@ -104,14 +104,16 @@ Status LlamaCudaModel::plan_weights() {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     Layer& w = layers_[static_cast<size_t>(l)];
     const std::string p = names_.model + "layers." + std::to_string(l) + ".";
-    want(&w.qkv, d, qkv_width_ * h,
-         {{p + "self_attn.q_proj.weight", 0}, {p + "self_attn.k_proj.weight", q * h},
-          {p + "self_attn.v_proj.weight", (q + kv) * h}});
+    if (!w4a16_packed(l, kQkvGemm)) {  // else packed by upload_w4a16 (llama_cuda_quant.cpp)
+      want(&w.qkv, d, qkv_width_ * h,
+           {{p + "self_attn.q_proj.weight", 0}, {p + "self_attn.k_proj.weight", q * h},
+            {p + "self_attn.v_proj.weight", (q + kv) * h}});
+    }
     if (c.qkv_bias) {
       want(&w.qkv_bias, d, qkv_width_,
            {{p + "self_attn.q_proj.bias", 0}, {p + "self_attn.k_proj.bias", q}, {p + "self_attn.v_proj.bias", q + kv}});
     }
-    want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
+    if (!w4a16_packed(l, kOGemm)) want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
     if (c.o_bias) want(reinterpret_cast<const void**>(&w.o_bias), DType::kF32, h, {{p + "self_attn.o_proj.bias", 0}});
     if (c.num_experts > 0) {
       const int64_t e_count = c.num_experts;
@@ -129,12 +131,14 @@ Status LlamaCudaModel::plan_weights() {
       want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
       continue;
     }
-    want(&w.gate_up, d, 2 * i * h, {{p + "mlp.gate_proj.weight", 0}, {p + "mlp.up_proj.weight", i * h}});
+    if (!w4a16_packed(l, kGateUpGemm)) {
+      want(&w.gate_up, d, 2 * i * h, {{p + "mlp.gate_proj.weight", 0}, {p + "mlp.up_proj.weight", i * h}});
+    }
     if (c.mlp_bias) {
       want(&w.gate_up_bias, d, 2 * i, {{p + "mlp.gate_proj.bias", 0}, {p + "mlp.up_proj.bias", i}});
       want(reinterpret_cast<const void**>(&w.down_bias), DType::kF32, h, {{p + "mlp.down_proj.bias", 0}});
     }
-    want(&w.down, d, h * i, {{p + "mlp.down_proj.weight", 0}});
+    if (!w4a16_packed(l, kDownGemm)) want(&w.down, d, h * i, {{p + "mlp.down_proj.weight", 0}});
     want(&w.input_norm, d, h, {{p + "input_layernorm.weight", 0}});
     want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
     if (c.qk_norm) {
@@ -142,7 +146,7 @@ Status LlamaCudaModel::plan_weights() {
       want(&w.k_norm, d, c.head_dim, {{p + "self_attn.k_norm.weight", 0}});
     }
   }
-  size_t total = 0;
+  size_t total = w4a16_planned_bytes_;  // the packed 4-bit weights, placed after the dense ones
   for (const Want& w : wants) total += w.bytes;
   RETURN_IF_ERROR(weights_.init(total));
   weight_slots_.clear();
@@ -232,6 +236,10 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
       bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
   std::vector<size_t> all = sizes;
+  w4a16_workspace_bytes_ = w4a16_workspace_need(rows);  // W4A16 (llama_cuda_quant.cpp); none for 16-bit weights
+  for (size_t b : {w4a16_workspace_bytes_, w4a16_scratch_need(rows)}) {
+    if (b > 0) all.push_back(b);
+  }
   const int64_t e_count = c.num_experts;
   const int64_t pairs = rows * std::max<int64_t>(c.experts_per_token, 1) + (e_count > 0 ? kMoePadRows : 0);
   if (e_count > 0) {  // Mixtral: the router's logits, the routing, the plan and the pairs' activations
@@ -306,6 +314,12 @@ Status LlamaCudaModel::plan_buffers() {
   }
   arrays_ = eager_arrays_;
   ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
+  if (w4a16_workspace_bytes_ > 0) {  // W4A16 (llama_cuda_quant.cpp): split-K partials / the dequantised weight
+    ASSIGN_OR_RETURN(w4a16_workspace_, buffers_.allocate(w4a16_workspace_bytes_));
+  }
+  if (w4a16_scratch_need(rows) > 0) {  // linear by linear GEMMs' rows before their copy into the fused row
+    ASSIGN_OR_RETURN(w4a16_scratch_, buffers_.allocate(w4a16_scratch_need(rows)));
+  }
   if (e_count > 0) {
     ASSIGN_OR_RETURN(router_logits_, buffers_.allocate_array<float>(rows * e_count));
     ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(c.num_hidden_layers * pairs));
@@ -363,7 +377,9 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   const std::string config_path = model_dir + "/config.json";
   ASSIGN_OR_RETURN(nlohmann::json json, read_json_file(config_path));
   ASSIGN_OR_RETURN(LlamaConfig config, parse_llama_config(json, config_path));
+  ASSIGN_OR_RETURN(const QuantConfig quant, parse_quant_config(json, config_path));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
+  if (quant.quantized()) return load_w4a16(model_dir, *store, config, quant, options);  // llama_cuda_quant.cpp
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};
   RETURN_IF_ERROR(check_weights(*store, llama_weight_specs(config), check).with_context(model_dir));
@@ -509,7 +525,11 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
-    RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
+    if (!w.w4a16[kQkvGemm].parts.empty()) {  // W4A16 (llama_cuda_quant.cpp)
+      RETURN_IF_ERROR(w4a16_linear(w.w4a16[kQkvGemm], normed_, qkv_, false, w.qkv_bias, tokens));
+    } else {
+      RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
+    }
     if (lora_active_) {  // q, k and v's deltas into their slices of the fused row, in one launch pair
       RETURN_IF_ERROR(
           lora_apply(lora_args(l, {LoraTarget::kQ, LoraTarget::kK, LoraTarget::kV}, normed_, h, qkv_, d, qkv_width_, tokens)));
@@ -541,7 +561,11 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     }
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
-    RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
+    if (!w.w4a16[kOGemm].parts.empty()) {
+      RETURN_IF_ERROR(w4a16_linear(w.w4a16[kOGemm], attn_, x_, true, w.o_bias, tokens));
+    } else {
+      RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
+    }
     if (lora_active_) RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kO}, attn_, q, x_, DType::kF32, h, tokens)));
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.post_norm, normed_, h, tokens, h, 1));
     if (c.num_experts > 0) {
@@ -551,10 +575,15 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
     mlp.a = normed_, mlp.w = w.gate_up, mlp.ldw = h, mlp.bias = w.gate_up_bias, mlp.y = act_;
     mlp.inter = inter, mlp.k = h, mlp.dtype = d;
-    if (tokens == 1 && !lora_active_ && kernels::gemv16_swiglu_applies(mlp)) {
+    const bool gate_up_w4 = !w.w4a16[kGateUpGemm].parts.empty();
+    if (tokens == 1 && !lora_active_ && !gate_up_w4 && kernels::gemv16_swiglu_applies(mlp)) {
       RETURN_IF_ERROR(kernels::gemv16_swiglu_cuda(mlp, s));
     } else {
-      RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
+      if (gate_up_w4) {
+        RETURN_IF_ERROR(w4a16_linear(w.w4a16[kGateUpGemm], normed_, gate_up_, false, w.gate_up_bias, tokens));
+      } else {
+        RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
+      }
       if (lora_active_) {
         RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kGate, LoraTarget::kUp}, normed_, h, gate_up_, d, 2 * inter, tokens)));
       }
@@ -563,7 +592,11 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
       sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
       RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
     }
-    RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
+    if (!w.w4a16[kDownGemm].parts.empty()) {
+      RETURN_IF_ERROR(w4a16_linear(w.w4a16[kDownGemm], act_, x_, true, w.down_bias, tokens));
+    } else {
+      RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));
+    }
     if (lora_active_) RETURN_IF_ERROR(lora_apply(lora_args(l, {LoraTarget::kDown}, act_, inter, x_, DType::kF32, h, tokens)));
   }
   // The logit rows: gathered, normed, projected.

@@ -30,7 +30,16 @@
 // delta from its slot (row -> slot a device array, copied per step): kernels/lora's shrink and expand after the
 // group's base GEMM. Decode steps with adapters replay their own CUDA graphs (captured
 // beside the plain ones); a mix (gate routing: two weighted adapters a row) adds a second pass, eagerly.
-// Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager);
+// W4A16 (issue 17; llama_cuda_quant.cpp): a checkpoint with an AWQ / GPTQ quantization_config keeps its decoder
+// linears as 4-bit weights packed for kernels/w4a16 in the same weight arena, and each of the four GEMMs of a layer
+// (qkv, o, gate_up, down) runs through w4a16_gemm_cuda (o and down accumulating into the f32 residual), in the decode
+// graphs too. q/k/v (gate/up) are packed as one weight, rows concatenated, when their g_idx agree (always without
+// act-order); GPTQ act-order linears with different permutations run one by one into a scratch row, copied into the
+// fused row. A group the kernel cannot take (K % 64, N % 16, a group size not a multiple of 32) or whose members are
+// not all quantised (modules_to_not_convert) is dequantised at load into the compute dtype and runs as a 16-bit GEMM.
+// bf16 or f16 only; Mixtral's quantised experts and LLaVA are refused (kUnimplemented).
+// Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager),
+// tests/conformance/llama_cuda_quant_test.cpp (W4A16 against the CPU model of the same checkpoint);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
 
@@ -41,6 +50,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -49,10 +59,12 @@
 #include "core/status.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/lora/lora_cuda.h"
+#include "kernels/w4a16/w4a16_cuda.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
 #include "models/lora/gate_head.h"
 #include "models/lora/lora_adapter.h"
+#include "models/quant/quant_config.h"
 
 namespace mmserve::models {
 
@@ -91,6 +103,12 @@ class LlamaCudaModel {
   // Random weights of `config`'s shapes (normal-ish, std 0.02; norms 1): benchmarks of shapes with no checkpoint.
   static StatusOr<std::unique_ptr<LlamaCudaModel>> random(const LlamaConfig& config, const LlamaCudaOptions& options,
                                                           uint64_t seed);
+  // Random 4-bit weights (llama_cuda_quant.cpp): every decoder linear the kernel takes as a random W4A16 weight in
+  // groups of `group_size` (-1: one group), weights (q - 8) * s of std ~0.02, one random weight per linear shape
+  // copied to every layer (timings depend on the bytes, not the values); the rest as random(). Benchmarks.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> random_w4a16(const LlamaConfig& config,
+                                                                const LlamaCudaOptions& options, uint64_t seed,
+                                                                int64_t group_size = 128);
   ~LlamaCudaModel();
 
   const LlamaConfig& config() const { return config_; }
@@ -104,6 +122,15 @@ class LlamaCudaModel {
   int64_t memory_bytes() const;  // weights + activations + pool + graphs
   cudaStream_t stream() const { return stream_.get(); }
   bool graphs() const { return !graphs_.empty(); }
+  // How a W4A16 checkpoint's GEMMs run (all zero for a 16-bit checkpoint): per layer and GEMM (qkv, o, gate_up,
+  // down), packed as one weight, run linear by linear (act-order permutations that differ), or dequantised at load;
+  // packed_bytes: the 4-bit weights, scales / zeros and permutations in the arena (part of weight_bytes()).
+  struct W4A16Summary {
+    std::string format;  // "awq gemm", "gptq v1", "gptq v2"; empty: not quantised
+    int64_t fused = 0, separate = 0, dequantized = 0;
+    int64_t packed_bytes = 0;
+  };
+  const W4A16Summary& w4a16_summary() const { return w4a16_summary_; }
 
   // Captures the decode graphs (after a warm eager run of each bucket). Called by load()/random() when
   // options.graphs.
@@ -157,6 +184,14 @@ class LlamaCudaModel {
                                                 std::vector<float>* e = nullptr);
 
  private:
+  // W4A16 (llama_cuda_quant.cpp). A layer's four GEMMs, and how each holds its weight.
+  enum Gemm { kQkvGemm = 0, kOGemm, kGateUpGemm, kDownGemm, kGemms };
+  enum class W4A16Mode { kDense, kFused, kSeparate };
+  struct W4A16Linear {                        // a GEMM's packed weight(s): none (dense), one, or one per linear
+    std::vector<kernels::W4A16Device> parts;  // in the fused row's column order
+    std::vector<int64_t> offsets;             // each part's first column in the fused row
+    int64_t width = 0;                        // the fused row's columns
+  };
   struct Layer {
     const void *qkv = nullptr, *qkv_bias = nullptr, *o = nullptr, *gate_up = nullptr, *gate_up_bias = nullptr,
                *down = nullptr;
@@ -164,7 +199,27 @@ class LlamaCudaModel {
     const void *input_norm = nullptr, *post_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr;
     // Mixtral: the router [E, h], every expert's [w1; w3] [E, 2i, h] and w2 [E, h, i], in the compute dtype.
     const void *router = nullptr, *w13 = nullptr, *w2 = nullptr;
+    std::array<W4A16Linear, kGemms> w4a16;  // a quantised checkpoint's packed GEMMs (parts empty: dense)
   };
+  // W4A16 (llama_cuda_quant.cpp).
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> load_w4a16(const std::string& model_dir, const WeightStore& store,
+                                                              const LlamaConfig& config, const QuantConfig& quant,
+                                                              const LlamaCudaOptions& options);
+  bool w4a16_packed(int64_t layer, Gemm g) const {
+    return !w4a16_modes_.empty() && w4a16_modes_[static_cast<size_t>(layer)][g] != W4A16Mode::kDense;
+  }
+  // How each layer's GEMMs hold their weights (w4a16_modes_, w4a16_planned_bytes_, the summary's counts), from the
+  // checkpoint's quantised linears (`quantized`: their prefixes) and, with act-order, its stored g_idx (`store`;
+  // null: random weights, no act-order). Before plan_weights().
+  Status plan_w4a16(const WeightStore* store, const QuantConfig& quant, const std::vector<std::string>& quantized);
+  // Reads, packs and uploads the packed GEMMs, and writes the dequantised ones into their dense slots (removed from
+  // weight_slots_, so upload() skips them). After plan_weights().
+  Status upload_w4a16(const WeightStore& store, const QuantConfig& quant);
+  size_t w4a16_workspace_need(int64_t rows) const;  // the largest call's workspace, m up to `rows`
+  size_t w4a16_scratch_need(int64_t rows) const;    // the separate parts' output rows
+  // y [m, w.width] (its dtype's, or the f32 residual with accumulate) = x [m, k] W^T (+ bias) (+ y).
+  Status w4a16_linear(const W4A16Linear& w, const void* x, void* y, bool f32_accumulate, const void* bias, int64_t m);
+
   // Mixtral's sparse MLP of one layer over `tokens` rows of normed_, added to the residual x_ (eager: the experts'
   // row counts come back to the host once per layer).
   Status moe_mlp(const Layer& w, int64_t layer, int64_t tokens);
@@ -276,6 +331,14 @@ class LlamaCudaModel {
   bool lora_active_ = false;      // this launch adds the LoRA deltas
   bool lora_mix_active_ = false;  // ... and a second, weighted pass (the rows' second adapters)
   size_t graph_bytes_ = 0;
+  // W4A16: per layer how each GEMM holds its weight (empty: a 16-bit checkpoint), the arena bytes planned for the
+  // packed weights, the calls' workspace and the separate parts' scratch rows.
+  std::vector<std::array<W4A16Mode, kGemms>> w4a16_modes_;
+  std::set<std::string> w4a16_quantized_;  // the checkpoint's quantised linears (prefixes)
+  size_t w4a16_planned_bytes_ = 0;
+  void *w4a16_workspace_ = nullptr, *w4a16_scratch_ = nullptr;
+  size_t w4a16_workspace_bytes_ = 0;
+  W4A16Summary w4a16_summary_;
 };
 
 }  // namespace mmserve::models

@@ -8,6 +8,7 @@
 #include "core/json_config.h"
 #include "core/safetensors.h"
 #include "kernels/gemm/gemm.h"
+#include "models/quant/quant_config.h"
 
 namespace mmserve::models {
 namespace {
@@ -49,6 +50,14 @@ StatusOr<LlavaConfig> parse_llava_config(const nlohmann::json& json, const std::
   LlavaConfig c;
   if (!json.contains("vision_config") || !json.contains("text_config")) {
     return invalid_argument(label + ": a LLaVA config needs vision_config and text_config");
+  }
+  // Quantised checkpoints (AWQ / GPTQ / FP8 of the language model) would fail the weight check on names; say why.
+  for (const nlohmann::json* j : {&json, &json["text_config"]}) {
+    ASSIGN_OR_RETURN(const QuantConfig quant, parse_quant_config(*j, label));
+    if (quant.quantized()) {
+      return unimplemented(label + ": a quantised LLaVA checkpoint (" + quant.format_name() +
+                           "): LLaVA does not read quantised checkpoints yet (issue 17; the Llama family does)");
+    }
   }
   const nlohmann::json& vision = json["vision_config"];
   if (vision.is_object() && vision.contains("model_type") && vision["model_type"] != "clip_vision_model") {
