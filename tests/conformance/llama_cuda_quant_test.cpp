@@ -13,7 +13,8 @@
 //  - Batches through the decode graphs (5 sequences of mixed lengths, the prefill of 90 tokens taking the M > 64
 //    dequantise + cuBLASLt path; then 70 sequences, whose decode replays the 128-row graph, M > 64 inside a graph)
 //    against an eager model and against each sequence alone on the CPU.
-//  - weight_bytes(): the 16-bit model's less its linears plus the packed bytes.
+//  - A LoRA adapter over a quantised base (its deltas after the W4A16 GEMM), against the CPU with the adapter.
+//  - weight_bytes(): the 16-bit model's less its linears plus the packed bytes; random_w4a16's the same.
 //  - Refusals before any CUDA call (run without a GPU): f32 with a W4A16 checkpoint, Mixtral's quantised experts,
 //    a quantised LLaVA.
 // The GPU tests skip, saying why, without a GPU.
@@ -274,6 +275,40 @@ CpuRun cpu_run(const LlamaModel& m, const std::vector<int32_t>& prompt, int64_t 
   return r;
 }
 
+// cpu_run with a LoRA adapter (forward_step over a pool of one block, as lora_hf_test).
+CpuRun cpu_run_lora(const LlamaModel& m, const std::vector<int32_t>& prompt, int64_t steps,
+                    const LoraAdapter* adapter) {
+  const int64_t vocab = m.config().vocab_size;
+  auto pool = m.new_pool(1, 64);
+  EXPECT_TRUE(pool.ok());
+  CpuRun r;
+  std::vector<int32_t> tokens = prompt;
+  int64_t done = 0;
+  for (int64_t s = 0; s <= steps; ++s) {
+    DecoderStep step;
+    for (int64_t p = done; p < static_cast<int64_t>(tokens.size()); ++p) {
+      step.logit_rows.push_back(static_cast<int32_t>(step.tokens.size()));
+      step.tokens.push_back(tokens[p]);
+      step.positions.push_back(static_cast<int32_t>(p));
+      step.slots.push_back(static_cast<int32_t>(p));
+    }
+    step.query_start = {0, static_cast<int32_t>(step.tokens.size())};
+    step.seq_lens = {static_cast<int32_t>(tokens.size())};
+    step.block_tables = {0}, step.table_ld = 1;
+    step.max_seq_len = static_cast<int64_t>(tokens.size()), step.max_query_len = step.num_tokens();
+    step.loras = {adapter};
+    std::vector<float> logits(step.logit_rows.size() * static_cast<size_t>(vocab));
+    EXPECT_TRUE(m.forward_step(step, *pool, logits.data()).ok());
+    if (done == 0) r.prompt = logits;
+    const float* last = logits.data() + (step.logit_rows.size() - 1) * vocab;
+    r.decode.insert(r.decode.end(), last, last + vocab);
+    r.ids.push_back(argmax(last, vocab));
+    done = static_cast<int64_t>(tokens.size());
+    tokens.push_back(r.ids.back());
+  }
+  return r;
+}
+
 LlamaCudaOptions small_options(DType dtype, bool graphs = true) {
   LlamaCudaOptions o;
   o.dtype = dtype, o.graphs = graphs;
@@ -393,6 +428,16 @@ TEST(LlamaCudaW4A16, TheTestCheckpointsAreWhatTheGpuTestsAssume) {
   EXPECT_NE(g_idx("1.mlp.gate_proj"), g_idx("1.mlp.up_proj"));
   std::vector<int32_t> sorted = g_idx("1.mlp.down_proj");
   EXPECT_FALSE(std::is_sorted(sorted.begin(), sorted.end()));
+  // The LoRA test's reference: the adapter loads over a quantised checkpoint's config and moves its CPU logits.
+  auto awq = LlamaModel::load(k.awq_g32.string());
+  ASSERT_TRUE(awq.ok());
+  auto adapter = load_lora_adapter(fixture("lora/llama-qv-r4"), "llama-qv-r4", (*awq)->config());
+  ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
+  const CpuRun adapted = cpu_run_lora(**awq, kPrompt, 1, adapter->get()),
+               plain = cpu_run_lora(**awq, kPrompt, 1, nullptr);
+  EXPECT_GT(row_error(adapted.prompt.data(), plain.prompt.data(), vocab), 1e-3f);
+  const CpuRun cached = cpu_run(**awq, kPrompt, 1);  // forward_step and forward agree
+  EXPECT_LE(row_error(plain.decode.data() + vocab, cached.decode.data() + vocab, vocab), 1e-5f);
   const fs::path twin = root() / "wide_gptq_act_twin_f16";
   write_twin(k.wide_gptq_act, twin, DType::kF16);
   auto t = LlamaModel::load(twin.string());
@@ -456,6 +501,59 @@ TEST(LlamaCudaW4A16, MatchesTheCpuModelOfItsCheckpoint) {
       EXPECT_LE(got.worst, 2 * ref.worst + 1e-3f);
       EXPECT_EQ(got.agree, got.decided);
     }
+  }
+}
+
+// A PEFT adapter (tests/fixtures/lora/llama-qv-r4: q and v) over a quantised base, through the LoRA decode graphs:
+// its deltas land in the fused qkv row after the W4A16 GEMM (one packed weight: AWQ; linear by linear: GPTQ
+// act-order). Against the CPU model of the checkpoint with the same adapter, as above: the 16-bit rule and 2x the
+// 16-bit twin's error with the adapter.
+TEST(LlamaCudaW4A16, AnAdapterOverAQuantisedBaseMatchesTheCpu) {
+  MMSERVE_REQUIRE_GPU();
+  const Checkpoints& k = checkpoints();
+  for (const fs::path& dir : {k.awq_g32, k.gptq_act}) {
+    SCOPED_TRACE(dir.filename().string());
+    auto cpu = LlamaModel::load(dir.string());
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    auto adapter = load_lora_adapter(fixture("lora/llama-qv-r4"), "llama-qv-r4", (*cpu)->config());
+    ASSERT_TRUE(adapter.ok()) << adapter.status().to_string();
+    const CpuRun want = cpu_run_lora(**cpu, kPrompt, 6, adapter->get());
+    const fs::path twin = root() / (dir.filename().string() + "_twin_bf16");
+    if (!fs::exists(twin / "config.json")) write_twin(dir, twin, DType::kBF16);
+    float errors[2] = {0, 0};
+    for (int variant = 0; variant < 2; ++variant) {
+      LlamaCudaOptions o = small_options(DType::kBF16);
+      o.max_loras = 1, o.max_lora_rank = 8;
+      auto model = LlamaCudaModel::load((variant == 0 ? dir : twin).string(), o);
+      ASSERT_TRUE(model.ok()) << model.status().to_string();
+      EXPECT_EQ((*model)->w4a16_summary().fused > 0, variant == 0);
+      for (int poll = 0;; ++poll) {
+        auto ready = (*model)->lora_ready(**adapter);
+        ASSERT_TRUE(ready.ok()) << ready.status().to_string();
+        if (*ready) break;
+        ASSERT_LT(poll, 100000) << "the adapter's copy never completed";
+      }
+      OneSequence seq{**model};
+      seq.lora = adapter->get();
+      const int64_t vocab = (*model)->config().vocab_size;
+      auto first = seq.step(kPrompt, /*all_rows=*/true);
+      ASSERT_TRUE(first.ok()) << first.status().to_string();
+      for (size_t r = 0; r < kPrompt.size(); ++r) {
+        errors[variant] =
+            std::max(errors[variant], row_error(first->data() + r * vocab, want.prompt.data() + r * vocab, vocab));
+      }
+      std::vector<float> row(first->end() - vocab, first->end());
+      for (size_t st = 0; st + 1 < want.ids.size(); ++st) {
+        auto next = seq.step({want.ids[st]}, false);  // the LoRA decode graph
+        ASSERT_TRUE(next.ok()) << next.status().to_string();
+        errors[variant] =
+            std::max(errors[variant], row_error(next->data(), want.decode.data() + (st + 1) * vocab, vocab));
+      }
+    }
+    std::printf("[ llama_cuda_w4a16 ] lora llama-qv-r4 over %-10s bf16 max rel error %.2e (16-bit twin %.2e)\n",
+                dir.filename().c_str(), errors[0], errors[1]);
+    EXPECT_LE(errors[0], kBound);
+    EXPECT_LE(errors[0], 2 * errors[1] + 1e-3f);
   }
 }
 
@@ -572,6 +670,16 @@ TEST(LlamaCudaW4A16, WeightBytesCountThePackedWeights) {
   std::printf("[ llama_cuda_w4a16 ] wide awq g32: weights %lld bytes (bf16 %lld), linears %lld packed (bf16 %lld)\n",
               static_cast<long long>((*quant)->weight_bytes()), static_cast<long long>((*dense)->weight_bytes()),
               static_cast<long long>(packed), static_cast<long long>(sixteen));
+  // The benchmarks' random 4-bit weights of the same shapes: the same plan and bytes, and a step runs.
+  auto random = LlamaCudaModel::random_w4a16(c, small_options(DType::kBF16), 3, g);
+  ASSERT_TRUE(random.ok()) << random.status().to_string();
+  EXPECT_EQ((*random)->w4a16_summary().fused, 4 * c.num_hidden_layers);  // all four GEMMs a layer
+  EXPECT_EQ((*random)->w4a16_summary().packed_bytes, packed);
+  EXPECT_EQ((*random)->weight_bytes(), (*quant)->weight_bytes());
+  OneSequence seq{**random};
+  auto logits = seq.step(kPrompt, false);
+  ASSERT_TRUE(logits.ok()) << logits.status().to_string();
+  EXPECT_TRUE(std::all_of(logits->begin(), logits->end(), [](float v) { return std::isfinite(v); }));
 }
 
 }  // namespace
