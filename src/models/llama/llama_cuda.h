@@ -37,7 +37,7 @@
 // act-order); GPTQ act-order linears with different permutations run one by one into a scratch row, copied into the
 // fused row. A group the kernel cannot take (K % 64, N % 16, a group size not a multiple of 32) or whose members are
 // not all quantised (modules_to_not_convert) is dequantised at load into the compute dtype and runs as a 16-bit GEMM.
-// bf16 or f16 only; Mixtral's quantised experts and LLaVA are refused (kUnimplemented).
+// bf16 or f16 only (f32: kInvalidArgument); Mixtral's quantised experts and FP8 checkpoints are kUnimplemented.
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager),
 // tests/conformance/llama_cuda_quant_test.cpp (W4A16 against the CPU model of the same checkpoint);
 // bench: bench/llama_gpu_bench.cpp.
