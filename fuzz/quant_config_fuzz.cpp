@@ -2,8 +2,10 @@
 // outside bytes). Arbitrary text through parse_json and parse_quant_config; an accepted config must hold 4 bits and a
 // group size that is -1 or positive, answer quant_converts_module for a few names, give consistent tensor specs for a
 // few linear sizes (check_int4_dims first), and survive quant_config_to_json -> parse_quant_config with the same
-// method, group size and GPTQ settings. A refusal must say why. A broken promise aborts.
-// Seeds (fuzz/corpus/quant_config_fuzz): AWQ and GPTQ configs as the hub's files carry them.
+// method, group size and GPTQ settings. An accepted FP8 config (compressed-tensors, AutoFP8) must answer
+// fp8_converts_module for those names (its "re:" patterns are bounded) and survive the round trip with the same weight
+// and input schemes, targets and ignore list. A refusal must say why. A broken promise aborts.
+// Seeds (fuzz/corpus/quant_config_fuzz): AWQ, GPTQ and FP8 configs as the hub's files carry them.
 // Run: build/fuzz/fuzz/quant_config_fuzz -max_total_time=60 fuzz/corpus/quant_config_fuzz.
 #include <cstddef>
 #include <cstdint>
@@ -29,6 +31,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (config->bits != 4 || (config->group_size != -1 && config->group_size <= 0)) std::abort();
   for (const char* module : {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj", "lm_head", ""}) {
     (void)quant_converts_module(*config, module);
+    if (config->method == QuantMethod::kFp8) (void)fp8_converts_module(*config, module);
+  }
+  if (config->method == QuantMethod::kFp8) {
+    auto back = parse_quant_config(nlohmann::json{{"quantization_config", quant_config_to_json(*config)}}, "again");
+    if (!back.ok() || back->method != QuantMethod::kFp8 || back->fp8_weights != config->fp8_weights ||
+        back->fp8_inputs != config->fp8_inputs || back->fp8_targets != config->fp8_targets ||
+        back->fp8_ignore != config->fp8_ignore) {
+      std::abort();
+    }
+    return 0;
   }
   for (const auto& [n, k] : {std::pair<int64_t, int64_t>{64, 96}, {8, 8}, {4096, 14336}}) {
     if (!check_int4_dims(*config, "l", n, k).ok()) continue;

@@ -93,9 +93,10 @@ void fp8_fake_quantize_input(const Fp8InputQuant& q, const float* x, int64_t row
 
 LinearInputTransforms fp8_input_transforms(const Fp8Inputs& inputs) {
   LinearInputTransforms out;
-  for (const auto& [module, q] : inputs) {
+  for (const auto& entry : inputs) {
+    const Fp8InputQuant q = entry.second;  // by value: the hook outlives `inputs`
     if (q.scheme == Fp8InputScale::kNone) continue;
-    out[module] = [q](const float* x, int64_t rows, int64_t cols, float* y) {
+    out[entry.first] = [q](const float* x, int64_t rows, int64_t cols, float* y) {
       fp8_fake_quantize_input(q, x, rows, cols, y);
     };
   }
