@@ -40,6 +40,14 @@ std::vector<float> dequantize_fp8(const Fp8Weight& w) {
   float table[256];
   for (int c = 0; c < 256; ++c) table[c] = kernels::fp8_decode(static_cast<uint8_t>(c), w.format);
   std::vector<float> out(w.codes.size());
+  if (w.block_n > 0) {
+    const int64_t cols = (w.k + w.block_k - 1) / w.block_k;
+    for (int64_t r = 0; r < w.n; ++r) {
+      const float* s = w.scales.data() + (r / w.block_n) * cols;
+      for (int64_t c = 0; c < w.k; ++c) out[r * w.k + c] = table[w.codes[r * w.k + c]] * s[c / w.block_k];
+    }
+    return out;
+  }
   const bool per_row = w.scales.size() > 1;
   for (int64_t r = 0; r < w.n; ++r) {
     const float s = w.scales[per_row ? r : 0];
@@ -72,6 +80,20 @@ void fp8_fake_quantize_input(const Fp8InputQuant& q, const float* x, int64_t row
   }
   std::vector<uint8_t> codes(static_cast<size_t>(count));
   std::vector<float> scales(static_cast<size_t>(rows), q.scale);
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = kernels::fp8_decode(static_cast<uint8_t>(c), Fp8Format::kE4M3);
+  if (q.scheme == Fp8InputScale::kDynamicGroup) {  // each row's groups of q.group columns (the last may be short)
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c0 = 0; c0 < cols; c0 += q.group) {
+        const int64_t width = std::min(q.group, cols - c0);
+        float s = 0.0f;
+        kernels::fp8_quantize_rows(x + r * cols + c0, 1, width, width, Fp8Format::kE4M3, codes.data() + r * cols + c0,
+                                   width, &s);
+        for (int64_t c = c0; c < c0 + width; ++c) out[r * cols + c] = table[codes[r * cols + c]] * s;
+      }
+    }
+    return;
+  }
   if (q.scheme == Fp8InputScale::kDynamicToken) {
     kernels::fp8_quantize_rows(x, rows, cols, cols, Fp8Format::kE4M3, codes.data(), cols, scales.data());
   } else {
@@ -84,8 +106,6 @@ void fp8_fake_quantize_input(const Fp8InputQuant& q, const float* x, int64_t row
     }
     kernels::fp8_quantize(x, count, s, Fp8Format::kE4M3, codes.data());
   }
-  float table[256];
-  for (int c = 0; c < 256; ++c) table[c] = kernels::fp8_decode(static_cast<uint8_t>(c), Fp8Format::kE4M3);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = table[codes[r * cols + c]] * scales[r];
   }
@@ -119,11 +139,20 @@ StatusOr<Fp8Weight> read_fp8_linear(const WeightStore& store, const QuantConfig&
   w.n = n, w.k = k;
   w.format = t->dtype == DType::kF8E4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2;
   w.codes.assign(t->data, t->data + n * k);
+  if (config.fp8_weights == Fp8WeightScale::kBlock) {
+    w.block_n = config.fp8_block[0], w.block_k = config.fp8_block[1];
+    const std::vector<int64_t> shape = {(n + w.block_n - 1) / w.block_n, (k + w.block_k - 1) / w.block_k};
+    ASSIGN_OR_RETURN(w.scales, read_scales(store, prefix + ".weight_scale_inv", {shape},
+                                           "block-wise scales, one per " + std::to_string(w.block_n) + " x " +
+                                               std::to_string(w.block_k) + " block"));
+  }
   const bool channel = config.fp8_weights == Fp8WeightScale::kChannel;
   const std::vector<std::vector<int64_t>> shapes =
       channel ? std::vector<std::vector<int64_t>>{{n, 1}, {n}} : std::vector<std::vector<int64_t>>{{}, {1}};
-  ASSIGN_OR_RETURN(w.scales, read_scales(store, prefix + ".weight_scale", shapes,
-                                         channel ? "per-channel weight scales" : "a per-tensor weight scale"));
+  if (config.fp8_weights != Fp8WeightScale::kBlock) {
+    ASSIGN_OR_RETURN(w.scales, read_scales(store, prefix + ".weight_scale", shapes,
+                                           channel ? "per-channel weight scales" : "a per-tensor weight scale"));
+  }
   for (uint8_t code : w.codes) {
     const bool nan = w.format == Fp8Format::kE4M3 ? (code & 0x7F) == 0x7F : (code & 0x7C) == 0x7C;
     if (nan) return invalid_argument(name + ": holds a NaN or infinite code");
@@ -134,6 +163,7 @@ StatusOr<Fp8Weight> read_fp8_linear(const WeightStore& store, const QuantConfig&
 StatusOr<Fp8InputQuant> read_fp8_input(const WeightStore& store, const QuantConfig& config, const std::string& prefix) {
   Fp8InputQuant q;
   q.scheme = config.fp8_inputs;
+  if (q.scheme == Fp8InputScale::kDynamicGroup) q.group = config.fp8_block[1];
   if (q.scheme != Fp8InputScale::kStatic) return q;
   ASSIGN_OR_RETURN(const std::vector<float> s,
                    read_scales(store, prefix + ".input_scale", {{}, {1}}, "static input scales: one per linear"));
@@ -144,7 +174,12 @@ StatusOr<Fp8InputQuant> read_fp8_input(const WeightStore& store, const QuantConf
 std::vector<TensorToWrite> fp8_tensors(const std::string& prefix, const Fp8Weight& w, const Fp8InputQuant& q) {
   std::vector<TensorToWrite> out = {
       {prefix + ".weight", w.format == Fp8Format::kE4M3 ? DType::kF8E4M3 : DType::kF8E5M2, {w.n, w.k}, w.codes.data()}};
-  if (w.scales.size() > 1) {
+  if (w.block_n > 0) {
+    out.push_back({prefix + ".weight_scale_inv",
+                   DType::kF32,
+                   {(w.n + w.block_n - 1) / w.block_n, (w.k + w.block_k - 1) / w.block_k},
+                   w.scales.data()});
+  } else if (w.scales.size() > 1) {
     out.push_back({prefix + ".weight_scale", DType::kF32, {w.n, 1}, w.scales.data()});
   } else {
     out.push_back({prefix + ".weight_scale", DType::kF32, {1}, w.scales.data()});

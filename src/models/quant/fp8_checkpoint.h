@@ -14,10 +14,10 @@
 // Input quantisation, x [rows, cols] -> what the GEMM sees, dequantised: decode(encode(x / s)) * s, the quotient in
 // f32 and the code rounded to nearest even, saturating at +-448 (kernels/fp8: torch's clamp, then .to(float8_e4m3fn));
 // s = input_scale (static), amax(x) / 448 over the whole input (dynamic per tensor: AutoFP8's per_tensor_quantize) or
-// over each row (dynamic per token: kernels/fp8's fp8_quantize_rows). Per tensor means per forward call: on the CPU
-// path a step's rows, as an engine's batch.
-// Tests: tests/unit/models/quant_fp8_test.cpp (codes worked by hand, refusals),
-// tests/conformance/quant_fp8_hf_test.cpp.
+// over each row (dynamic per token: kernels/fp8's fp8_quantize_rows) or over each row's groups of bk columns
+// (block-wise checkpoints: transformers' act_quant, vLLM's per_token_group_quant_fp8; amax floored at 1e-12 as
+// fp8_scale_for_amax). Per tensor means per forward call: on the CPU path a step's rows, as an engine's batch. Tests:
+// tests/unit/models/quant_fp8_test.cpp (codes worked by hand, refusals), tests/conformance/quant_fp8_hf_test.cpp.
 #pragma once
 
 #include <cstdint>
@@ -33,18 +33,21 @@
 
 namespace mmserve::models {
 
-// One linear's FP8 weight: codes [n, k] row-major in `format`, scales [1] (per tensor) or [n] (per channel).
+// One linear's FP8 weight: codes [n, k] row-major in `format`, scales [1] (per tensor), [n] (per channel) or
+// [ceil(n / block_n), ceil(k / block_k)] (block-wise, block_n > 0).
 struct Fp8Weight {
   int64_t n = 0, k = 0;
+  int64_t block_n = 0, block_k = 0;
   kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
   std::vector<uint8_t> codes;
   std::vector<float> scales;
 };
 
-// How one linear's input is quantised (scale: the static input_scale).
+// How one linear's input is quantised (scale: the static input_scale; group: kDynamicGroup's columns).
 struct Fp8InputQuant {
   Fp8InputScale scheme = Fp8InputScale::kNone;
   float scale = 0.0f;
+  int64_t group = 0;
 };
 using Fp8Inputs = std::map<std::string, Fp8InputQuant>;  // by module name ("model.layers.0.self_attn.q_proj")
 

@@ -310,8 +310,21 @@ Status parse_autofp8(const JsonObject& o, QuantConfig& c) {
     return invalid_argument(o.label() + ".activation_scheme: '" + scheme + "': expected static or dynamic");
   }
   if (o.has("weight_block_size")) {
-    return unimplemented(o.label() +
-                         ".weight_block_size: block-wise FP8 (weight_scale_inv per block) is not supported");
+    const nlohmann::json& b = o.raw()["weight_block_size"];
+    const std::string field = o.label() + ".weight_block_size";
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > (1 << 20) ||
+        b[1].get<int64_t>() > (1 << 20)) {
+      return invalid_argument(field + ": expected two positive integers [rows, cols], got " + b.dump());
+    }
+    if (c.fp8_inputs == Fp8InputScale::kStatic) {
+      return unimplemented(o.label() +
+                           ".activation_scheme: 'static' with block-wise weights is not supported "
+                           "(block-wise checkpoints quantise their inputs dynamically)");
+    }
+    c.fp8_weights = Fp8WeightScale::kBlock;
+    c.fp8_inputs = Fp8InputScale::kDynamicGroup;
+    c.fp8_block = {b[0].get<int64_t>(), b[1].get<int64_t>()};
   }
   if (o.has("kv_cache_scheme")) return unimplemented(o.label() + ".kv_cache_scheme: an FP8 KV cache is not read yet");
   ASSIGN_OR_RETURN(std::string fmt, o.get_string_or("fmt", "e4m3"));
@@ -394,6 +407,13 @@ StatusOr<bool> fp8_converts_module(const QuantConfig& config, const std::string&
 
 nlohmann::json quant_config_to_json(const QuantConfig& c) {
   nlohmann::json j;
+  if (c.method == QuantMethod::kFp8 && !c.compressed_tensors) {  // AutoFP8's, or transformers' FineGrainedFP8Config
+    j = {{"quant_method", "fp8"},
+         {"activation_scheme", c.fp8_inputs == Fp8InputScale::kStatic ? "static" : "dynamic"},
+         {"ignored_layers", c.fp8_ignore}};
+    if (c.fp8_weights == Fp8WeightScale::kBlock) j["weight_block_size"] = c.fp8_block;
+    return j;
+  }
   if (c.method == QuantMethod::kFp8) {  // compressed-tensors, as llm-compressor's FP8 / FP8_DYNAMIC presets save
     auto args = [](const char* strategy, bool dynamic) {
       return nlohmann::json{{"num_bits", 8},

@@ -25,8 +25,11 @@
 //     compressed-tensors' QuantizationArgs validator).
 //   * AutoFP8 / vLLM's Fp8Config: quant_method "fp8", activation_scheme "static" (input_scale per linear) or "dynamic"
 //     (the default; per-tensor scales computed from each input, as AutoFP8's FP8DynamicLinear), ignored_layers (or
-//     transformers' modules_to_not_convert: exact names or "re:" patterns). weight_block_size (DeepSeek-style
-//     block-wise scales, weight_scale_inv) and kv_cache_scheme: kUnimplemented naming the field.
+//     transformers' modules_to_not_convert: exact names or "re:" patterns); lm_head and Mixtral's router are never FP8
+//     here (vLLM's Fp8Config quantises LinearBase layers only, transformers' FineGrainedFP8 skips lm_head).
+//     weight_block_size [rows, cols] (transformers' FineGrainedFP8Config, DeepSeek-V3 / Qwen3 FP8 checkpoints):
+//     weight_scale_inv per block, inputs dynamic per token and group of `cols` (static is kUnimplemented, as vLLM).
+//     kv_cache_scheme: kUnimplemented naming the field.
 // Any other quant_method is kUnimplemented naming it; a wrong type or value is kInvalidArgument naming the field.
 // Unknown keys are ignored (damp_percent, true_sequential, do_fuse, ... do not change the stored tensors).
 // Tests: tests/unit/models/quant_format_test.cpp; fuzz: fuzz/quant_config_fuzz.cpp.
@@ -44,12 +47,13 @@ namespace mmserve::models {
 enum class QuantMethod { kNone, kAwq, kGptq, kFp8 };
 
 // FP8: how a linear's weight is scaled (weight_scale [1] or [out, 1]) and how its input is quantised.
-enum class Fp8WeightScale { kTensor, kChannel };
+enum class Fp8WeightScale { kTensor, kChannel, kBlock };  // kBlock: weight_scale_inv per fp8_block block
 enum class Fp8InputScale {
   kNone,           // weight-only (W8A16): the input as is
   kStatic,         // one input_scale per linear, from calibration
   kDynamicTensor,  // amax of the whole input / 448, per forward
   kDynamicToken,   // amax of each input row / 448
+  kDynamicGroup,   // amax of each row's group of fp8_block[1] columns / 448 (block-wise checkpoints)
 };
 const char* fp8_input_scale_name(Fp8InputScale s);  // "none", "static", "dynamic (per tensor)", ...
 
@@ -68,6 +72,7 @@ struct QuantConfig {
   Fp8InputScale fp8_inputs = Fp8InputScale::kNone;
   std::vector<std::string> fp8_targets = {"Linear"};  // compressed-tensors targets
   std::vector<std::string> fp8_ignore;                // ignore / ignored_layers
+  std::vector<int64_t> fp8_block;                     // weight_block_size [rows, cols] (kBlock)
 
   bool quantized() const { return method != QuantMethod::kNone; }
   // The group size for a linear with `k` inputs (-1 is k).

@@ -31,12 +31,13 @@ bool is_moe_linear(const std::string& module) {
 
 StatusOr<QuantizedWeightPlan> plan_fp8_weights(const QuantConfig& config, const std::vector<WeightSpec>& specs) {
   QuantizedWeightPlan plan;
-  plan.tolerated_suffixes = {".weight_scale", ".input_scale"};
+  plan.tolerated_suffixes = {".weight_scale", ".input_scale", ".weight_scale_inv"};
   for (const WeightSpec& spec : specs) {
     plan.stored.push_back(spec);
     const std::string module = spec.name.substr(0, spec.name.rfind('.'));
-    bool fp8 = !spec.optional &&
-               (is_quantizable_linear(spec.name, spec.shape.size()) || is_other_linear(spec.name, spec.shape.size()));
+    // lm_head and the router only where compressed-tensors targets them (vLLM's Fp8Config never quantises them).
+    bool fp8 = !spec.optional && (is_quantizable_linear(spec.name, spec.shape.size()) ||
+                                  (config.compressed_tensors && is_other_linear(spec.name, spec.shape.size())));
     if (fp8) {
       ASSIGN_OR_RETURN(fp8, fp8_converts_module(config, module));
     }

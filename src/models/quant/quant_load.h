@@ -7,9 +7,10 @@
 // ("<...>.layers.N.<...>.<name>.weight", 2-D), as AutoAWQ and GPTQ quantise them, less modules_to_not_convert;
 // never embed_tokens, norms, lm_head or Mixtral's router (block_sparse_moe.gate).
 //
-// FP8 checkpoints (method kFp8, models/quant/fp8_checkpoint.h): the linears are those above plus lm_head and
-// Mixtral's router (every nn.Linear, as compressed-tensors' "Linear" target and AutoFP8 take them), less what
-// fp8_converts_module rules out; each keeps its `.weight` name (stored F8_E4M3) beside `.weight_scale` and, static,
+// FP8 checkpoints (method kFp8, models/quant/fp8_checkpoint.h): the linears are those above, plus lm_head and
+// Mixtral's router for compressed-tensors (every nn.Linear, as its "Linear" target takes them; vLLM's Fp8Config and
+// transformers' FineGrainedFP8 never quantise those two), less what fp8_converts_module rules out; each keeps its
+// `.weight` name (stored F8_E4M3) beside `.weight_scale` (or `.weight_scale_inv`, block-wise) and, static,
 // `.input_scale`, which check_weights tolerates (the reader checks them per linear). Inputs quantised on Mixtral's
 // experts or router are kUnimplemented (the CPU MoE has no per-expert input hook yet); weight-only FP8 works there.
 // Tests: tests/unit/models/quant_format_test.cpp, quant_fp8_test.cpp, tests/conformance/quant_hf_test.cpp.
@@ -39,7 +40,7 @@ struct QuantizedWeightPlan {
   std::vector<WeightSpec> stored;  // what the checkpoint must hold (check_weights)
   std::vector<WeightSpec> floats;  // what F32Weights::load copies (everything but the quantised linears)
   std::vector<QuantizedLinear> linears;
-  std::vector<std::string> tolerated_suffixes;  // FP8: ".weight_scale", ".input_scale" (for WeightCheckOptions)
+  std::vector<std::string> tolerated_suffixes;  // FP8's scale names (for WeightCheckOptions)
 };
 
 // The plan for `specs` under `config` (method kNone: stored = floats = specs). kInvalidArgument naming the linear
