@@ -37,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto back = parse_quant_config(nlohmann::json{{"quantization_config", quant_config_to_json(*config)}}, "again");
     if (!back.ok() || back->method != QuantMethod::kFp8 || back->fp8_weights != config->fp8_weights ||
         back->fp8_inputs != config->fp8_inputs || back->fp8_targets != config->fp8_targets ||
-        back->fp8_ignore != config->fp8_ignore || back->fp8_block != config->fp8_block) {
+        back->fp8_ignore != config->fp8_ignore || back->fp8_block != config->fp8_block ||
+        back->fp8_input_group != config->fp8_input_group) {
       std::abort();
     }
     return 0;

@@ -142,7 +142,9 @@ StatusOr<Fp8Weight> read_fp8_linear(const WeightStore& store, const QuantConfig&
   if (config.fp8_weights == Fp8WeightScale::kBlock) {
     w.block_n = config.fp8_block[0], w.block_k = config.fp8_block[1];
     const std::vector<int64_t> shape = {(n + w.block_n - 1) / w.block_n, (k + w.block_k - 1) / w.block_k};
-    ASSIGN_OR_RETURN(w.scales, read_scales(store, prefix + ".weight_scale_inv", {shape},
+    // transformers / DeepSeek name it weight_scale_inv, compressed-tensors weight_scale.
+    const std::string scale_name = prefix + (config.compressed_tensors ? ".weight_scale" : ".weight_scale_inv");
+    ASSIGN_OR_RETURN(w.scales, read_scales(store, scale_name, {shape},
                                            "block-wise scales, one per " + std::to_string(w.block_n) + " x " +
                                                std::to_string(w.block_k) + " block"));
   }
@@ -163,7 +165,7 @@ StatusOr<Fp8Weight> read_fp8_linear(const WeightStore& store, const QuantConfig&
 StatusOr<Fp8InputQuant> read_fp8_input(const WeightStore& store, const QuantConfig& config, const std::string& prefix) {
   Fp8InputQuant q;
   q.scheme = config.fp8_inputs;
-  if (q.scheme == Fp8InputScale::kDynamicGroup) q.group = config.fp8_block[1];
+  if (q.scheme == Fp8InputScale::kDynamicGroup) q.group = config.fp8_input_group;
   if (q.scheme != Fp8InputScale::kStatic) return q;
   ASSIGN_OR_RETURN(const std::vector<float> s,
                    read_scales(store, prefix + ".input_scale", {{}, {1}}, "static input scales: one per linear"));

@@ -5,19 +5,23 @@
 // Tensors of a linear `<m>` [out, in] (compressed-tensors as llm-compressor saves them, read by vLLM's
 // CompressedTensorsW8A8Fp8 / CompressedTensorsW8A16Fp8; AutoFP8's FP8StaticLinear / FP8DynamicLinear, read by vLLM's
 // Fp8LinearMethod):
-//   <m>.weight        F8_E4M3 [out, in] (F8_E5M2 also decoded: the dtype says which)
-//   <m>.weight_scale  [] or [1] per tensor (AutoFP8 saves a 0-d tensor), [out, 1] or [out] per channel; f32, bf16 or
-//   f16 <m>.input_scale   [] or [1], static input schemes only (absent otherwise; tolerated when present)
-// W[r][c] = decode(code[r][c]) * weight_scale[r or 0], in f32: exact for f32 scales (a 4-bit significand times a
-// 24-bit one); compressed-tensors' own dequantisation multiplies in the scale's dtype, so a bf16-scaled checkpoint
-// may round there where we do not. Scales must be positive and finite (kInvalidArgument naming the tensor).
-// Input quantisation, x [rows, cols] -> what the GEMM sees, dequantised: decode(encode(x / s)) * s, the quotient in
-// f32 and the code rounded to nearest even, saturating at +-448 (kernels/fp8: torch's clamp, then .to(float8_e4m3fn));
-// s = input_scale (static), amax(x) / 448 over the whole input (dynamic per tensor: AutoFP8's per_tensor_quantize) or
-// over each row (dynamic per token: kernels/fp8's fp8_quantize_rows) or over each row's groups of bk columns
-// (block-wise checkpoints: transformers' act_quant, vLLM's per_token_group_quant_fp8; amax floored at 1e-12 as
-// fp8_scale_for_amax). Per tensor means per forward call: on the CPU path a step's rows, as an engine's batch. Tests:
-// tests/unit/models/quant_fp8_test.cpp (codes worked by hand, refusals), tests/conformance/quant_fp8_hf_test.cpp.
+//   <m>.weight            F8_E4M3 [out, in] (F8_E5M2 also decoded: the dtype says which)
+//   <m>.weight_scale      [] or [1] per tensor (AutoFP8 saves a 0-d tensor), [out, 1] or [out] per channel
+//   <m>.weight_scale_inv  block-wise [bn, bk] (transformers' FineGrainedFP8 weight_block_size, DeepSeek-V3's layout;
+//                         compressed-tensors' block strategy calls it weight_scale): [ceil(out / bn), ceil(in / bk)],
+//                         the dequantisation factor of each block despite the "inv"
+//   <m>.input_scale       [] or [1], static input schemes only (absent otherwise; tolerated when present)
+// Scales f32, bf16 or f16. W[r][c] = decode(code[r][c]) * weight_scale[r or 0] (block: [r / bn][c / bk]), in f32: exact
+// for f32 scales (a 4-bit significand times a 24-bit one); compressed-tensors' own dequantisation multiplies in the
+// scale's dtype, so a bf16-scaled checkpoint may round there where we do not. Scales must be positive and finite
+// (kInvalidArgument naming the tensor). Input quantisation, x [rows, cols] -> what the GEMM sees, dequantised:
+// decode(encode(x / s)) * s, the quotient in f32 and the code rounded to nearest even, saturating at +-448
+// (kernels/fp8: torch's clamp, then .to(float8_e4m3fn)); s = input_scale (static), amax(x) / 448 over the whole input
+// (dynamic per tensor: AutoFP8's per_tensor_quantize) or over each row (dynamic per token: kernels/fp8's
+// fp8_quantize_rows) or over each row's groups of bk columns (block-wise checkpoints: transformers' act_quant, vLLM's
+// per_token_group_quant_fp8; amax floored at 1e-12 as fp8_scale_for_amax). Per tensor means per forward call: on the
+// CPU path a step's rows, as an engine's batch. Tests: tests/unit/models/quant_fp8_test.cpp (codes worked by hand,
+// refusals), tests/conformance/quant_fp8_hf_test.cpp.
 #pragma once
 
 #include <cstdint>

@@ -185,15 +185,8 @@ Status check_fp8_args(const JsonObject& a) {
   }
   ASSIGN_OR_RETURN(bool symmetric, a.get_bool_or("symmetric", true));
   if (!symmetric) return unimplemented(a.label() + ".symmetric: asymmetric FP8 is not supported");
-  if (a.has("block_structure"))
-    return unimplemented(a.label() + ".block_structure: block-wise scales are not supported");
   if (a.has("actorder") && !(a.raw()["actorder"].is_boolean() && !a.raw()["actorder"].get<bool>())) {
     return unimplemented(a.label() + ".actorder: activation ordering is not supported for FP8");
-  }
-  ASSIGN_OR_RETURN(int64_t group_size, a.get_int_or("group_size", -1));
-  if (group_size != -1) {
-    return unimplemented(a.label() + ".group_size: " + std::to_string(group_size) +
-                         ": grouped scales are not supported");
   }
   return ok_status();
 }
@@ -216,8 +209,42 @@ StatusOr<bool> dynamic_of(const JsonObject& a) {
 struct Fp8Scheme {
   Fp8WeightScale weights = Fp8WeightScale::kTensor;
   Fp8InputScale inputs = Fp8InputScale::kNone;
+  std::vector<int64_t> block;  // kBlock
+  int64_t group = 0;           // kDynamicGroup
   bool operator==(const Fp8Scheme&) const = default;
 };
+
+// group_size absent, null or -1 (no groups).
+Status check_no_groups(const JsonObject& a) {
+  ASSIGN_OR_RETURN(int64_t group_size, a.get_int_or("group_size", -1));
+  if (group_size != -1) {
+    return unimplemented(a.label() + ".group_size: " + std::to_string(group_size) +
+                         ": grouped scales are not supported");
+  }
+  if (a.has("block_structure")) return invalid_argument(a.label() + ".block_structure: needs the block strategy");
+  return ok_status();
+}
+
+// block_structure: [rows, cols] or compressed-tensors' older "RxC" string, both positive.
+StatusOr<std::vector<int64_t>> block_of(const JsonObject& a) {
+  const std::string field = a.label() + ".block_structure";
+  if (!a.has("block_structure")) return invalid_argument(field + ": the block strategy needs [rows, cols]");
+  nlohmann::json b = a.raw()["block_structure"];
+  if (b.is_string()) {
+    const std::string t = b.get<std::string>();
+    const size_t x = t.find('x');
+    const long long r = x == std::string::npos ? 0 : std::strtoll(t.c_str(), nullptr, 10);
+    const long long cols = x == std::string::npos ? 0 : std::strtoll(t.c_str() + x + 1, nullptr, 10);
+    b = nlohmann::json::array({r, cols});
+  }
+  if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+      b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > (1 << 20) ||
+      b[1].get<int64_t>() > (1 << 20)) {
+    return invalid_argument(field + ": expected two positive integers [rows, cols], got " +
+                            a.raw()["block_structure"].dump());
+  }
+  return std::vector<int64_t>{b[0].get<int64_t>(), b[1].get<int64_t>()};
+}
 
 StatusOr<Fp8Scheme> parse_scheme(const JsonObject& g) {
   Fp8Scheme s;
@@ -227,10 +254,15 @@ StatusOr<Fp8Scheme> parse_scheme(const JsonObject& g) {
   ASSIGN_OR_RETURN(JsonObject w, g.get_object("weights"));
   RETURN_IF_ERROR(check_fp8_args(w));
   ASSIGN_OR_RETURN(const std::string ws, strategy_of(w));
-  if (ws == "channel") {
-    s.weights = Fp8WeightScale::kChannel;
-  } else if (ws != "tensor") {
-    return unimplemented(w.label() + ".strategy: '" + ws + "' is not supported for FP8 weights (tensor, channel)");
+  if (ws == "block") {  // llm-compressor's FP8_BLOCK
+    s.weights = Fp8WeightScale::kBlock;
+    ASSIGN_OR_RETURN(s.block, block_of(w));
+  } else if (ws == "channel" || ws == "tensor") {
+    s.weights = ws == "channel" ? Fp8WeightScale::kChannel : Fp8WeightScale::kTensor;
+    RETURN_IF_ERROR(check_no_groups(w));
+  } else {
+    return unimplemented(w.label() + ".strategy: '" + ws +
+                         "' is not supported for FP8 weights (tensor, channel, block)");
   }
   ASSIGN_OR_RETURN(const bool w_dynamic, dynamic_of(w));
   if (w_dynamic) return unimplemented(w.label() + ".dynamic: weights quantised at run time are not supported");
@@ -242,13 +274,23 @@ StatusOr<Fp8Scheme> parse_scheme(const JsonObject& g) {
   RETURN_IF_ERROR(check_fp8_args(a));
   ASSIGN_OR_RETURN(const std::string as, strategy_of(a));
   ASSIGN_OR_RETURN(const bool a_dynamic, dynamic_of(a));
+  if (as == "group") {  // FP8_BLOCK's inputs: each token's groups of group_size columns, dynamic
+    if (!a_dynamic) return unimplemented(a.label() + ".dynamic: static group-wise inputs are not supported");
+    ASSIGN_OR_RETURN(s.group, a.get_int_or("group_size", 0));
+    if (s.group <= 0 || s.group > (1 << 20)) {
+      return invalid_argument(a.label() + ".group_size: the group strategy needs a positive group size");
+    }
+    s.inputs = Fp8InputScale::kDynamicGroup;
+    return s;
+  }
+  RETURN_IF_ERROR(check_no_groups(a));
   if (as == "tensor") {
     s.inputs = a_dynamic ? Fp8InputScale::kDynamicTensor : Fp8InputScale::kStatic;
   } else if (as == "token") {
     if (!a_dynamic) return invalid_argument(a.label() + ".dynamic: the token strategy needs dynamic: true");
     s.inputs = Fp8InputScale::kDynamicToken;
   } else {
-    return unimplemented(a.label() + ".strategy: '" + as + "' is not supported for FP8 inputs (tensor, token)");
+    return unimplemented(a.label() + ".strategy: '" + as + "' is not supported for FP8 inputs (tensor, token, group)");
   }
   return s;
 }
@@ -272,8 +314,11 @@ Status parse_compressed_tensors(const JsonObject& o, QuantConfig& c) {
         s = {Fp8WeightScale::kTensor, Fp8InputScale::kStatic};
       } else if (name == "FP8_DYNAMIC") {
         s = {Fp8WeightScale::kChannel, Fp8InputScale::kDynamicToken};
+      } else if (name == "FP8_BLOCK") {
+        s = {Fp8WeightScale::kBlock, Fp8InputScale::kDynamicGroup, {128, 128}, 128};
       } else {
-        return unimplemented(where + ": the preset scheme '" + name + "' is not supported (FP8, FP8_DYNAMIC)");
+        return unimplemented(where + ": the preset scheme '" + name +
+                             "' is not supported (FP8, FP8_DYNAMIC, FP8_BLOCK)");
       }
       for (const nlohmann::json& t : value) {
         if (!t.is_string() || t.get<std::string>().empty()) {
@@ -295,6 +340,8 @@ Status parse_compressed_tensors(const JsonObject& o, QuantConfig& c) {
   if (c.fp8_targets.empty()) return invalid_argument(groups.label() + ": no targets");
   c.fp8_weights = scheme->weights;
   c.fp8_inputs = scheme->inputs;
+  c.fp8_block = scheme->block;
+  c.fp8_input_group = scheme->group;
   RETURN_IF_ERROR(string_list(o, "ignore", c.fp8_ignore));
   RETURN_IF_ERROR(check_patterns(c.fp8_targets, groups.label() + ".targets"));
   return check_patterns(c.fp8_ignore, o.label() + ".ignore");
@@ -325,6 +372,7 @@ Status parse_autofp8(const JsonObject& o, QuantConfig& c) {
     c.fp8_weights = Fp8WeightScale::kBlock;
     c.fp8_inputs = Fp8InputScale::kDynamicGroup;
     c.fp8_block = {b[0].get<int64_t>(), b[1].get<int64_t>()};
+    c.fp8_input_group = c.fp8_block[1];
   }
   if (o.has("kv_cache_scheme")) return unimplemented(o.label() + ".kv_cache_scheme: an FP8 KV cache is not read yet");
   ASSIGN_OR_RETURN(std::string fmt, o.get_string_or("fmt", "e4m3"));
@@ -428,13 +476,21 @@ nlohmann::json quant_config_to_json(const QuantConfig& c) {
                             {"observer_kwargs", nlohmann::json::object()}};
     };
     nlohmann::json group = {{"targets", c.fp8_targets},
-                            {"weights", args(c.fp8_weights == Fp8WeightScale::kChannel ? "channel" : "tensor", false)},
+                            {"weights", args(c.fp8_weights == Fp8WeightScale::kChannel ? "channel"
+                                             : c.fp8_weights == Fp8WeightScale::kBlock ? "block"
+                                                                                       : "tensor",
+                                             false)},
                             {"input_activations", nullptr},
                             {"output_activations", nullptr},
                             {"format", "float-quantized"}};
     if (c.fp8_inputs == Fp8InputScale::kStatic) group["input_activations"] = args("tensor", false);
     if (c.fp8_inputs == Fp8InputScale::kDynamicTensor) group["input_activations"] = args("tensor", true);
     if (c.fp8_inputs == Fp8InputScale::kDynamicToken) group["input_activations"] = args("token", true);
+    if (c.fp8_inputs == Fp8InputScale::kDynamicGroup) {
+      group["input_activations"] = args("group", true);
+      group["input_activations"]["group_size"] = c.fp8_input_group;
+    }
+    if (c.fp8_weights == Fp8WeightScale::kBlock) group["weights"]["block_structure"] = c.fp8_block;
     return {{"quant_method", "compressed-tensors"},
             {"format", "float-quantized"},
             {"quantization_status", "compressed"},

@@ -18,11 +18,12 @@
 //     scheme (several groups only when their schemes agree; a group may be a preset's name, FP8 or FP8_DYNAMIC,
 //     mapped to its targets), weights {num_bits 8, type float, strategy tensor|channel, symmetric, dynamic false},
 //     input_activations null (weight-only) or {num_bits 8, type float, strategy tensor (dynamic or not) | token
-//     (dynamic)}, targets ("Linear": every linear; a module name; "re:" + a regex matched at the name's start, as
-//     compressed-tensors' _is_equal_or_regex_match), ignore (the same forms). Other formats (pack-quantized, ...),
-//     int types, group / block / tensor_group strategies, asymmetric or dynamic weights, output_activations and a
-//     kv_cache_scheme: kUnimplemented naming the field; a static token strategy is kInvalidArgument (as
-//     compressed-tensors' QuantizationArgs validator).
+//     (dynamic) | group (dynamic, group_size)}, weights strategy block with block_structure [rows, cols] (FP8_BLOCK:
+//     weight_scale per block), targets ("Linear": every linear; a module name; "re:" + a regex matched at the name's
+//     start, as compressed-tensors' _is_equal_or_regex_match), ignore (the same forms). Other formats (pack-quantized,
+//     ...), int types, group / tensor_group weight strategies, static group inputs, asymmetric or dynamic weights,
+//     output_activations and a kv_cache_scheme: kUnimplemented naming the field; a static token strategy is
+//     kInvalidArgument (as compressed-tensors' QuantizationArgs validator).
 //   * AutoFP8 / vLLM's Fp8Config: quant_method "fp8", activation_scheme "static" (input_scale per linear) or "dynamic"
 //     (the default; per-tensor scales computed from each input, as AutoFP8's FP8DynamicLinear), ignored_layers (or
 //     transformers' modules_to_not_convert: exact names or "re:" patterns); lm_head and Mixtral's router are never FP8
@@ -53,7 +54,7 @@ enum class Fp8InputScale {
   kStatic,         // one input_scale per linear, from calibration
   kDynamicTensor,  // amax of the whole input / 448, per forward
   kDynamicToken,   // amax of each input row / 448
-  kDynamicGroup,   // amax of each row's group of fp8_block[1] columns / 448 (block-wise checkpoints)
+  kDynamicGroup,   // amax of each row's group of fp8_input_group columns / 448 (block-wise checkpoints)
 };
 const char* fp8_input_scale_name(Fp8InputScale s);  // "none", "static", "dynamic (per tensor)", ...
 
@@ -72,7 +73,8 @@ struct QuantConfig {
   Fp8InputScale fp8_inputs = Fp8InputScale::kNone;
   std::vector<std::string> fp8_targets = {"Linear"};  // compressed-tensors targets
   std::vector<std::string> fp8_ignore;                // ignore / ignored_layers
-  std::vector<int64_t> fp8_block;                     // weight_block_size [rows, cols] (kBlock)
+  std::vector<int64_t> fp8_block;                     // kBlock: [rows, cols] (weight_block_size, block_structure)
+  int64_t fp8_input_group = 0;                        // kDynamicGroup: columns per group (block cols, group_size)
 
   bool quantized() const { return method != QuantMethod::kNone; }
   // The group size for a linear with `k` inputs (-1 is k).

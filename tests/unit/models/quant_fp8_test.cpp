@@ -132,6 +132,23 @@ TEST(Fp8Config, BlockWise) {
   auto back = parse_quant_config(json{{"quantization_config", quant_config_to_json(*b)}}, "config.json");
   ASSERT_TRUE(back.ok()) << back.status().to_string();
   EXPECT_EQ(back->fp8_block, b->fp8_block);
+  // compressed-tensors' FP8_BLOCK, spelled out and as a preset; block_structure also in its older "RxC" form.
+  auto ct = parse(compressed(
+      R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": "64x32", "dynamic": false})",
+      R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 32, "dynamic": true})"));
+  ASSERT_TRUE(ct.ok()) << ct.status().to_string();
+  EXPECT_EQ(ct->fp8_weights, Fp8WeightScale::kBlock);
+  EXPECT_EQ(ct->fp8_block, (std::vector<int64_t>{64, 32}));
+  EXPECT_EQ(ct->fp8_inputs, Fp8InputScale::kDynamicGroup);
+  EXPECT_EQ(ct->fp8_input_group, 32);
+  auto ct_back = parse_quant_config(json{{"quantization_config", quant_config_to_json(*ct)}}, "config.json");
+  ASSERT_TRUE(ct_back.ok()) << ct_back.status().to_string();
+  EXPECT_EQ(ct_back->fp8_block, ct->fp8_block);
+  EXPECT_EQ(ct_back->fp8_input_group, 32);
+  auto preset = parse(R"({"quant_method": "compressed-tensors", "config_groups": {"FP8_BLOCK": ["Linear"]}})");
+  ASSERT_TRUE(preset.ok()) << preset.status().to_string();
+  EXPECT_EQ(preset->fp8_block, (std::vector<int64_t>{128, 128}));
+  EXPECT_EQ(preset->fp8_input_group, 128);
   expect_error(parse(R"({"quant_method": "fp8", "weight_block_size": [128]})"), StatusCode::kInvalidArgument,
                "weight_block_size: expected two positive integers [rows, cols], got [128]");
   expect_error(parse(R"({"quant_method": "fp8", "weight_block_size": [0, 128]})"), StatusCode::kInvalidArgument,
@@ -168,12 +185,15 @@ TEST(Fp8Config, EveryRefusalNamesItsField) {
   expect_error(parse(compressed(R"({"num_bits": 8, "type": "int", "strategy": "channel"})", "null")), u,
                "weights.type: 'int'");
   expect_error(parse(compressed(R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128})", "null")),
-               u, "weights.group_size: 128");
-  expect_error(parse(compressed(
-                   R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128, 128]})", "null")),
-               u, "weights.block_structure");
-  expect_error(parse(compressed(R"({"num_bits": 8, "type": "float", "strategy": "block"})", "null")), u,
-               "weights.strategy: 'block'");
+               u, "weights.strategy: 'group'");
+  expect_error(
+      parse(compressed(R"({"num_bits": 8, "type": "float", "strategy": "channel", "group_size": 128})", "null")), u,
+      "weights.group_size: 128");
+  expect_error(parse(compressed(R"({"num_bits": 8, "type": "float", "strategy": "block"})", "null")), i,
+               "weights.block_structure: the block strategy needs [rows, cols]");
+  expect_error(
+      parse(compressed(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [128]})", "null")),
+      i, "weights.block_structure: expected two positive integers");
   expect_error(parse(compressed(R"({"num_bits": 8, "type": "float", "symmetric": false})", "null")), u,
                "weights.symmetric");
   expect_error(parse(compressed(R"({"num_bits": 8, "type": "float", "dynamic": true})", "null")), u, "weights.dynamic");
@@ -181,8 +201,13 @@ TEST(Fp8Config, EveryRefusalNamesItsField) {
       parse(compressed(kTensorW, R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": false})")), i,
       "input_activations.dynamic: the token strategy needs dynamic: true");
   expect_error(parse(compressed(kTensorW, R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 128,
-                                              "dynamic": true})")),
-               u, "input_activations.group_size");
+                                              "dynamic": false})")),
+               u, "input_activations.dynamic: static group-wise inputs are not supported");
+  expect_error(parse(compressed(kTensorW, R"({"num_bits": 8, "type": "float", "strategy": "group", "dynamic": true})")),
+               i, "input_activations.group_size: the group strategy needs a positive group size");
+  expect_error(parse(compressed(kTensorW, R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true,
+                                              "group_size": 64})")),
+               u, "input_activations.group_size: 64");
   expect_error(
       parse(compressed(kTensorW, R"({"num_bits": 8, "type": "float", "strategy": "attn_head", "dynamic": true})")), u,
       "input_activations.strategy: 'attn_head'");
@@ -302,7 +327,8 @@ float block_scale(int64_t br, int64_t bc) {
 }
 
 HandMade write_hand_made(const std::string& name, Scales scales, const json& quant, bool input_scales,
-                         const std::string& drop = "", bool f32_linear = false) {
+                         const std::string& drop = "", bool f32_linear = false,
+                         const std::string& block_scale_name = ".weight_scale_inv") {
   HandMade h{temp_dir(name + "_fp8").string(), temp_dir(name + "_f32").string()};
   auto store = WeightStore::open_model_dir(fixture(kBase));
   EXPECT_TRUE(store.ok()) << store.status().to_string() << " (a fixture folder missing? rerun in a few minutes)";
@@ -345,7 +371,7 @@ HandMade write_hand_made(const std::string& name, Scales scales, const json& qua
       const int64_t br = (n + kBlockN - 1) / kBlockN, bc = (k + kBlockK - 1) / kBlockK;
       std::vector<float>& b = floats.emplace_back(static_cast<size_t>(br * bc));
       for (int64_t i = 0; i < br * bc; ++i) b[i] = block_scale(i / bc, i % bc);
-      fp8.push_back({prefix + ".weight_scale_inv", DType::kF32, {br, bc}, b.data()});
+      fp8.push_back({prefix + block_scale_name, DType::kF32, {br, bc}, b.data()});
     } else if (prefix + ".weight_scale" != drop) {
       if (scales == Scales::kChannelBf16) {
         std::vector<uint16_t>& b = halves.emplace_back(static_cast<size_t>(n));
@@ -443,7 +469,7 @@ TEST(Fp8Load, BlockWiseScales) {
     const std::vector<float> got = dequantize_fp8(*w);
     ASSERT_EQ(std::memcmp(got.data(), want->data, got.size() * sizeof(float)), 0) << m;
   }
-  expect_close_to_f32(h);
+  const std::vector<float> hf_layout = expect_close_to_f32(h);
   // Groups on hand-worked values: [3, 1 | -0.5, 0.25] in groups of 2: each group's amax maps to 448.
   const float x[4] = {3.0f, 1.0f, -0.5f, 0.25f};
   float y[4];
@@ -452,6 +478,14 @@ TEST(Fp8Load, BlockWiseScales) {
   EXPECT_FLOAT_EQ(y[1], 144.0f * (3.0f / 448.0f));
   EXPECT_EQ(y[2], -0.5f);
   EXPECT_EQ(y[3], 0.25f);
+  // compressed-tensors' block strategy: the same blocks under the name weight_scale.
+  const json ct = json::parse(
+      compressed(R"({"num_bits": 8, "type": "float", "strategy": "block", "block_structure": [48, 40]})",
+                 R"({"num_bits": 8, "type": "float", "strategy": "group", "group_size": 40, "dynamic": true})"));
+  const HandMade c = write_hand_made("block_ct", Scales::kBlock48x40, ct, false, "", false, ".weight_scale");
+  auto qc = LlamaModel::load(c.fp8_dir);
+  ASSERT_TRUE(qc.ok()) << qc.status().to_string();
+  EXPECT_EQ(prompt_logits(**qc, kPrompt), hf_layout);  // the same weights, the same groups
   // A wrong block grid is named.
   const HandMade wrong = write_hand_made("block_wrong", Scales::kBlock48x40,
                                          {{"quant_method", "fp8"}, {"weight_block_size", {32, 32}}}, false);
