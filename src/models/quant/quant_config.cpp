@@ -450,6 +450,15 @@ StatusOr<bool> fp8_converts_module(const QuantConfig& config, const std::string&
     ASSIGN_OR_RETURN(const bool m, entry_matches(e, module));
     if (m) return false;
   }
+  // quant_method fp8: transformers' modules_to_not_convert also names a module's parents or a suffix ("model.layers.0",
+  // "mlp.down_proj"), matched at dots as quant_converts_module does.
+  if (!config.compressed_tensors) {
+    QuantConfig dotted;
+    for (const std::string& e : config.fp8_ignore) {
+      if (!e.starts_with("re:")) dotted.modules_to_not_convert.push_back(e);
+    }
+    return quant_converts_module(dotted, module);
+  }
   return true;
 }
 

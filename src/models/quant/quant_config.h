@@ -95,7 +95,8 @@ bool quant_converts_module(const QuantConfig& config, const std::string& module)
 
 // Whether the linear `module` ("model.layers.0.mlp.up_proj", "lm_head") is FP8 under `config` (method kFp8): some
 // target matches it ("Linear" matches every linear) and no ignore entry does. Entries are exact names or "re:" +
-// a regular expression matched from the start of the name (Python's re.match, through PCRE2 with bounded work);
+// a regular expression matched from the start of the name (Python's re.match, through PCRE2 with bounded work; for
+// quant_method fp8 a plain entry also matches at dots as quant_converts_module, transformers' modules_to_not_convert);
 // kInvalidArgument for a pattern that does not compile or takes too long.
 StatusOr<bool> fp8_converts_module(const QuantConfig& config, const std::string& module);
 

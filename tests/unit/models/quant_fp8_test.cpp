@@ -173,6 +173,17 @@ TEST(Fp8Config, Matching) {
   EXPECT_TRUE(is("model.layers.11.mlp.down_proj"));
   c->fp8_targets = {"re:.*mlp"};
   EXPECT_TRUE(is("model.layers.0.mlp.up_proj"));  // re.match needs no match at the end
+  // quant_method fp8: plain entries also match at dots (transformers' modules_to_not_convert).
+  auto hf = parse(R"({"quant_method": "fp8", "modules_to_not_convert": ["model.layers.0", "down_proj"]})");
+  ASSERT_TRUE(hf.ok());
+  auto fp8 = [&](const std::string& m) {
+    auto r = fp8_converts_module(*hf, m);
+    return r.ok() && *r;
+  };
+  EXPECT_FALSE(fp8("model.layers.0.self_attn.q_proj"));
+  EXPECT_FALSE(fp8("model.layers.1.mlp.down_proj"));
+  EXPECT_TRUE(fp8("model.layers.1.mlp.up_proj"));
+  EXPECT_TRUE(fp8("model.layers.10.self_attn.q_proj"));  // at dots: layers.0 is not layers.10
   EXPECT_FALSE(is("model.layers.0.self_attn.q_proj"));
 }
 
