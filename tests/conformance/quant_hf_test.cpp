@@ -6,9 +6,9 @@
 // gives HF LlamaForCausalLM's prompt logits and cached step logits on those weights within 1e-4 and its greedy ids
 // exactly; the greedy agreement with the f32 base model is printed (golden.json's base_greedy_ids).
 //
-// SKIPPED until the fixtures exist: the lead generates them on the GPU host and commits tests/fixtures/quant, then
-// removes the skip below (a missing fixture must then fail, not skip). $MMSERVE_QUANT_FIXTURES points the test at
-// another folder of the same layout (a run of the script elsewhere).
+// The fixtures were generated on the GPU host (torch 2.11, transformers 5.17, 2026-12-07) and are committed; a missing
+// one fails. $MMSERVE_QUANT_FIXTURES points the test at another folder of the same layout (a run of the script
+// elsewhere).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -37,11 +37,9 @@ std::string quant_dir() {
   return env != nullptr && *env != '\0' ? std::string(env) : testing::fixture("quant");
 }
 
-#define SKIP_UNTIL_GENERATED()                                                                                    \
-  if (!fs::exists(quant_dir() + "/" + kVariants[0])) { /* quant/ also holds fp8-static (quant_fp8_hf_test) */    \
-    GTEST_SKIP() << quant_dir() << " not generated yet: run tools/reference/make_quant_fixtures.py on the GPU "  \
-                                   "host and commit its quant/ folder (then remove this skip)";                  \
-  }
+// The fixtures are committed: a missing one is a failure, never a skip.
+#define REQUIRE_FIXTURES() \
+  ASSERT_TRUE(fs::exists(quant_dir() + "/" + kVariants[0])) << quant_dir() << ": fixture missing (make_quant_fixtures.py)"
 
 float max_abs_diff(const float* a, const float* b, size_t n) {
   float worst = 0;
@@ -50,7 +48,7 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
 }
 
 TEST(QuantHf, DequantisedWeightsEqualTheScripts) {
-  SKIP_UNTIL_GENERATED();
+  REQUIRE_FIXTURES();
   for (const char* variant : kVariants) {
     SCOPED_TRACE(variant);
     const std::string dir = quant_dir() + "/" + variant;
@@ -73,7 +71,9 @@ TEST(QuantHf, DequantisedWeightsEqualTheScripts) {
       ASSERT_EQ(mine.size(), want.size());
       EXPECT_EQ(std::memcmp(mine.data(), want.data(), mine.size() * sizeof(float)), 0)
           << name << ": max |diff| " << max_abs_diff(mine.data(), want.data(), mine.size());
-      if (std::string(variant).find("act") != std::string::npos) EXPECT_FALSE(w->g_idx.empty()) << name;
+      if (std::string(variant).find("act") != std::string::npos) {
+        EXPECT_FALSE(w->g_idx.empty()) << name;
+      }
       ++linears;
     }
     EXPECT_EQ(linears, 14);  // 7 linears x 2 layers
@@ -81,7 +81,7 @@ TEST(QuantHf, DequantisedWeightsEqualTheScripts) {
 }
 
 TEST(QuantHf, LogitsAndGreedyIdsMatchHfOnTheDequantisedWeights) {
-  SKIP_UNTIL_GENERATED();
+  REQUIRE_FIXTURES();
   for (const char* variant : kVariants) {
     SCOPED_TRACE(variant);
     const std::string dir = quant_dir() + "/" + variant;
@@ -105,7 +105,9 @@ TEST(QuantHf, LogitsAndGreedyIdsMatchHfOnTheDequantisedWeights) {
       step_logits.insert(step_logits.end(), step.begin(), step.end());
       const int32_t next = static_cast<int32_t>(std::max_element(step.begin(), step.end()) - step.begin());
       greedy.push_back(next);
-      if (s + 1 < steps) ASSERT_TRUE((*model)->forward(&next, 1, *cache, step.data()).ok());
+      if (s + 1 < steps) {
+        ASSERT_TRUE((*model)->forward(&next, 1, *cache, step.data()).ok());
+      }
     }
     const std::vector<float> want_prompt = golden.f32("prompt_logits"), want_steps = golden.f32("step_logits");
     ASSERT_EQ(want_prompt.size(), prompt_logits.size());
