@@ -194,10 +194,13 @@ class Fp8GemmCuda : public ::testing::Test {
     args.w_format = wf, args.scale_mode = mode, args.a_scale = das.get(), args.w_scale = dws.get();
     args.d = dd.data(), args.ldd = c.ldd, args.out_dtype = out, args.bias = bias ? dbias.get() : nullptr;
     const Status st = gemm_->run_fp8(args, nullptr);
+    if (rows && st.code() == StatusCode::kUnimplemented) GTEST_SKIP() << st.message();  // cuBLASLt lacks OUTER_VEC here
     ASSERT_TRUE(st.ok()) << st.to_string();
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> got = dd.download();
-    // f32 sums of exact products (fp8 x fp8 fits in f32) differ only by order; the output dtype rounds once more.
+    // The products are exact (fp8 x fp8 fits in f32), but Hopper's FP8 MMA adds them at reduced precision (~14 bits:
+    // errors up to ~1e-4 (2^-13) of the sum of |products| seen on the H100, 2026-12-07; the tolerance allows 2^-11); the
+    // output dtype rounds once more.
     const double out_eps = out == DType::kF32 ? 0.0 : (out == DType::kBF16 ? 1.0 / 256 : 1.0 / 2048);
     for (int64_t i = 0; i < c.m; ++i) {
       for (int64_t j = 0; j < c.n; ++j) {
@@ -207,7 +210,7 @@ class Fp8GemmCuda : public ::testing::Test {
         }
         magnitude *= static_cast<double>(as[rows ? i : 0]) * ws[rows ? j : 0];
         const double ref_v = want[i * c.ldd + j];
-        const double tol = 1e-5 * magnitude + out_eps * std::fabs(ref_v) + 1e-6;
+        const double tol = std::ldexp(1.0, -11) * magnitude + out_eps * std::fabs(ref_v) + 1e-6;
         ASSERT_NEAR(got[i * c.ldd + j], ref_v, tol) << "m " << c.m << " n " << c.n << " k " << c.k << " at " << i
                                                     << "," << j << " " << fp8_format_name(wf) << " "
                                                     << dtype_name(out) << (rows ? " rowwise" : " per-tensor");

@@ -47,7 +47,10 @@ struct GemmCudaArgs {
 // The scaled FP8 GEMM (issue 17): D[M, N] = a_scale * w_scale * A[M, K] @ W[N, K]^T (+ bias[N]), A and W FP8 codes
 // (fp8.h; E4M3 both, or one of them E5M2: cuBLASLt has no E5M2 x E5M2), f32 accumulation, D in bf16, f16 or f32.
 // Scales are device floats: per tensor (one each: a checkpoint's input_scale and weight_scale) or, rowwise, a_scale
-// [M] per token and w_scale [N] per output channel (cuBLASLt's OUTER_VEC_32F mode). The twin of fp8.h's fp8_gemm.
+// [M] per token and w_scale [N] per output channel (cuBLASLt's OUTER_VEC_32F mode: refused, kUnimplemented, by
+// cuBLASLt 13.0 on the H100, 2026-12-07; an epilogue of our own is the way there). The twin of fp8.h's fp8_gemm.
+// Accuracy: Hopper's FP8 tensor cores add products at reduced precision inside an MMA (about 14 bits, as DeepSeek-V3's
+// report measured), so results differ from f32 sums by up to ~2^-13 of the sum of |products|.
 // cuBLASLt's FP8 contract: K, lda and ldw multiples of 16 (16-byte rows), 16-byte aligned A and W.
 // fast_accum: cuBLASLt's CUBLASLT_MATMUL_DESC_FAST_ACCUM (Hopper's FP8 tensor cores then accumulate at lower
 // precision between promotions; off by default, as torch._scaled_mm's use_fast_accum).
