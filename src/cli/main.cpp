@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   generate_cmd->add_option("--seed", generate.seed, "seed of the sampler (same seed, same text)");
   generate_cmd->add_option("--stop", generate.stop, "stop when the text contains this (repeatable; not included)");
   generate_cmd->add_flag("--ignore-eos", generate.ignore_eos, "do not stop at the end-of-sequence token");
-  generate_cmd->add_option("--device", generate.device, "cpu (cuda is not written yet for decoders)");
-  generate_cmd->add_option("--dtype", generate.dtype, "compute dtype (the CPU computes in f32)");
+  generate_cmd->add_option("--device", generate.device, "cpu or cuda:N");
+  generate_cmd->add_option("--dtype", generate.dtype, "compute dtype: auto (f32 on cpu, bf16 on cuda), f32, f16, bf16");
   generate_cmd->add_option("--threads", generate.threads, "CPU threads (0 = all cores)")->check(CLI::NonNegativeNumber);
   generate_cmd->add_option("--output", generate.output, "output format")->check(CLI::IsMember({"json", "text"}));
   ChatTemplateArgs chat;
