@@ -26,6 +26,7 @@
 #include "models/quant/awq.h"
 #include "models/quant/int4_checkpoint.h"
 #include "models/quant/quantize.h"
+#include "quant_test_util.h"
 
 namespace mmserve::models {
 namespace {
@@ -308,36 +309,9 @@ TEST(QuantizeAwq, AwqCheckpointLoadsAndIsReported) {
 
 // ---- The binary.
 
-struct Result {
-  int exit_code = -1;
-  std::string out, err;
-};
+using quant_test::Result;
 
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-Result run(const std::vector<std::string>& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("mmserve_quantize_err_" + std::to_string(::getpid()));
-  const char* carried = std::getenv("MMSERVE_TEST_BINARY");
-  std::string cmd = quote(carried != nullptr && *carried != '\0' ? carried : MMSERVE_BINARY);
-  for (const std::string& a : args) cmd += " " + quote(a);
-  cmd += " 2>" + quote(err_file.string());
-  Result r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream e(err_file);
-  r.err.assign(std::istreambuf_iterator<char>(e), {});
-  fs::remove(err_file);
-  return r;
-}
+Result run(const std::vector<std::string>& args) { return quant_test::run_binary(MMSERVE_BINARY, args); }
 
 void expect_user_error(const Result& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -361,37 +335,8 @@ TEST(QuantizeCli, WritesACheckpointWithProgressLines) {
                     "already holds a model");
 }
 
-// A copy of the tiny Llama with a byte-level BPE tokenizer.json of 256 tokens and no merges (id = byte, spelled in
-// GPT-2's byte alphabet), so that --data text becomes ids the model's 256-id vocabulary holds.
-std::string model_with_byte_tokenizer() {
-  const fs::path dir = temp_dir("byte_tokenizer");
-  fs::create_directories(dir);
-  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(fixture(kBase)) / f, dir / f);
-  std::vector<int> code(256, -1);
-  int extra = 0;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    code[b] = printable ? b : 256 + extra++;
-  }
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < 256; ++b) {
-    const int cp = code[b];
-    std::string utf8 = cp < 0x80 ? std::string(1, static_cast<char>(cp))
-                                 : std::string{static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-    vocab[utf8] = b;
-  }
-  const nlohmann::json tokenizer = {
-      {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", nlohmann::json::array()},
-      {"normalizer", nullptr},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-                 {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
-                 {"merges", nlohmann::json::array()}}}};
-  std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-  return dir.string();
-}
+// A copy of the tiny Llama with a byte-level tokenizer.json (quant_test_util.h), so that --data text becomes ids.
+std::string model_with_byte_tokenizer() { return quant_test::with_byte_tokenizer(fixture(kBase), temp_dir("byte_tokenizer")); }
 
 TEST(QuantizeCli, AwqMethodReadsTheDataFile) {
   const std::string model = model_with_byte_tokenizer(), out = temp_dir("cli_awq").string();

@@ -1,5 +1,4 @@
-// What the quantisation tests share (quant_fp8_test, quant_calibrate_test; quant_quantize_test has its own copies
-// still): a model's prompt logits, running the mmserve binary with its exit code and both streams, and a copy of the
+// What the quantisation tests share (quant_quantize_test, quant_fp8_test, quant_calibrate_test): a model's prompt logits, running the mmserve binary with its exit code and both streams, and a copy of the
 // tiny Llama with a byte-level tokenizer.json (256 tokens, no merges: id = byte, spelled in GPT-2's byte alphabet),
 // so that a --data file's text becomes ids of the model's 256-id vocabulary.
 #pragma once
@@ -27,7 +26,9 @@ inline std::vector<float> prompt_logits(const LlamaModel& m, const std::vector<i
   std::vector<float> out(static_cast<size_t>(n * v));
   auto cache = m.new_cache(n);
   EXPECT_TRUE(cache.ok());
-  if (cache.ok()) EXPECT_TRUE(m.forward(prompt.data(), n, *cache, nullptr, out.data()).ok());
+  if (cache.ok()) {
+    EXPECT_TRUE(m.forward(prompt.data(), n, *cache, nullptr, out.data()).ok());
+  }
   return out;
 }
 
