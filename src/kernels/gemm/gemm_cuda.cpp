@@ -179,7 +179,7 @@ StatusOr<CublasLtGemm::Plan*> CublasLtGemm::fp8_plan_for(const Fp8GemmCudaArgs& 
   const int64_t align = std::min({alignment(args.a), alignment(args.w), alignment(args.d)});
   const int flags = (args.a_format == Fp8Format::kE5M2) | (args.w_format == Fp8Format::kE5M2) << 1 |
                     (args.scale_mode == Fp8ScaleMode::kRowwise) << 2 | (args.bias != nullptr) << 3 |
-                    args.fast_accum << 4;
+                    args.fast_accum << 4 | args.accumulate << 5;
   const Fp8Key key{args.m, args.n, args.k, args.lda, args.ldw, args.ldd, align, flags, static_cast<int>(args.out_dtype)};
   auto it = fp8_plans_.find(key);
   if (it != fp8_plans_.end()) return it->second.get();
@@ -247,7 +247,7 @@ Status CublasLtGemm::run_fp8(const Fp8GemmCudaArgs& args, cudaStream_t stream) {
     CUBLAS_RETURN_IF_ERROR(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &args.bias, sizeof(args.bias)));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = args.accumulate ? 1.0f : 0.0f;  // accumulate: C = D
   CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle_, plan->desc, &alpha, args.w, plan->w_layout, args.a, plan->a_layout,
                                         &beta, args.d, plan->d_layout, args.d, plan->d_layout, &plan->algo, workspace_,
                                         workspace_bytes_, stream));

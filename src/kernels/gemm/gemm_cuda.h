@@ -72,6 +72,8 @@ struct Fp8GemmCudaArgs {
   DType out_dtype = DType::kBF16;
   const void* bias = nullptr;  // [n] in out_dtype, or nullptr
   bool fast_accum = false;
+  // D += ... (cuBLASLt's beta = 1, C = D in out_dtype): the decoder's o and down projections into the f32 residual.
+  bool accumulate = false;
 };
 
 class CublasLtGemm {

@@ -104,7 +104,7 @@ Status LlamaCudaModel::plan_weights() {
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     Layer& w = layers_[static_cast<size_t>(l)];
     const std::string p = names_.model + "layers." + std::to_string(l) + ".";
-    if (!w4a16_packed(l, kQkvGemm)) {  // else packed by upload_w4a16 (llama_cuda_quant.cpp)
+    if (!gemm_quantized(l, kQkvGemm)) {  // else packed by upload_w4a16 (llama_cuda_quant.cpp)
       want(&w.qkv, d, qkv_width_ * h,
            {{p + "self_attn.q_proj.weight", 0}, {p + "self_attn.k_proj.weight", q * h},
             {p + "self_attn.v_proj.weight", (q + kv) * h}});
@@ -113,7 +113,7 @@ Status LlamaCudaModel::plan_weights() {
       want(&w.qkv_bias, d, qkv_width_,
            {{p + "self_attn.q_proj.bias", 0}, {p + "self_attn.k_proj.bias", q}, {p + "self_attn.v_proj.bias", q + kv}});
     }
-    if (!w4a16_packed(l, kOGemm)) want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
+    if (!gemm_quantized(l, kOGemm)) want(&w.o, d, h * q, {{p + "self_attn.o_proj.weight", 0}});
     if (c.o_bias) want(reinterpret_cast<const void**>(&w.o_bias), DType::kF32, h, {{p + "self_attn.o_proj.bias", 0}});
     if (c.num_experts > 0) {
       const int64_t e_count = c.num_experts;
@@ -131,14 +131,14 @@ Status LlamaCudaModel::plan_weights() {
       want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
       continue;
     }
-    if (!w4a16_packed(l, kGateUpGemm)) {
+    if (!gemm_quantized(l, kGateUpGemm)) {
       want(&w.gate_up, d, 2 * i * h, {{p + "mlp.gate_proj.weight", 0}, {p + "mlp.up_proj.weight", i * h}});
     }
     if (c.mlp_bias) {
       want(&w.gate_up_bias, d, 2 * i, {{p + "mlp.gate_proj.bias", 0}, {p + "mlp.up_proj.bias", i}});
       want(reinterpret_cast<const void**>(&w.down_bias), DType::kF32, h, {{p + "mlp.down_proj.bias", 0}});
     }
-    if (!w4a16_packed(l, kDownGemm)) want(&w.down, d, h * i, {{p + "mlp.down_proj.weight", 0}});
+    if (!gemm_quantized(l, kDownGemm)) want(&w.down, d, h * i, {{p + "mlp.down_proj.weight", 0}});
     want(&w.input_norm, d, h, {{p + "input_layernorm.weight", 0}});
     want(&w.post_norm, d, h, {{p + "post_attention_layernorm.weight", 0}});
     if (c.qk_norm) {
@@ -146,7 +146,7 @@ Status LlamaCudaModel::plan_weights() {
       want(&w.k_norm, d, c.head_dim, {{p + "self_attn.k_norm.weight", 0}});
     }
   }
-  size_t total = w4a16_planned_bytes_;  // the packed 4-bit weights, placed after the dense ones
+  size_t total = w4a16_planned_bytes_ + fp8_planned_bytes_;  // packed 4-bit / FP8 weights, after the dense ones
   for (const Want& w : wants) total += w.bytes;
   RETURN_IF_ERROR(weights_.init(total));
   weight_slots_.clear();
@@ -237,7 +237,8 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
   std::vector<size_t> all = sizes;
   w4a16_workspace_bytes_ = w4a16_workspace_need(rows);  // W4A16 (llama_cuda_quant.cpp); none for 16-bit weights
-  for (size_t b : {w4a16_workspace_bytes_, w4a16_scratch_need(rows)}) {
+  // FP8 (llama_cuda_fp8.cpp): a GEMM's quantised input, [rows, K] codes.
+  for (size_t b : {w4a16_workspace_bytes_, w4a16_scratch_need(rows), static_cast<size_t>(rows * fp8_input_k())}) {
     if (b > 0) all.push_back(b);
   }
   const int64_t e_count = c.num_experts;
@@ -320,6 +321,10 @@ Status LlamaCudaModel::plan_buffers() {
   if (w4a16_scratch_need(rows) > 0) {  // linear by linear GEMMs' rows before their copy into the fused row
     ASSIGN_OR_RETURN(w4a16_scratch_, buffers_.allocate(w4a16_scratch_need(rows)));
   }
+  if (fp8_input_k() > 0) {  // FP8 (llama_cuda_fp8.cpp): a GEMM's quantised input
+    ASSIGN_OR_RETURN(void* q, buffers_.allocate(static_cast<size_t>(rows * fp8_input_k())));
+    fp8_input_ = static_cast<uint8_t*>(q);
+  }
   if (e_count > 0) {
     ASSIGN_OR_RETURN(router_logits_, buffers_.allocate_array<float>(rows * e_count));
     ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(c.num_hidden_layers * pairs));
@@ -379,6 +384,7 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   ASSIGN_OR_RETURN(LlamaConfig config, parse_llama_config(json, config_path));
   ASSIGN_OR_RETURN(const QuantConfig quant, parse_quant_config(json, config_path));
   ASSIGN_OR_RETURN(std::unique_ptr<WeightStore> store, WeightStore::open_model_dir(model_dir));
+  if (quant.method == QuantMethod::kFp8) return load_fp8(model_dir, *store, config, quant, options);  // llama_cuda_fp8.cpp
   if (quant.quantized()) return load_w4a16(model_dir, *store, config, quant, options);  // llama_cuda_quant.cpp
   WeightCheckOptions check;
   check.ignored_suffixes = {"rotary_emb.inv_freq"};
@@ -525,7 +531,9 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const Layer& w = layers_[static_cast<size_t>(l)];
     RETURN_IF_ERROR(norm(x_, DType::kF32, h, w.input_norm, normed_, h, tokens, h, 1));
-    if (!w.w4a16[kQkvGemm].parts.empty()) {  // W4A16 (llama_cuda_quant.cpp)
+    if (!w.fp8[kQkvGemm].parts.empty()) {  // FP8 (llama_cuda_fp8.cpp)
+      RETURN_IF_ERROR(fp8_linear(w.fp8[kQkvGemm], normed_, qkv_, false, w.qkv_bias, tokens));
+    } else if (!w.w4a16[kQkvGemm].parts.empty()) {  // W4A16 (llama_cuda_quant.cpp)
       RETURN_IF_ERROR(w4a16_linear(w.w4a16[kQkvGemm], normed_, qkv_, false, w.qkv_bias, tokens));
     } else {
       RETURN_IF_ERROR(gemm(normed_, h, w.qkv, qkv_width_, h, qkv_, d, w.qkv_bias, 0.0f, tokens));
@@ -561,7 +569,9 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     }
     pa.k_cache = wr.k_cache, pa.v_cache = wr.v_cache;
     RETURN_IF_ERROR(kernels::paged_attention_cuda(pa, s));
-    if (!w.w4a16[kOGemm].parts.empty()) {
+    if (!w.fp8[kOGemm].parts.empty()) {
+      RETURN_IF_ERROR(fp8_linear(w.fp8[kOGemm], attn_, x_, true, w.o_bias, tokens));
+    } else if (!w.w4a16[kOGemm].parts.empty()) {
       RETURN_IF_ERROR(w4a16_linear(w.w4a16[kOGemm], attn_, x_, true, w.o_bias, tokens));
     } else {
       RETURN_IF_ERROR(gemm(attn_, q, w.o, h, q, x_, DType::kF32, w.o_bias, 1.0f, tokens));
@@ -575,11 +585,13 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     kernels::GemvSwigluArgs mlp;  // one row (batch-1 decode): the GEMV and SwiGLU in one launch
     mlp.a = normed_, mlp.w = w.gate_up, mlp.ldw = h, mlp.bias = w.gate_up_bias, mlp.y = act_;
     mlp.inter = inter, mlp.k = h, mlp.dtype = d;
-    const bool gate_up_w4 = !w.w4a16[kGateUpGemm].parts.empty();
-    if (tokens == 1 && !lora_active_ && !gate_up_w4 && kernels::gemv16_swiglu_applies(mlp)) {
+    const bool gate_up_w4 = !w.w4a16[kGateUpGemm].parts.empty(), gate_up_fp8 = !w.fp8[kGateUpGemm].parts.empty();
+    if (tokens == 1 && !lora_active_ && !gate_up_w4 && !gate_up_fp8 && kernels::gemv16_swiglu_applies(mlp)) {
       RETURN_IF_ERROR(kernels::gemv16_swiglu_cuda(mlp, s));
     } else {
-      if (gate_up_w4) {
+      if (gate_up_fp8) {
+        RETURN_IF_ERROR(fp8_linear(w.fp8[kGateUpGemm], normed_, gate_up_, false, w.gate_up_bias, tokens));
+      } else if (gate_up_w4) {
         RETURN_IF_ERROR(w4a16_linear(w.w4a16[kGateUpGemm], normed_, gate_up_, false, w.gate_up_bias, tokens));
       } else {
         RETURN_IF_ERROR(gemm(normed_, h, w.gate_up, 2 * inter, h, gate_up_, d, w.gate_up_bias, 0.0f, tokens));
@@ -592,7 +604,9 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
       sw.in_ld = 2 * inter, sw.rows = tokens, sw.cols = inter, sw.y = act_, sw.y_dtype = d, sw.y_ld = inter;
       RETURN_IF_ERROR(kernels::swiglu_cuda(sw, s));
     }
-    if (!w.w4a16[kDownGemm].parts.empty()) {
+    if (!w.fp8[kDownGemm].parts.empty()) {
+      RETURN_IF_ERROR(fp8_linear(w.fp8[kDownGemm], act_, x_, true, w.down_bias, tokens));
+    } else if (!w.w4a16[kDownGemm].parts.empty()) {
       RETURN_IF_ERROR(w4a16_linear(w.w4a16[kDownGemm], act_, x_, true, w.down_bias, tokens));
     } else {
       RETURN_IF_ERROR(gemm(act_, inter, w.down, h, inter, x_, DType::kF32, w.down_bias, 1.0f, tokens));

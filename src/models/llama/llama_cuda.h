@@ -37,9 +37,17 @@
 // act-order); GPTQ act-order linears with different permutations run one by one into a scratch row, copied into the
 // fused row. A group the kernel cannot take (K % 64, N % 16, a group size not a multiple of 32) or whose members are
 // not all quantised (modules_to_not_convert) is dequantised at load into the compute dtype and runs as a 16-bit GEMM.
-// bf16 or f16 only (f32: kInvalidArgument); Mixtral's quantised experts and FP8 checkpoints are kUnimplemented.
+// bf16 or f16 only (f32: kInvalidArgument); Mixtral's quantised experts are kUnimplemented.
+// FP8 (issue 17 item 3; llama_cuda_fp8.cpp): per-tensor E4M3 (or E5M2) weights with static per-tensor input scales
+// (compressed-tensors strategy tensor, AutoFP8 activation_scheme static) keep each linear's codes and two scales on
+// the device; each GEMM quantises its input with fp8_quantize_cuda (the linear's input_scale) and runs
+// CublasLtGemm::run_fp8 (o and down with accumulate: beta = 1 into the f32 residual). q/k/v (gate/up) are stored
+// rows concatenated and run as one GEMM when their weight and input scales agree, else one GEMM per linear into its
+// columns of the fused row (each with its own scales: the CPU path's semantics). Per-channel, block-wise,
+// weight-only and dynamic schemes, partly-FP8 GEMMs, FP8 lm_head / router / experts: kUnimplemented (CPU serves them).
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager),
-// tests/conformance/llama_cuda_quant_test.cpp (W4A16 against the CPU model of the same checkpoint);
+// tests/conformance/llama_cuda_quant_test.cpp (W4A16 against the CPU model of the same checkpoint),
+// tests/conformance/llama_cuda_fp8_test.cpp (FP8 the same way);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
 
@@ -192,6 +200,20 @@ class LlamaCudaModel {
     std::vector<int64_t> offsets;             // each part's first column in the fused row
     int64_t width = 0;                        // the fused row's columns
   };
+  // FP8 (llama_cuda_fp8.cpp): a GEMM's codes [width, k] (its linears' rows concatenated) and, per linear, its
+  // first row and its two device scales (weight_scale, input_scale; input_scale also on the host).
+  struct Fp8Part {
+    int64_t offset = 0, n = 0;
+    const float *w_scale = nullptr, *a_scale = nullptr;
+    float w_scale_host = 0, a_scale_host = 0;
+  };
+  struct Fp8Linear {
+    const uint8_t* codes = nullptr;
+    kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
+    int64_t width = 0, k = 0;
+    std::vector<Fp8Part> parts;  // empty: not FP8
+    bool fused = false;          // every part's scales equal: one GEMM over all rows
+  };
   struct Layer {
     const void *qkv = nullptr, *qkv_bias = nullptr, *o = nullptr, *gate_up = nullptr, *gate_up_bias = nullptr,
                *down = nullptr;
@@ -200,6 +222,7 @@ class LlamaCudaModel {
     // Mixtral: the router [E, h], every expert's [w1; w3] [E, 2i, h] and w2 [E, h, i], in the compute dtype.
     const void *router = nullptr, *w13 = nullptr, *w2 = nullptr;
     std::array<W4A16Linear, kGemms> w4a16;  // a quantised checkpoint's packed GEMMs (parts empty: dense)
+    std::array<Fp8Linear, kGemms> fp8;      // an FP8 checkpoint's GEMMs (parts empty: not FP8)
   };
   // W4A16 (llama_cuda_quant.cpp).
   static StatusOr<std::unique_ptr<LlamaCudaModel>> load_w4a16(const std::string& model_dir, const WeightStore& store,
@@ -208,6 +231,21 @@ class LlamaCudaModel {
   bool w4a16_packed(int64_t layer, Gemm g) const {
     return !w4a16_modes_.empty() && w4a16_modes_[static_cast<size_t>(layer)][g] != W4A16Mode::kDense;
   }
+  // Whether GEMM g of `layer` holds no 16-bit weight (W4A16 packed or FP8): plan_weights places none for it.
+  bool gemm_quantized(int64_t layer, Gemm g) const { return w4a16_packed(layer, g) || fp8_gemm(layer, g); }
+  // FP8 (llama_cuda_fp8.cpp): load() of an FP8 checkpoint; its plan (fp8_gemms_, fp8_planned_bytes_; before
+  // plan_weights) and upload (after it); y [m, w.width] (its dtype's, or the f32 residual with accumulate) =
+  // dequant(quant(x)) W^T (+ bias) (+ y).
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> load_fp8(const std::string& model_dir, const WeightStore& store,
+                                                            const LlamaConfig& config, const QuantConfig& quant,
+                                                            const LlamaCudaOptions& options);
+  bool fp8_gemm(int64_t layer, Gemm g) const {
+    return !fp8_gemms_.empty() && fp8_gemms_[static_cast<size_t>(layer)][g];
+  }
+  Status plan_fp8();
+  Status upload_fp8(const WeightStore& store, const QuantConfig& quant);
+  int64_t fp8_input_k() const;  // the widest FP8 GEMM input (the quantised input's columns)
+  Status fp8_linear(const Fp8Linear& w, const void* x, void* y, bool f32_accumulate, const void* bias, int64_t m);
   // How each layer's GEMMs hold their weights (w4a16_modes_, w4a16_planned_bytes_, the summary's counts), from the
   // checkpoint's quantised linears (`quantized`: their prefixes) and, with act-order, its stored g_idx (`store`;
   // null: random weights, no act-order). Before plan_weights().
@@ -339,6 +377,11 @@ class LlamaCudaModel {
   void *w4a16_workspace_ = nullptr, *w4a16_scratch_ = nullptr;
   size_t w4a16_workspace_bytes_ = 0;
   W4A16Summary w4a16_summary_;
+  // FP8: per layer whether each GEMM is FP8 (empty: none), the arena bytes planned for codes and scales, the
+  // quantised input [rows, fp8_input_k()].
+  std::vector<std::array<bool, kGemms>> fp8_gemms_;
+  size_t fp8_planned_bytes_ = 0;
+  uint8_t* fp8_input_ = nullptr;
 };
 
 }  // namespace mmserve::models
