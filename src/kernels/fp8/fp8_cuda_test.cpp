@@ -1,7 +1,7 @@
 // The FP8 quantisers against fp8_quantize / fp8_quantize_rows (codes equal bit for bit) over bf16, f16 and f32 inputs,
 // odd shapes and strides, values that saturate and values in the subnormals; the scaled FP8 GEMM (CublasLtGemm::run_fp8)
-// against fp8_gemm over E4M3 x E4M3 and E4M3 x E5M2, per-tensor and rowwise scales, bias, bf16 / f16 / f32 outputs; and
-// broken arguments refused before launching. Skipped, with the reason, where no GPU is visible.
+// against fp8_gemm over E4M3 x E4M3 and E4M3 x E5M2, per-tensor and rowwise scales, bias, bf16 / f16 / f32 outputs,
+// accumulation onto D (o / down into the residual); and broken arguments refused before launching. Skipped, with the reason, where no GPU is visible.
 #include "kernels/fp8/fp8_cuda.h"
 
 #include <cuda_fp8.h>
@@ -168,7 +168,7 @@ class Fp8GemmCuda : public ::testing::Test {
     }
   }
 
-  void check(const GemmCase& c, Fp8Format wf, Fp8ScaleMode mode, DType out, bool bias) {
+  void check(const GemmCase& c, Fp8Format wf, Fp8ScaleMode mode, DType out, bool bias, bool accumulate = false) {
     std::mt19937 rng(static_cast<uint32_t>(c.m * 131 + c.n * 7 + c.k));
     std::vector<uint8_t> a(c.m * c.lda), w(c.n * c.ldw);
     for (auto& v : a) v = code(rng, Fp8Format::kE4M3);
@@ -184,15 +184,24 @@ class Fp8GemmCuda : public ::testing::Test {
     ref.w_format = wf, ref.a_scale = as.data(), ref.a_scale_per_row = rows, ref.w_scale = ws.data();
     ref.w_scale_per_row = rows, ref.bias = bias ? b.data() : nullptr, ref.d = want.data(), ref.ldd = c.ldd;
     fp8_gemm(ref);
+    // accumulate: D starts as a residual stream and the GEMM adds onto it (cuBLASLt's beta = 1, C = D).
+    std::vector<float> d0(c.m * c.ldd, 0.0f);
+    if (accumulate) {
+      for (size_t i = 0; i < d0.size(); ++i) d0[i] = 0.25f * static_cast<float>(static_cast<int>(i % 7) - 3);
+      for (int64_t i = 0; i < c.m; ++i) {
+        for (int64_t j = 0; j < c.n; ++j) want[i * c.ldd + j] += d0[i * c.ldd + j];
+      }
+    }
 
     DeviceVector<uint8_t> da(a), dw(w);
     DeviceVector<float> das(as), dws(ws);
     DeviceVector<uint8_t> dbias(cuda_test::encode(b, out));
-    cuda_test::DeviceArray dd(std::vector<float>(c.m * c.ldd, 0.0f), out, 0);
+    cuda_test::DeviceArray dd(d0, out, 0);
     Fp8GemmCudaArgs args;
     args.m = c.m, args.n = c.n, args.k = c.k, args.a = da.get(), args.lda = c.lda, args.w = dw.get(), args.ldw = c.ldw;
     args.w_format = wf, args.scale_mode = mode, args.a_scale = das.get(), args.w_scale = dws.get();
     args.d = dd.data(), args.ldd = c.ldd, args.out_dtype = out, args.bias = bias ? dbias.get() : nullptr;
+    args.accumulate = accumulate;
     const Status st = gemm_->run_fp8(args, nullptr);
     if (rows && st.code() == StatusCode::kUnimplemented) GTEST_SKIP() << st.message();  // cuBLASLt lacks OUTER_VEC here
     ASSERT_TRUE(st.ok()) << st.to_string();
@@ -232,6 +241,7 @@ TEST_F(Fp8GemmCuda, PerTensorScalesMatchTheCpuTwin) {
     }
     check(c, Fp8Format::kE4M3, Fp8ScaleMode::kTensor, DType::kBF16, /*bias=*/true);
     check(c, Fp8Format::kE5M2, Fp8ScaleMode::kTensor, DType::kBF16, /*bias=*/false);
+    check(c, Fp8Format::kE4M3, Fp8ScaleMode::kTensor, DType::kF32, /*bias=*/false, /*accumulate=*/true);  // o / down
   }
 }
 
