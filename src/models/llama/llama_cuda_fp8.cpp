@@ -20,27 +20,12 @@
 #include "core/cuda/cuda_status.h"
 #include "kernels/fp8/fp8_cuda.h"
 #include "models/llama/llama_cuda.h"
+#include "models/llama/llama_cuda_linears.h"
 #include "models/quant/fp8_checkpoint.h"
 #include "models/quant/quant_load.h"
 
 namespace mmserve::models {
 namespace {
-
-struct LinearShape {
-  std::string prefix;
-  int64_t n = 0, k = 0;
-};
-
-// The checkpoint linears of GEMM `g` of the layer whose names start with `p`, in the fused row's order.
-std::vector<LinearShape> fp8_gemm_linears(const LlamaConfig& c, const std::string& p, int g) {
-  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
-  switch (g) {
-    case 0: return {{p + "self_attn.q_proj", q, h}, {p + "self_attn.k_proj", kv, h}, {p + "self_attn.v_proj", kv, h}};
-    case 1: return {{p + "self_attn.o_proj", h, q}};
-    case 2: return {{p + "mlp.gate_proj", i, h}, {p + "mlp.up_proj", i, h}};
-    default: return {{p + "mlp.down_proj", h, i}};
-  }
-}
 
 const char* kCpuServes = "; the CPU path (LlamaModel) serves it";
 
@@ -94,7 +79,7 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load_fp8(const std::st
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
     const std::string p = LlamaWeightNames{}.model + "layers." + std::to_string(l) + ".";
     for (int g = 0; g < kGemms; ++g) {
-      const std::vector<LinearShape> linears = fp8_gemm_linears(config, p, g);
+      const std::vector<LinearShape> linears = gemm_linears(config, p, g);
       size_t count = 0;
       for (const LinearShape& s : linears) count += fp8.count(s.prefix);
       if (count == 0) continue;
@@ -134,7 +119,7 @@ Status LlamaCudaModel::plan_fp8() {
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     for (int g = 0; g < kGemms; ++g) {
       if (!fp8_gemm(l, static_cast<Gemm>(g))) continue;
-      const std::vector<LinearShape> linears = fp8_gemm_linears(config_, names_.model, g);
+      const std::vector<LinearShape> linears = gemm_linears(config_, names_.model, g);
       int64_t width = 0;
       for (const LinearShape& s : linears) width += s.n;
       fp8_planned_bytes_ += DeviceArena::aligned(static_cast<size_t>(width * linears[0].k)) +
@@ -150,7 +135,7 @@ Status LlamaCudaModel::upload_fp8(const WeightStore& store, const QuantConfig& q
     const std::string p = names_.model + "layers." + std::to_string(l) + ".";
     for (int g = 0; g < kGemms; ++g) {
       if (!fp8_gemm(l, static_cast<Gemm>(g))) continue;
-      const std::vector<LinearShape> linears = fp8_gemm_linears(c, p, g);
+      const std::vector<LinearShape> linears = gemm_linears(c, p, g);
       Fp8Linear& out = layers_[static_cast<size_t>(l)].fp8[g];
       out = Fp8Linear();
       out.k = linears[0].k;

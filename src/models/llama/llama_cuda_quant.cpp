@@ -24,27 +24,12 @@
 
 #include "core/cuda/cuda_status.h"
 #include "models/llama/llama_cuda.h"
+#include "models/llama/llama_cuda_linears.h"
 #include "models/quant/int4_checkpoint.h"
 #include "models/quant/quant_load.h"
 
 namespace mmserve::models {
 namespace {
-
-struct LinearShape {
-  std::string prefix;  // "model.layers.0.self_attn.q_proj"
-  int64_t n = 0, k = 0;
-};
-
-// The checkpoint linears of GEMM `g` of the layer whose names start with `p`, in the fused row's order.
-std::vector<LinearShape> gemm_linears(const LlamaConfig& c, const std::string& p, int g) {
-  const int64_t h = c.hidden_size, q = c.q_size(), kv = c.kv_size(), i = c.intermediate_size;
-  switch (g) {
-    case 0: return {{p + "self_attn.q_proj", q, h}, {p + "self_attn.k_proj", kv, h}, {p + "self_attn.v_proj", kv, h}};
-    case 1: return {{p + "self_attn.o_proj", h, q}};
-    case 2: return {{p + "mlp.gate_proj", i, h}, {p + "mlp.up_proj", i, h}};
-    default: return {{p + "mlp.down_proj", h, i}};
-  }
-}
 
 // The W4A16 kernel's shape rules (w4a16.h: w4a16_check's sizes; its value checks run when packing).
 bool kernel_takes_k(int64_t k, int64_t group_size) {
