@@ -21,15 +21,29 @@
 //   g = h / (heads / kv_heads) (grouped-query attention; heads is a multiple of kv_heads).
 //   Blocks a sequence does not reach are never read; a row with q_len_b = 0 does nothing. Keys of position j are
 //   wherever the block table says, whoever wrote them (a prefix shared with another sequence is read in place).
-// Types: q, out, k_cache and v_cache share `dtype` (f32, f16, bf16); softmax and accumulation in f32.
+// Types: q and out have `dtype` (f32, f16, bf16); softmax and accumulation in f32. The pool (k_cache, v_cache)
+//   holds `kv_storage`:
+//   - kSame: elements of `dtype`.
+//   - kFp8E4M3 / kFp8E5M2 (an FP8 KV cache, vLLM's --kv-cache-dtype fp8 / fp8_e4m3 / fp8_e5m2): one byte per
+//     element, the OCP codes of kernels/fp8/fp8.h, with one f32 scale per tensor per layer (*k_scale for K,
+//     *v_scale for V; 1.0 unless the checkpoint carries calibrated k_scale / v_scale). The write stores
+//     code = fp8_encode(value / scale) (IEEE f32 division, round to nearest even, saturating to +-448 / +-57344:
+//     fp8_quantize's semantics, so the CUDA write equals the twin bit for bit); attention reads value =
+//     fp8_decode(code) * scale. The kernels may apply the scale to the scores (K) and to the output (V) instead
+//     of to every element, which differs from the formula by f32 rounding only. f16 or bf16 activations only
+//     (f32 with an FP8 pool is kInvalidArgument: nothing serves it). Scales must be positive and finite (the CPU
+//     twin checks; the GPU reads them on the device and trusts them). An FP8 pool holds twice the tokens of a
+//     16-bit one in the same bytes.
 //
-// paged_kv_write (vLLM's reshape_and_cache): row t of k and of v (W columns, row stride src_ld) goes to slot
-//   slot_mapping[t] of k_cache and v_cache; slots < 0 are skipped (padding rows of a captured step).
+// paged_kv_write (vLLM's reshape_and_cache): row t of k and of v (W columns, row stride src_ld, in `dtype`) goes
+//   to slot slot_mapping[t] of k_cache and v_cache (as `kv_storage`: quantised with the write's k_scale / v_scale
+//   as above); slots < 0 are skipped (padding rows of a captured step).
 //
 // Device pointers for the CUDA versions (the int32 arrays too, so a captured CUDA graph replays a step while
 // lengths and tables change); host pointers for the CPU twins.
-// Tests: paged_attention_test.cpp (CPU twin vs a naive double loop over a contiguous copy), paged_attention_cuda_test.cpp
-// (GPU vs twin over odd shapes); bench: paged_attention_cuda_bench.cpp.
+// Tests: paged_attention_test.cpp (CPU twin vs a naive double loop over a contiguous copy, FP8 pools vs the loop
+// over the dequantised values), paged_attention_cuda_test.cpp (GPU vs twin over odd shapes, both FP8 formats);
+// bench: paged_attention_cuda_bench.cpp.
 #pragma once
 
 #include <cstddef>
@@ -39,6 +53,13 @@
 #include "core/status.h"
 
 namespace mmserve::kernels {
+
+// What the pool's K and V elements are (the contract above): the activation dtype, or FP8 codes with scales.
+enum class PagedKvStorage { kSame, kFp8E4M3, kFp8E5M2 };
+
+const char* paged_kv_storage_name(PagedKvStorage storage);  // "same", "fp8_e4m3", "fp8_e5m2"
+// Bytes of one pool element: dtype_size(dtype) for kSame, 1 for FP8.
+int64_t paged_kv_element_bytes(PagedKvStorage storage, DType dtype);
 
 struct PagedAttentionArgs {
   const void* q = nullptr;
@@ -57,6 +78,9 @@ struct PagedAttentionArgs {
   int64_t num_blocks = 0;  // of the pool (bounds for the twin's checks)
   float scale = 1.0f;
   int64_t window = 0;  // > 0: sliding window (Mistral)
+  PagedKvStorage kv_storage = PagedKvStorage::kSame;
+  const float* k_scale = nullptr;  // FP8 pools: one float each (device on CUDA, host on the twin)
+  const float* v_scale = nullptr;
   // Host-side bounds the CUDA kernels size their grids by (upper bounds are fine: extra work exits early):
   int64_t max_seq_len = 0;    // >= every L_b
   int64_t max_query_len = 0;  // >= every q_len_b
@@ -76,6 +100,9 @@ struct PagedKvWriteArgs {
   const int32_t* slot_mapping = nullptr;  // [num_tokens]
   int64_t num_tokens = 0, width = 0;      // width = W
   int64_t num_slots = 0;                  // num_blocks * block_size (the twin checks slots against it)
+  PagedKvStorage kv_storage = PagedKvStorage::kSame;
+  const float* k_scale = nullptr;  // FP8 pools: one float each (device on CUDA, host on the twin)
+  const float* v_scale = nullptr;
 };
 
 // Shape, stride, pointer and dtype checks shared by both implementations (kInvalidArgument naming the field).

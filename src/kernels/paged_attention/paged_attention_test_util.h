@@ -6,7 +6,10 @@
 // block ids (so neighbouring blocks of a sequence are far apart in the pool); optionally sequence 1 starts with
 // sequence 0's first full blocks, shared in place (a common prefix). Every slot no sequence reaches, the tail of
 // each last block and the padding columns of q hold NaN: a kernel that reads them fails. The reference is a plain
-// double loop over the contiguous panels, never over the pool.
+// double loop over the contiguous panels, never over the pool. FP8 pools: each drawn value x is stored as the code
+// fp8_encode(x / scale) (the scales small enough that some values saturate) and the panels hold its exact
+// dequantised f32 value fp8_decode(code) * scale, so the reference sees what the contract says the kernels read;
+// unreached slots hold the NaN code 0x7F.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fp8/fp8.h"
 #include "kernels/paged_attention/paged_attention.h"
 #include "kernels/testing/kernel_test_util.h"
 
@@ -35,6 +39,8 @@ struct PagedCase {
   int64_t shared_blocks = 0;       // sequence 1 starts with sequence 0's first blocks
   int64_t spare_blocks = 3;        // unreached blocks of the pool (NaN)
   int64_t table_pad = 1;           // block-table entries past the longest sequence (-1)
+  PagedKvStorage kv_storage = PagedKvStorage::kSame;
+  float k_scale = 1.0f, v_scale = 1.0f;  // FP8 pools
 
   std::string name() const {
     std::string s = std::string(dtype_name(dtype)) + " h=" + std::to_string(heads) + "/" + std::to_string(kv_heads) +
@@ -43,6 +49,10 @@ struct PagedCase {
     if (window) s += " window=" + std::to_string(window);
     if (q_pad || out_pad) s += " strided";
     if (shared_blocks) s += " shared=" + std::to_string(shared_blocks);
+    if (kv_storage != PagedKvStorage::kSame) {
+      s += std::string(" kv=") + paged_kv_storage_name(kv_storage) + " k_scale=" + std::to_string(k_scale) +
+           " v_scale=" + std::to_string(v_scale);
+    }
     return s;
   }
 };
@@ -51,7 +61,8 @@ struct PagedCase {
 struct PagedData {
   int64_t width = 0, num_tokens = 0, num_blocks = 0, table_ld = 0, q_ld = 0, out_ld = 0;
   int64_t max_seq_len = 1, max_query_len = 1;
-  std::vector<float> q, k_cache, v_cache;
+  std::vector<float> q, k_cache, v_cache;  // k_cache, v_cache: the dequantised values for FP8 pools
+  std::vector<uint8_t> k_codes, v_codes;   // FP8 pools: the pool's codes
   std::vector<int32_t> block_tables, seq_lens, query_start;
   std::vector<std::vector<float>> k_seq, v_seq;  // contiguous [L, width] panels, the reference's input
   double max_v = 0.0;
@@ -104,6 +115,18 @@ inline PagedData make_data(const PagedCase& c, uint32_t seed) {
   const size_t pool = static_cast<size_t>(d.num_blocks * c.block_size * d.width);
   d.k_cache.assign(pool, nan);
   d.v_cache.assign(pool, nan);
+  const bool fp8 = c.kv_storage != PagedKvStorage::kSame;
+  const Fp8Format format = c.kv_storage == PagedKvStorage::kFp8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
+  if (fp8) {
+    d.k_codes.assign(pool, 0x7F);
+    d.v_codes.assign(pool, 0x7F);
+  }
+  // An FP8 value is stored as its code; the panels get the code's value (shared slots keep their code).
+  auto stored = [&](float x, float scale, uint8_t* code) {
+    const uint8_t q = fp8_encode(x / scale, format);
+    *code = q;
+    return fp8_decode(q, format) * scale;
+  };
   d.k_seq.resize(nseq);
   d.v_seq.resize(nseq);
   for (int64_t b = 0; b < nseq; ++b) {
@@ -111,12 +134,16 @@ inline PagedData make_data(const PagedCase& c, uint32_t seed) {
     for (int64_t j = 0; j < L; ++j) {
       for (int64_t col = 0; col < d.width; ++col) {
         const bool shared = b == 1 && j < c.shared_blocks * c.block_size;
-        const float k = shared ? d.k_seq[0][j * d.width + col] : 2.0f * draw();
-        const float v = shared ? d.v_seq[0][j * d.width + col] : draw();
+        const int64_t slot = d.block_tables[b * d.table_ld + j / c.block_size] * c.block_size + j % c.block_size;
+        float k = shared ? d.k_seq[0][j * d.width + col] : 2.0f * draw();
+        float v = shared ? d.v_seq[0][j * d.width + col] : draw();
+        if (fp8 && !shared) {
+          k = stored(k, c.k_scale, &d.k_codes[slot * d.width + col]);
+          v = stored(v, c.v_scale, &d.v_codes[slot * d.width + col]);
+        }
         d.k_seq[b].push_back(k);
         d.v_seq[b].push_back(v);
         d.max_v = std::max(d.max_v, std::fabs(static_cast<double>(v)));
-        const int64_t slot = d.block_tables[b * d.table_ld + j / c.block_size] * c.block_size + j % c.block_size;
         d.k_cache[slot * d.width + col] = k;
         d.v_cache[slot * d.width + col] = v;
       }
@@ -147,6 +174,7 @@ inline PagedAttentionArgs make_args(const PagedCase& c, const PagedData& d) {
   a.window = c.window;
   a.max_seq_len = d.max_seq_len;
   a.max_query_len = d.max_query_len;
+  a.kv_storage = c.kv_storage;  // the scales' pointers are the caller's, as the others
   return a;
 }
 
