@@ -37,6 +37,9 @@ __device__ __forceinline__ float kv_to_f32(__nv_bfloat16 v) {
 __device__ __forceinline__ float kv_to_f32(__nv_fp8_e4m3 v) {
   return static_cast<float>(v);
 }
+__device__ __forceinline__ float kv_to_f32(__nv_fp8_e5m2 v) {  // the paged KV cache's E5M2 pools
+  return static_cast<float>(v);
+}
 __device__ __forceinline__ float kv_to_f32(int8_t v) {
   return static_cast<float>(v);
 }

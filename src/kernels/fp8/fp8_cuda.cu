@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/fp8/fp8_cuda.h"
+#include "kernels/fp8/fp8_cuda_codes.cuh"
 
 namespace mmserve::kernels {
 namespace {
@@ -19,12 +20,6 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// x / scale in IEEE f32 (not the fast reciprocal), then cvt.rn.satfinite: fp8_encode(x / scale) of the CPU twin.
-__device__ __forceinline__ uint8_t encode(float x, float scale, bool e4m3) {
-  const float v = __fdiv_rn(x, scale);
-  return e4m3 ? __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3) : __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E5M2);
-}
 
 __device__ __forceinline__ float scale_for_amax(float amax, bool e4m3) {
   return __fdiv_rn(fmaxf(amax, 1e-12f), e4m3 ? 448.0f : 57344.0f);
@@ -51,7 +46,7 @@ __global__ void quantize_static_kernel(const T* __restrict__ x, int64_t rows, in
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     for (int64_t c = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; c < cols;
          c += static_cast<int64_t>(gridDim.x) * kThreads) {
-      q[r * ld_q + c] = encode(to_float(x[r * ld_x + c]), s, e4m3);
+      q[r * ld_q + c] = fp8_encode_scaled(to_float(x[r * ld_x + c]), s, e4m3);
     }
   }
 }
@@ -66,7 +61,7 @@ __global__ void quantize_rows_kernel(const T* __restrict__ x, int64_t cols, int6
   const float s = scale_for_amax(block_max(amax), e4m3);
   if (threadIdx.x == 0) scales[blockIdx.x] = s;
   uint8_t* out = q + blockIdx.x * ld_q;
-  for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[c] = encode(to_float(row[c]), s, e4m3);
+  for (int64_t c = threadIdx.x; c < cols; c += kThreads) out[c] = fp8_encode_scaled(to_float(row[c]), s, e4m3);
 }
 
 // The tensor's amax into *amax as float bits (non-negative floats order as their bits do).

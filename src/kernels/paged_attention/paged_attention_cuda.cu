@@ -12,8 +12,14 @@
 // [num_seqs][heads][partitions], and the partition that finishes last (a counter per sequence and kv head, in the
 // workspace, reset by that CTA) rescales and combines them: one launch per call, which inside a decode CUDA graph
 // of 16-32 layers is one node per layer fewer than a separate reduce kernel.
+// FP8 pools (paged_attention.h): every kernel is a template on the pool's element type KT. The decode kernel
+// loads a lane's head_dim / 8 codes in one access (16 bytes at head_dim 128, 8 at 64), converts them two at a time
+// to f32 (exact) and folds the scales into the query (K) and the output (V); the plain kernel converts one code at a
+// time; the KV write quantises (fp8_cuda_codes.cuh: the CPU twin's codes). A 16-bit pool compiles to the kernels it
+// had before.
 // Tests: paged_attention_cuda_test.cpp; bench: paged_attention_cuda_bench.cpp.
 #include <string>
+#include <type_traits>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/attention/attention_kv_cuda_common.cuh"
@@ -28,6 +34,7 @@ namespace mmserve::kernels {
 namespace paged_detail {
 namespace {
 
+using attention_kv_detail::kv_to_f32;
 using attention_kv_detail::warp_max;
 using attention_kv_detail::warp_sum;
 
@@ -64,23 +71,43 @@ struct DecodeParams {
   int part, parts;
 };
 
-template <typename T, int kChunks>
-__device__ __forceinline__ void load_row(uint4 (&dst)[kChunks], const T* row, int sub) {
-  constexpr int kVec = 16 / sizeof(T);
+// A lane's share of a K or V row: kChunks accesses of kVec elements of KT (16 bytes, or 8 for FP8 at head_dim 64).
+template <typename KT, int kPerLane>
+struct DecodeLoad {
+  static constexpr int kVec = 16 / sizeof(KT) < kPerLane ? 16 / static_cast<int>(sizeof(KT)) : kPerLane;
+  static constexpr int kChunks = kPerLane / kVec;
+  using Chunk = std::conditional_t<kVec * sizeof(KT) == 16, uint4, uint2>;
+};
+
+template <typename KT, int kVec, int kChunks, typename Chunk>
+__device__ __forceinline__ void load_row(Chunk (&dst)[kChunks], const KT* row, int sub) {
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) dst[c] = *reinterpret_cast<const uint4*>(row + (sub + 8 * c) * kVec);
+  for (int c = 0; c < kChunks; ++c) dst[c] = *reinterpret_cast<const Chunk*>(row + (sub + 8 * c) * kVec);
 }
 
-template <typename T>
-__device__ __forceinline__ float element(const uint4& chunk, int e) {
-  return to_f32(reinterpret_cast<const T*>(&chunk)[e]);
+// The kVec elements of one access as f32 (FP8: codes converted two at a time, before their scale).
+template <typename KT, int kVec, typename Chunk>
+__device__ __forceinline__ void unpack(const Chunk& chunk, float (&x)[kVec]) {
+  if constexpr (KvCodes<KT>::kFp8) {
+#pragma unroll
+    for (int e = 0; e < kVec; e += 2) {
+      const float2 f = fp8x2_to_float2<KvCodes<KT>::kFormat>(reinterpret_cast<const uint16_t*>(&chunk)[e / 2]);
+      x[e] = f.x;
+      x[e + 1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) x[e] = to_f32(reinterpret_cast<const KT*>(&chunk)[e]);
+  }
 }
 
-template <typename T, int kD, int kG>
+template <typename T, typename KT, int kD, int kG>
 __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const DecodeParams dp) {
-  constexpr int kVec = 16 / sizeof(T);
   constexpr int kPerLane = kD / 8;  // elements of a row per lane
-  constexpr int kChunks = kPerLane / kVec;
+  using Load = DecodeLoad<KT, kPerLane>;
+  constexpr int kVec = Load::kVec;
+  constexpr int kChunks = Load::kChunks;
+  using Chunk = typename Load::Chunk;
   constexpr int kUnroll = kD <= 64 ? 4 : 2;  // keys in flight per group
   __shared__ float scores[kG][kPartitionMax];
   __shared__ float partial[kDecodeWarps][kG][kD];
@@ -109,10 +136,13 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
     const int key = k0 + j;
     const int64_t slot = static_cast<int64_t>(blocks[key / p.block_size - first_block]) * p.block_size +
                          key % p.block_size;
-    return static_cast<const T*>(cache) + slot * p.width + g * kD;
+    return static_cast<const KT*>(cache) + slot * p.width + g * kD;
   };
 
-  // The group's queries, pre-scaled into the log2 domain; lane `sub` holds elements (sub + 8 c) * kVec + e.
+  // The group's queries, pre-scaled into the log2 domain (and by an FP8 pool's K scale); lane `sub` holds elements
+  // (sub + 8 c) * kVec + e.
+  float q_mul = p.scale_log2;
+  if constexpr (KvCodes<KT>::kFp8) q_mul *= kv_scale<KT>(p.k_scale);
   float qf[kG][kPerLane];
   const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(row) * p.q_ld + g * kG * kD;
 #pragma unroll
@@ -120,18 +150,18 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) qf[h][c * kVec + e] = to_f32(q[h * kD + (sub + 8 * c) * kVec + e]) * p.scale_log2;
+      for (int e = 0; e < kVec; ++e) qf[h][c * kVec + e] = to_f32(q[h * kD + (sub + 8 * c) * kVec + e]) * q_mul;
     }
   }
   __syncthreads();  // blocks[]
 
   // Pass 1: scores.
   for (int base = 0; base < n; base += kKeysPerStep * kUnroll) {
-    uint4 kr[kUnroll][kChunks];
+    Chunk kr[kUnroll][kChunks];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int j = base + u * kKeysPerStep + warp * 4 + kg;
-      if (j < n) load_row<T, kChunks>(kr[u], row_of(p.k_cache, j), sub);
+      if (j < n) load_row<KT, kVec>(kr[u], row_of(p.k_cache, j), sub);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -142,11 +172,12 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
       if (j < n) {
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
+          float x[kVec];
+          unpack<KT>(kr[u][c], x);
 #pragma unroll
           for (int e = 0; e < kVec; ++e) {
-            const float x = element<T>(kr[u][c], e);
 #pragma unroll
-            for (int h = 0; h < kG; ++h) dot[h] = fmaf(qf[h][c * kVec + e], x, dot[h]);
+            for (int h = 0; h < kG; ++h) dot[h] = fmaf(qf[h][c * kVec + e], x[e], dot[h]);
           }
         }
       }
@@ -205,11 +236,11 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
     for (int i = 0; i < kPerLane; ++i) acc[h][i] = 0.0f;
   }
   for (int base = 0; base < n; base += kKeysPerStep * kUnroll) {
-    uint4 vr[kUnroll][kChunks];
+    Chunk vr[kUnroll][kChunks];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int j = base + u * kKeysPerStep + warp * 4 + kg;
-      if (j < n) load_row<T, kChunks>(vr[u], row_of(p.v_cache, j), sub);
+      if (j < n) load_row<KT, kVec>(vr[u], row_of(p.v_cache, j), sub);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -220,11 +251,12 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
       for (int h = 0; h < kG; ++h) w[h] = scores[h][j];
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) {
+        float x[kVec];
+        unpack<KT>(vr[u][c], x);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) {
-          const float x = element<T>(vr[u][c], e);
 #pragma unroll
-          for (int h = 0; h < kG; ++h) acc[h][c * kVec + e] = fmaf(w[h], x, acc[h][c * kVec + e]);
+          for (int h = 0; h < kG; ++h) acc[h][c * kVec + e] = fmaf(w[h], x[e], acc[h][c * kVec + e]);
         }
       }
     }
@@ -255,6 +287,7 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
     float s = 0.0f;
 #pragma unroll
     for (int w = 0; w < kDecodeWarps; ++w) s += partial[w][h][d];
+    if constexpr (KvCodes<KT>::kFp8) s *= kv_scale<KT>(p.v_scale);  // V's scale, once per output element
     if (direct) {
       static_cast<T*>(p.out)[static_cast<int64_t>(row) * p.out_ld + (h0 + h) * kD + d] = from_f32<T>(s / row_sum[h]);
     } else {
@@ -296,9 +329,19 @@ __global__ void __launch_bounds__(kDecodeThreads) paged_decode_kernel(const Deco
   if (tid == 0) *count = 0;  // ready for the next call (a graph replays this one)
 }
 
+// One pool element as f32 (an FP8 code before its scale).
+template <typename KT>
+__device__ __forceinline__ float pool_to_f32(KT x) {
+  if constexpr (KvCodes<KT>::kFp8) {
+    return kv_to_f32(x);
+  } else {
+    return to_f32(x);
+  }
+}
+
 // The plain kernel: grid (ceil(max_query_len / 4), num_seqs, heads), one warp per new token; lane l holds
 // elements l + 32 e. Online softmax, one key at a time.
-template <typename T>
+template <typename T, typename KT>
 __global__ void __launch_bounds__(128) paged_plain_kernel(const PagedParams p) {
   constexpr int kPerLane = kHeadDimMax / 32;
   const int lane = threadIdx.x % 32;
@@ -309,23 +352,25 @@ __global__ void __launch_bounds__(128) paged_plain_kernel(const PagedParams p) {
   const int32_t* table = p.block_tables + static_cast<int64_t>(b) * p.block_table_ld;
   const int64_t col = static_cast<int64_t>(h / p.group) * p.head_dim;
   const T* q = static_cast<const T*>(p.q) + static_cast<int64_t>(row0 + i) * p.q_ld + static_cast<int64_t>(h) * p.head_dim;
+  float q_mul = p.scale_log2;
+  if constexpr (KvCodes<KT>::kFp8) q_mul *= kv_scale<KT>(p.k_scale);
   float qf[kPerLane], acc[kPerLane];
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     const int d = lane + 32 * e;
-    qf[e] = d < p.head_dim ? to_f32(q[d]) * p.scale_log2 : 0.0f;
+    qf[e] = d < p.head_dim ? to_f32(q[d]) * q_mul : 0.0f;
     acc[e] = 0.0f;
   }
   float mx = -INFINITY, sum = 0.0f;
   for (int j = keys.lo; j < keys.hi; ++j) {
     const int64_t at = key_slot(table, j, p.block_size) * p.width + col;
-    const T* k = static_cast<const T*>(p.k_cache) + at;
-    const T* v = static_cast<const T*>(p.v_cache) + at;
+    const KT* k = static_cast<const KT*>(p.k_cache) + at;
+    const KT* v = static_cast<const KT*>(p.v_cache) + at;
     float dot = 0.0f;
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const int d = lane + 32 * e;
-      if (d < p.head_dim) dot = fmaf(qf[e], to_f32(k[d]), dot);
+      if (d < p.head_dim) dot = fmaf(qf[e], pool_to_f32(k[d]), dot);
     }
     dot = warp_sum(dot);
     const float mx_new = fmaxf(mx, dot);
@@ -334,12 +379,13 @@ __global__ void __launch_bounds__(128) paged_plain_kernel(const PagedParams p) {
 #pragma unroll
     for (int e = 0; e < kPerLane; ++e) {
       const int d = lane + 32 * e;
-      acc[e] = acc[e] * alpha + (d < p.head_dim ? w * to_f32(v[d]) : 0.0f);
+      acc[e] = acc[e] * alpha + (d < p.head_dim ? w * pool_to_f32(v[d]) : 0.0f);
     }
     mx = mx_new;
   }
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(row0 + i) * p.out_ld + static_cast<int64_t>(h) * p.head_dim;
-  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+  if constexpr (KvCodes<KT>::kFp8) inv *= kv_scale<KT>(p.v_scale);
 #pragma unroll
   for (int e = 0; e < kPerLane; ++e) {
     const int d = lane + 32 * e;
@@ -366,33 +412,35 @@ PagedParams paged_params(const PagedAttentionArgs& a) {
   p.block_size = static_cast<int>(a.block_size);
   p.window = static_cast<int>(a.window);
   p.scale_log2 = a.scale * kLog2e;
+  p.k_scale = a.k_scale;
+  p.v_scale = a.v_scale;
   return p;
 }
 
-template <typename T, int kD, int kG>
+template <typename T, typename KT, int kD, int kG>
 Status launch_decode(const PagedAttentionArgs& a, const DecodeParams& dp, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(dp.parts), static_cast<unsigned>(a.kv_heads), static_cast<unsigned>(a.num_seqs));
-  CUDA_RETURN_IF_ERROR(launch_pdl(paged_decode_kernel<T, kD, kG>, grid, dim3(kDecodeThreads), 0, stream, dp));
+  CUDA_RETURN_IF_ERROR(launch_pdl(paged_decode_kernel<T, KT, kD, kG>, grid, dim3(kDecodeThreads), 0, stream, dp));
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();
 }
 
-template <typename T, int kD>
+template <typename T, typename KT, int kD>
 Status launch_decode_for_group(const PagedAttentionArgs& a, const DecodeParams& dp, cudaStream_t stream) {
   switch (a.heads / a.kv_heads) {
-    case 1: return launch_decode<T, kD, 1>(a, dp, stream);
-    case 2: return launch_decode<T, kD, 2>(a, dp, stream);
-    case 4: return launch_decode<T, kD, 4>(a, dp, stream);
+    case 1: return launch_decode<T, KT, kD, 1>(a, dp, stream);
+    case 2: return launch_decode<T, KT, kD, 2>(a, dp, stream);
+    case 4: return launch_decode<T, KT, kD, 4>(a, dp, stream);
     default:
       if constexpr (kD * 8 <= 512) {
-        return launch_decode<T, kD, 8>(a, dp, stream);
+        return launch_decode<T, KT, kD, 8>(a, dp, stream);
       } else {
         return internal_error("paged_attention_cuda: decode group size not instantiated");
       }
   }
 }
 
-template <typename T>
+template <typename T, typename KT>
 Status launch_all(const PagedAttentionArgs& a, cudaStream_t stream) {
   PagedParams p = paged_params(a);
   const bool decode = decode_takes(a);
@@ -406,8 +454,8 @@ Status launch_all(const PagedAttentionArgs& a, cudaStream_t stream) {
     dp.ws_sum = dp.ws_max + entries;
     dp.ws_acc = dp.ws_sum + entries;
     dp.ws_count = reinterpret_cast<unsigned*>(dp.ws_acc + entries * a.head_dim);
-    const Status status = a.head_dim == 64 ? launch_decode_for_group<T, 64>(a, dp, stream)
-                                           : launch_decode_for_group<T, 128>(a, dp, stream);
+    const Status status = a.head_dim == 64 ? launch_decode_for_group<T, KT, 64>(a, dp, stream)
+                                           : launch_decode_for_group<T, KT, 128>(a, dp, stream);
     RETURN_IF_ERROR(status);
     if (a.max_query_len == 1) return ok_status();
   }
@@ -417,7 +465,7 @@ Status launch_all(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(a.max_query_len, 4)), static_cast<unsigned>(a.num_seqs),
                   static_cast<unsigned>(a.heads));
-  paged_plain_kernel<T><<<grid, 128, 0, stream>>>(p);
+  paged_plain_kernel<T, KT><<<grid, 128, 0, stream>>>(p);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();
 }
@@ -432,6 +480,23 @@ __global__ void __launch_bounds__(128) paged_kv_write_kernel(const W* k, const W
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
     k_cache[slot * width + c] = k[t * src_ld + c];
     v_cache[slot * width + c] = v[t * src_ld + c];
+  }
+}
+
+// The FP8 write: grid (num_tokens), one CTA quantises row t of k and of v into its slot's codes (the CPU twin's
+// codes: fp8_encode(x / scale)). The scales are read on the device.
+template <typename T>
+__global__ void __launch_bounds__(128) paged_kv_write_fp8_kernel(const T* k, const T* v, int64_t src_ld,
+                                                                uint8_t* k_cache, uint8_t* v_cache,
+                                                                const int32_t* slot_mapping, int64_t width,
+                                                                int64_t num_slots, const float* k_scale,
+                                                                const float* v_scale, bool e4m3) {
+  const int64_t t = blockIdx.x, slot = slot_mapping[t];
+  if (slot < 0 || slot >= num_slots) return;
+  const float ks = *k_scale, vs = *v_scale;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) {
+    k_cache[slot * width + c] = fp8_encode_scaled(to_f32(k[t * src_ld + c]), ks, e4m3);
+    v_cache[slot * width + c] = fp8_encode_scaled(to_f32(v[t * src_ld + c]), vs, e4m3);
   }
 }
 
@@ -460,10 +525,20 @@ Status paged_attention_cuda(const PagedAttentionArgs& a, cudaStream_t stream) {
                             std::to_string(need) + " bytes (paged_attention_cuda_workspace_bytes), got " +
                             std::to_string(a.workspace_bytes));
   }
+  // paged_attention_validate allows FP8 pools with f16 / bf16 activations only.
+  switch (a.kv_storage) {
+    case PagedKvStorage::kFp8E4M3:
+      return a.dtype == DType::kF16 ? launch_all<__half, __nv_fp8_e4m3>(a, stream)
+                                    : launch_all<__nv_bfloat16, __nv_fp8_e4m3>(a, stream);
+    case PagedKvStorage::kFp8E5M2:
+      return a.dtype == DType::kF16 ? launch_all<__half, __nv_fp8_e5m2>(a, stream)
+                                    : launch_all<__nv_bfloat16, __nv_fp8_e5m2>(a, stream);
+    default: break;
+  }
   switch (a.dtype) {
-    case DType::kF32: return launch_all<float>(a, stream);
-    case DType::kF16: return launch_all<__half>(a, stream);
-    default: return launch_all<__nv_bfloat16>(a, stream);
+    case DType::kF32: return launch_all<float, float>(a, stream);
+    case DType::kF16: return launch_all<__half, __half>(a, stream);
+    default: return launch_all<__nv_bfloat16, __nv_bfloat16>(a, stream);
   }
 }
 
@@ -473,6 +548,22 @@ Status paged_kv_write_cuda(const PagedKvWriteArgs& a, cudaStream_t stream) {
   const int64_t bytes = a.width * static_cast<int64_t>(dtype_size(a.dtype));
   const int64_t src_bytes = a.src_ld * static_cast<int64_t>(dtype_size(a.dtype));
   const unsigned grid = static_cast<unsigned>(a.num_tokens);
+  if (a.kv_storage != PagedKvStorage::kSame) {  // f16 / bf16 only (paged_kv_write_validate)
+    const bool e4m3 = a.kv_storage == PagedKvStorage::kFp8E4M3;
+    auto* kc = static_cast<uint8_t*>(a.k_cache);
+    auto* vc = static_cast<uint8_t*>(a.v_cache);
+    if (a.dtype == DType::kF16) {
+      paged_kv_write_fp8_kernel<__half><<<grid, 128, 0, stream>>>(
+          static_cast<const __half*>(a.k), static_cast<const __half*>(a.v), a.src_ld, kc, vc, a.slot_mapping, a.width,
+          a.num_slots, a.k_scale, a.v_scale, e4m3);
+    } else {
+      paged_kv_write_fp8_kernel<__nv_bfloat16><<<grid, 128, 0, stream>>>(
+          static_cast<const __nv_bfloat16*>(a.k), static_cast<const __nv_bfloat16*>(a.v), a.src_ld, kc, vc,
+          a.slot_mapping, a.width, a.num_slots, a.k_scale, a.v_scale, e4m3);
+    }
+    CUDA_RETURN_IF_LAUNCH_ERROR();
+    return ok_status();
+  }
   // Whole rows move as 16-byte words where every row start is 16-byte aligned, else as 2- or 4-byte elements.
   if (bytes % 16 == 0 && src_bytes % 16 == 0 && aligned16(a.k) && aligned16(a.v) && aligned16(a.k_cache) &&
       aligned16(a.v_cache)) {

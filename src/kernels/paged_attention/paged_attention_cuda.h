@@ -13,6 +13,10 @@
 //    of 64 gathered through the block table by cp.async; tiles hidden by causality or the window are skipped.
 //  - anything else (f32 prefill, other head_dims up to 256, other group sizes): a plain kernel, one warp per
 //    (query row, head), online softmax over the visible keys.
+// FP8 pools (kv_storage kFp8E4M3 / kFp8E5M2, f16/bf16 activations) take the same paths: codes are converted
+// exactly to f32 (decode, plain) or to the activation type on their way into shared memory (the tensor-core
+// prefill), and the scales, read on the device, multiply the scores and the output (graph-safe: a replay reads
+// the scale buffers as they are then).
 // Tests: paged_attention_cuda_test.cpp; bench: paged_attention_cuda_bench.cpp.
 #pragma once
 
@@ -37,8 +41,9 @@ size_t paged_attention_cuda_workspace_bytes(const PagedAttentionArgs& args);
 // trusted; paged_attention_cpu checks them).
 Status paged_attention_cuda(const PagedAttentionArgs& args, cudaStream_t stream);
 
-// Device pointers. Slots < 0 are skipped; so are slots >= num_slots (the device cannot report them: the twin
-// refuses them with kInvalidArgument). Copies bits, so it equals paged_kv_write_cpu bit for bit.
+// Device pointers (k_scale / v_scale too). Slots < 0 are skipped; so are slots >= num_slots (the device cannot
+// report them: the twin refuses them with kInvalidArgument). Copies bits for a kSame pool and quantises as
+// fp8_quantize for an FP8 one, so it equals paged_kv_write_cpu bit for bit either way.
 Status paged_kv_write_cuda(const PagedKvWriteArgs& args, cudaStream_t stream);
 
 }  // namespace mmserve::kernels

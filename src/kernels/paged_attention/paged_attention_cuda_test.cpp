@@ -6,6 +6,10 @@
 // prefill (17 new tokens over a cached past) and q_len 0, a prefix shared by two sequences, strided q/out,
 // misaligned caches (element loads), the KV write bit for bit, a CUDA graph captured once with bucket bounds and
 // replayed after the lengths, query offsets and tables changed in device memory, and the argument errors.
+// FP8 pools (E4M3, E5M2 with f16 and bf16 activations; scales that saturate some codes): the same shapes through
+// every path (split-K decode, tensor-core prefill, the plain kernel, misaligned caches), a graph replayed after the
+// scales changed in device memory, and the FP8 write's codes bit for bit with the twin. The twin reads the same
+// codes, so the tolerance is the 16-bit one.
 // Tolerance (as attention_kv_cuda_test.cpp): max |gpu - twin| <= tol * max(max |twin|, max |v|): f32 2e-5, f16
 // 2e-3, bf16 2e-2 (P rounded to the dtype before P V, and the output rounded).
 #include "kernels/paged_attention/paged_attention_cuda.h"
@@ -34,10 +38,18 @@ double tolerance(DType dtype) {
   return dtype == DType::kF32 ? 2e-5 : dtype == DType::kF16 ? 2e-3 : 2e-2;
 }
 
+bool fp8_pool(const PagedCase& c) { return c.kv_storage != PagedKvStorage::kSame; }
+
+// The pool's bytes: the values in the dtype, or an FP8 pool's codes.
+std::vector<uint8_t> pool_bytes(const PagedCase& c, const std::vector<float>& values, const std::vector<uint8_t>& codes) {
+  return fp8_pool(c) ? codes : cuda_test::encode(values, c.dtype);
+}
+
 // The twin's output, [num_tokens, out_ld] as f32 (padding columns kOutInit).
 std::vector<float> run_twin(const PagedCase& c, const PagedData& d) {
-  const std::vector<uint8_t> q = cuda_test::encode(d.q, c.dtype), k = cuda_test::encode(d.k_cache, c.dtype),
-                             v = cuda_test::encode(d.v_cache, c.dtype);
+  const std::vector<uint8_t> q = cuda_test::encode(d.q, c.dtype), k = pool_bytes(c, d.k_cache, d.k_codes),
+                             v = pool_bytes(c, d.v_cache, d.v_codes);
+  const float scales[2] = {c.k_scale, c.v_scale};
   std::vector<uint8_t> out =
       cuda_test::encode(std::vector<float>(static_cast<size_t>(d.num_tokens * d.out_ld), kOutInit), c.dtype);
   PagedAttentionArgs a = paged_test::make_args(c, d);
@@ -48,6 +60,10 @@ std::vector<float> run_twin(const PagedCase& c, const PagedData& d) {
   a.block_tables = d.block_tables.data();
   a.seq_lens = d.seq_lens.data();
   a.query_start = d.query_start.data();
+  if (fp8_pool(c)) {
+    a.k_scale = &scales[0];
+    a.v_scale = &scales[1];
+  }
   const Status status = paged_attention_cpu(a);
   EXPECT_TRUE(status.ok()) << status.to_string();
   return cuda_test::decode(out, c.dtype);
@@ -56,6 +72,7 @@ std::vector<float> run_twin(const PagedCase& c, const PagedData& d) {
 void compare(const PagedCase& c, const PagedData& d, const std::vector<float>& got, const std::vector<float>& ref) {
   const int64_t hidden = c.heads * c.head_dim;
   double worst = 0.0, scale = std::max(d.max_v, 1e-3);
+  int64_t worst_row = 0, worst_col = 0;
   for (int64_t r = 0; r < d.num_tokens; ++r) {
     for (int64_t col = 0; col < d.out_ld; ++col) {
       const size_t i = static_cast<size_t>(r * d.out_ld + col);
@@ -64,37 +81,58 @@ void compare(const PagedCase& c, const PagedData& d, const std::vector<float>& g
         continue;
       }
       const double e = std::fabs(static_cast<double>(got[i]) - ref[i]);
-      if (!(e <= worst)) worst = e;  // NaN too
+      if (!(e <= worst)) {  // NaN too
+        worst = e;
+        worst_row = r;
+        worst_col = col;
+      }
       scale = std::max(scale, std::fabs(static_cast<double>(ref[i])));
     }
   }
-  EXPECT_LE(worst, tolerance(c.dtype) * scale) << "max |gpu - twin| " << worst << ", scale " << scale;
+  // Where the worst element is: its sequence (and that sequence's q_len and length), head and dimension.
+  size_t b = 0;
+  while (b + 1 < c.seqs.size() && d.query_start[b + 1] <= worst_row) ++b;
+  const size_t at = static_cast<size_t>(worst_row * d.out_ld + worst_col);
+  EXPECT_LE(worst, tolerance(c.dtype) * scale)
+      << "max |gpu - twin| " << worst << " (tolerance " << tolerance(c.dtype) * scale << ", scale " << scale
+      << ") at row " << worst_row << ": sequence " << b << " (q_len " << c.seqs[b].q_len << ", length "
+      << c.seqs[b].length << ", token " << worst_row - d.query_start[b] << "), head " << worst_col / c.head_dim
+      << ", dim " << worst_col % c.head_dim << ": gpu " << got[at] << ", twin " << ref[at];
 }
 
 // Device copies of a case; `kv_offset` elements shift the caches off 16-byte alignment.
 struct DeviceCase {
   DeviceVector<uint8_t> q, k, v, out, ws;
   DeviceVector<int32_t> tables, lens, starts;
+  DeviceVector<float> scales;  // k_scale, v_scale (FP8 pools)
   PagedAttentionArgs args;
   DeviceCase(const PagedCase& c, const PagedData& d, int64_t kv_offset = 0, const PagedAttentionArgs* bounds = nullptr)
       : q(cuda_test::encode(d.q, c.dtype)),
-        k(with_offset(cuda_test::encode(d.k_cache, c.dtype), kv_offset * dtype_size(c.dtype))),
-        v(with_offset(cuda_test::encode(d.v_cache, c.dtype), kv_offset * dtype_size(c.dtype))),
+        k(with_offset(pool_bytes(c, d.k_cache, d.k_codes), kv_offset * element_bytes(c))),
+        v(with_offset(pool_bytes(c, d.v_cache, d.v_codes), kv_offset * element_bytes(c))),
         out(cuda_test::encode(std::vector<float>(static_cast<size_t>(d.num_tokens * d.out_ld), kOutInit), c.dtype)),
         ws(std::vector<uint8_t>(paged_attention_cuda_workspace_bytes(bounds ? *bounds : paged_test::make_args(c, d)), 0)),
         tables(d.block_tables),
         lens(d.seq_lens),
-        starts(d.query_start) {
+        starts(d.query_start),
+        scales(std::vector<float>{c.k_scale, c.v_scale}) {
     args = bounds ? *bounds : paged_test::make_args(c, d);
     args.q = q.get();
-    args.k_cache = k.get() + kv_offset * dtype_size(c.dtype);
-    args.v_cache = v.get() + kv_offset * dtype_size(c.dtype);
+    args.k_cache = k.get() + kv_offset * element_bytes(c);
+    args.v_cache = v.get() + kv_offset * element_bytes(c);
+    if (fp8_pool(c)) {
+      args.k_scale = scales.get();
+      args.v_scale = scales.get() + 1;
+    }
     args.out = out.get();
     args.block_tables = tables.get();
     args.seq_lens = lens.get();
     args.query_start = starts.get();
     args.workspace = ws.get();
     args.workspace_bytes = ws.size();
+  }
+  static size_t element_bytes(const PagedCase& c) {
+    return static_cast<size_t>(paged_kv_element_bytes(c.kv_storage, c.dtype));
   }
   static std::vector<uint8_t> with_offset(std::vector<uint8_t> bytes, size_t offset) {
     bytes.insert(bytes.begin(), offset, 0);
@@ -376,6 +414,233 @@ TEST(PagedKvWriteCuda, BitForBitWithTwin) {
         ASSERT_CUDA_OK(cudaDeviceSynchronize());
         EXPECT_EQ(dkc.download(), kc);
         EXPECT_EQ(dvc.download(), vc);
+      }
+    }
+  }
+}
+
+// FP8 pools. The scale pairs: 1 (codes as they are), K scaled so that some keys saturate (|K| <= 2: 2 / 0.004 = 500
+// > 448 for E4M3), and small ones of both.
+constexpr float kFp8Scales[][2] = {{1.0f, 1.0f}, {0.004f, 0.01f}, {0.03f, 0.0021f}};
+constexpr PagedKvStorage kFp8Storages[] = {PagedKvStorage::kFp8E4M3, PagedKvStorage::kFp8E5M2};
+
+PagedCase fp8_case(PagedKvStorage storage, DType dtype, int rotate) {
+  PagedCase c;
+  c.kv_storage = storage;
+  c.dtype = dtype;
+  c.k_scale = kFp8Scales[rotate % 3][0];
+  c.v_scale = kFp8Scales[rotate % 3][1];
+  return c;
+}
+
+TEST(PagedAttentionCuda, Fp8ShapeSweep) {
+  MMSERVE_REQUIRE_GPU();
+  const int64_t kHeads[][2] = {{1, 1}, {4, 1}, {8, 2}, {6, 3}, {32, 8}};
+  uint32_t seed = 700;
+  int rotate = 0;
+  for (PagedKvStorage storage : kFp8Storages) {
+    for (int64_t head_dim : {8, 64, 128}) {  // 8: the plain kernel
+      for (const auto& hk : kHeads) {
+        for (int64_t block_size : {16, 1, 32}) {
+          PagedCase c = fp8_case(storage, rotate % 2 == 0 ? DType::kBF16 : DType::kF16, rotate);
+          c.heads = hk[0];
+          c.kv_heads = hk[1];
+          c.head_dim = head_dim;
+          c.block_size = block_size;
+          c.window = rotate % 7 == 3 ? 24 : 0;
+          c.seqs = mixed_seqs();
+          if (rotate % 4 == 1) {
+            c.q_pad = 2 * c.kv_heads * c.head_dim;
+            c.out_pad = 3;
+          }
+          ++rotate;
+          check(c, seed++);
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionCuda, Fp8DecodeOnlySplitK) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 800;
+  int rotate = 0;
+  for (PagedKvStorage storage : kFp8Storages) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int64_t head_dim : {64, 128}) {
+        for (int64_t window : {0, 700}) {
+          PagedCase c = fp8_case(storage, dtype, rotate++);
+          c.heads = 32;
+          c.kv_heads = 8;
+          c.head_dim = head_dim;
+          c.window = window;
+          c.seqs = {{1, 1}, {1, 511}, {1, 512}, {1, 513}, {1, 1500}, {1, 3000}};
+          check(c, seed++);
+        }
+      }
+    }
+  }
+  PagedCase c = fp8_case(PagedKvStorage::kFp8E4M3, DType::kBF16, 1);  // one sequence: partitions shrink
+  c.heads = 8;
+  c.kv_heads = 1;
+  c.head_dim = 128;
+  c.seqs = {{1, 2049}};
+  check(c, seed++);
+  c.heads = 16;  // group 16: the plain path
+  check(c, seed++);
+}
+
+TEST(PagedAttentionCuda, Fp8PrefillChunkedAndMisaligned) {
+  MMSERVE_REQUIRE_GPU();
+  uint32_t seed = 900;
+  int rotate = 0;
+  for (PagedKvStorage storage : kFp8Storages) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int64_t head_dim : {64, 128}) {
+        for (int64_t window : {0, 5, 100}) {
+          PagedCase c = fp8_case(storage, dtype, rotate++);
+          c.heads = 8;
+          c.kv_heads = 2;
+          c.head_dim = head_dim;
+          c.window = window;
+          c.seqs = {{200, 200}, {17, 17}, {65, 65}, {2, 2}};
+          check(c, seed++);
+        }
+      }
+      PagedCase c = fp8_case(storage, dtype, rotate++);
+      c.heads = 32;
+      c.kv_heads = 8;
+      c.head_dim = 128;
+      c.seqs = {{1, 900}, {17, 300}, {1, 64}, {0, 5}, {17, 17}};  // chunked prefill beside decodes
+      check(c, seed++);
+      c.head_dim = 64;
+      c.seqs = {{1, 600}, {17, 520}};
+      c.shared_blocks = 20;
+      check(c, seed++);
+      check(c, seed++, /*kv_offset=*/3);  // byte loads: the plain decode and the prefill's unaligned loads
+      c.head_dim = 96;                     // the plain kernel for a prefill
+      c.shared_blocks = 0;
+      c.seqs = {{70, 70}, {3, 3}, {1, 40}};
+      check(c, seed++);
+    }
+  }
+}
+
+// A decode bucket captured once with an FP8 pool, replayed after the codes and the scales changed in device memory:
+// the kernels read the scales on the device, never baked into the graph.
+TEST(PagedAttentionCuda, Fp8StepInCudaGraphNewScales) {
+  MMSERVE_REQUIRE_GPU();
+  PagedCase c = fp8_case(PagedKvStorage::kFp8E4M3, DType::kBF16, 0);
+  c.heads = 32;
+  c.kv_heads = 8;
+  c.head_dim = 128;
+  c.seqs = {{1, 2048}, {1, 700}, {1, 1}, {5, 1000}};
+  const PagedData first = paged_test::make_data(c, 1000);
+  DeviceCase dev(c, first);
+  cudaStream_t stream;
+  ASSERT_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  ASSERT_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  const Status status = paged_attention_cuda(dev.args, stream);
+  ASSERT_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_TRUE(status.ok()) << status.to_string();
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  int rotate = 0;
+  for (uint32_t seed : {1001u, 1002u, 1003u}) {
+    PagedCase s = fp8_case(PagedKvStorage::kFp8E4M3, DType::kBF16, rotate++);  // new scales each replay
+    s.heads = c.heads;
+    s.kv_heads = c.kv_heads;
+    s.head_dim = c.head_dim;
+    s.seqs = c.seqs;
+    const PagedData d = paged_test::make_data(s, seed);  // same shapes, new codes
+    SCOPED_TRACE(s.name());
+    dev.k.upload(d.k_codes);
+    dev.v.upload(d.v_codes);
+    dev.q.upload(cuda_test::encode(d.q, s.dtype));
+    dev.tables.upload(d.block_tables);
+    dev.scales.upload(std::vector<float>{s.k_scale, s.v_scale});
+    ASSERT_CUDA_OK(cudaGraphLaunch(exec, stream));
+    ASSERT_CUDA_OK(cudaStreamSynchronize(stream));
+    compare(s, d, cuda_test::decode(dev.out.download(), s.dtype), run_twin(s, d));
+  }
+  ASSERT_CUDA_OK(cudaGraphExecDestroy(exec));
+  ASSERT_CUDA_OK(cudaGraphDestroy(graph));
+  ASSERT_CUDA_OK(cudaStreamDestroy(stream));
+}
+
+TEST(PagedAttentionCuda, Fp8Errors) {
+  MMSERVE_REQUIRE_GPU();
+  PagedCase c = fp8_case(PagedKvStorage::kFp8E5M2, DType::kBF16, 0);
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.head_dim = 64;
+  c.seqs = {{1, 300}};
+  const PagedData d = paged_test::make_data(c, 1100);
+  DeviceCase dev(c, d);
+  PagedAttentionArgs a = dev.args;
+  a.k_scale = nullptr;
+  EXPECT_EQ(paged_attention_cuda(a, nullptr).code(), StatusCode::kInvalidArgument);
+  a = dev.args;
+  a.dtype = DType::kF32;  // no f32 activations over an FP8 pool
+  EXPECT_EQ(paged_attention_cuda(a, nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_CUDA_OK(cudaDeviceSynchronize());
+}
+
+TEST(PagedKvWriteCuda, Fp8BitForBitWithTwin) {
+  MMSERVE_REQUIRE_GPU();
+  for (PagedKvStorage storage : kFp8Storages) {
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      for (int64_t width : {1024, 24, 13}) {
+        for (int64_t src_pad : {0, 2 * 1024 + 8, 5}) {
+          SCOPED_TRACE(std::string(paged_kv_storage_name(storage)) + " " + dtype_name(dtype) + " width " +
+                       std::to_string(width) + " pad " + std::to_string(src_pad));
+          const int64_t src_ld = width + src_pad, tokens = 37, slots = 64;
+          // K x 600 past E4M3's 448 at scale 1 (saturation), then a K scale that brings some of E5M2's past 57344.
+          std::vector<float> k = test_util::random_floats(static_cast<size_t>(tokens * src_ld), 3);
+          for (float& x : k) x *= 600.0f;
+          const std::vector<float> v = test_util::random_floats(static_cast<size_t>(tokens * src_ld), 4);
+          const std::vector<float> scales = {storage == PagedKvStorage::kFp8E4M3 ? 1.0f : 0.0075f, 0.013f};
+          std::vector<int32_t> slot_mapping(static_cast<size_t>(tokens));
+          for (int64_t t = 0; t < tokens; ++t) slot_mapping[t] = t % 5 == 3 ? -1 : static_cast<int32_t>((t * 29) % slots);
+          const std::vector<uint8_t> kb = cuda_test::encode(k, dtype), vb = cuda_test::encode(v, dtype);
+          const std::vector<uint8_t> init(static_cast<size_t>(slots * width), 0xA5);
+          std::vector<uint8_t> kc = init, vc = init;
+          PagedKvWriteArgs a;
+          a.src_ld = src_ld;
+          a.dtype = dtype;
+          a.num_tokens = tokens;
+          a.width = width;
+          a.num_slots = slots;
+          a.kv_storage = storage;
+          a.k = kb.data();
+          a.v = vb.data();
+          a.k_cache = kc.data();
+          a.v_cache = vc.data();
+          a.slot_mapping = slot_mapping.data();
+          a.k_scale = &scales[0];
+          a.v_scale = &scales[1];
+          ASSERT_TRUE(paged_kv_write_cpu(a).ok());
+          DeviceVector<uint8_t> dk(kb), dv(vb), dkc(init), dvc(init);
+          DeviceVector<int32_t> dslots(slot_mapping);
+          DeviceVector<float> dscales(scales);
+          a.k = dk.get();
+          a.v = dv.get();
+          a.k_cache = dkc.get();
+          a.v_cache = dvc.get();
+          a.slot_mapping = dslots.get();
+          a.k_scale = dscales.get();
+          a.v_scale = dscales.get() + 1;
+          ASSERT_TRUE(paged_kv_write_cuda(a, nullptr).ok());
+          ASSERT_CUDA_OK(cudaDeviceSynchronize());
+          const std::vector<uint8_t> gk = dkc.download(), gv = dvc.download();
+          for (size_t i = 0; i < kc.size(); ++i) {
+            ASSERT_EQ(static_cast<int>(gk[i]), static_cast<int>(kc[i]))
+                << "K code at slot " << i / width << " col " << i % width;
+            ASSERT_EQ(static_cast<int>(gv[i]), static_cast<int>(vc[i]))
+                << "V code at slot " << i / width << " col " << i % width;
+          }
+        }
       }
     }
   }

@@ -8,6 +8,11 @@
 // between the first key the CTA's first token sees (sliding window) and the last key its last token sees
 // (causality) are loaded; a warp skips the tiles none of its rows sees, and runs the branch-free body on tiles
 // all its rows see whole. Keys past the last visible one are zeros in shared memory, never read from the pool.
+// FP8 pools: 8 codes (8 bytes) are loaded and converted to T on the way into shared memory (exact: every code is
+// an f16 and a bf16 value), so the mma sees T as for a 16-bit pool; K's scale goes into the scores' multiplier and
+// V's into the output's. These loads are synchronous (no cp.async from 1-byte rows into 2-byte shared rows): the
+// next tile's loads no longer overlap the current tile's math (not tuned yet; the decode kernel is the FP8 pool's
+// hot path).
 // Tests: paged_attention_cuda_test.cpp; bench: paged_attention_cuda_bench.cpp (prefill of 2,048 tokens).
 #include <type_traits>
 
@@ -47,7 +52,23 @@ __device__ __forceinline__ void copy8(uint16_t* dst, const T* src, bool vec) {
   *reinterpret_cast<uint4*>(dst) = packed;
 }
 
-template <typename T, int kDp, int kStages>
+// 8 pool elements (KT: T, or FP8 codes) at src to 8 T in shared memory at dst.
+template <typename T, typename KT>
+__device__ __forceinline__ void copy8_kv(uint16_t* dst, const KT* src, bool vec) {
+  if constexpr (KvCodes<KT>::kFp8) {
+    uint2 codes;
+    if (vec) {
+      codes = *reinterpret_cast<const uint2*>(src);
+    } else {
+      memcpy(&codes, src, 8);
+    }
+    *reinterpret_cast<uint4*>(dst) = fp8x8_to_16bit<T, KvCodes<KT>::kFormat>(codes);
+  } else {
+    copy8(dst, src, vec);
+  }
+}
+
+template <typename T, typename KT, int kDp, int kStages>
 __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const PagedParams p) {
   constexpr int kLd = kDp + kSmemPad;
   constexpr int kChunks = kDp / 8;
@@ -71,8 +92,8 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const Pa
 
   const int32_t* table = p.block_tables + static_cast<int64_t>(b) * p.block_table_ld;
   const int64_t col = static_cast<int64_t>(h / p.group) * kDp;
-  const T* k_g = static_cast<const T*>(p.k_cache) + col;
-  const T* v_g = static_cast<const T*>(p.v_cache) + col;
+  const KT* k_g = static_cast<const KT*>(p.k_cache) + col;
+  const KT* v_g = static_cast<const KT*>(p.v_cache) + col;
   const bool vec_kv = p.vec_kv != 0;
   auto load_tile = [&](int t) {
     uint16_t* k_s = kv_s + ((t - t_begin) % kStages) * kStageElems;
@@ -84,8 +105,8 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const Pa
       const int j = kb + r;
       if (j < n_cta) {
         const int64_t at = key_slot(table, j, p.block_size) * p.width + c;
-        copy8(k_s + r * kLd + c, k_g + at, vec_kv);
-        copy8(v_s + r * kLd + c, v_g + at, vec_kv);
+        copy8_kv<T>(k_s + r * kLd + c, k_g + at, vec_kv);
+        copy8_kv<T>(v_s + r * kLd + c, v_g + at, vec_kv);
       } else {
         *reinterpret_cast<uint4*>(k_s + r * kLd + c) = make_uint4(0u, 0u, 0u, 0u);
         *reinterpret_cast<uint4*>(v_s + r * kLd + c) = make_uint4(0u, 0u, 0u, 0u);
@@ -117,8 +138,10 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const Pa
   const bool warp_active = r0 < q_len;
   const KeyRange warp_first = range(r0), warp_last = range(r0 + 15);
   const KeyRange ra = range(r0 + g), rb = range(r0 + g + 8);
-  const float s_mul = fabsf(p.scale_log2);
-  const uint32_t q_sign = p.scale_log2 < 0.0f ? 0x80008000u : 0u;  // a negative scale flips q (exact)
+  float s_mul_signed = p.scale_log2;
+  if constexpr (KvCodes<KT>::kFp8) s_mul_signed *= kv_scale<KT>(p.k_scale);
+  const float s_mul = fabsf(s_mul_signed);
+  const uint32_t q_sign = s_mul_signed < 0.0f ? 0x80008000u : 0u;  // a negative scale flips q (exact)
 
   cp_async_wait<kStages - 1>();  // Q has landed
   __syncthreads();
@@ -239,7 +262,12 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const Pa
 
   T* out = static_cast<T*>(p.out) + static_cast<int64_t>(row0) * p.out_ld + static_cast<int64_t>(h) * kDp;
   const float la = quad_sum(l_a), lb = quad_sum(l_b);
-  const float mul_a = la > 0.0f ? 1.0f / la : 0.0f, mul_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+  float mul_a = la > 0.0f ? 1.0f / la : 0.0f, mul_b = lb > 0.0f ? 1.0f / lb : 0.0f;
+  if constexpr (KvCodes<KT>::kFp8) {
+    const float v_mul = kv_scale<KT>(p.v_scale);
+    mul_a *= v_mul;
+    mul_b *= v_mul;
+  }
   const int row_a = r0 + g, row_b = row_a + 8;
 #pragma unroll
   for (int dt = 0; dt < kDimTiles; ++dt) {
@@ -257,25 +285,34 @@ __global__ void __launch_bounds__(kThreads, 2) paged_prefill_mma_kernel(const Pa
   }
 }
 
-template <typename T, int kDp, int kStages>
+template <typename T, typename KT, int kDp, int kStages>
 Status launch(const PagedAttentionArgs& a, PagedParams p, cudaStream_t stream) {
   p.vec_q = aligned16(a.q) && a.q_ld % 8 == 0;
   p.vec_kv = aligned16(a.k_cache) && aligned16(a.v_cache);  // head_dim and width are multiples of 8
   p.vec_out = reinterpret_cast<uintptr_t>(a.out) % 4 == 0 && a.out_ld % 2 == 0;
   constexpr int64_t smem = smem_bytes(kDp, kStages);
-  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(paged_prefill_mma_kernel<T, kDp, kStages>,
+  CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(paged_prefill_mma_kernel<T, KT, kDp, kStages>,
                                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>((a.max_query_len + kRows - 1) / kRows), static_cast<unsigned>(a.num_seqs),
                   static_cast<unsigned>(a.heads));
-  paged_prefill_mma_kernel<T, kDp, kStages><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p);
+  paged_prefill_mma_kernel<T, KT, kDp, kStages><<<grid, kThreads, static_cast<size_t>(smem), stream>>>(p);
   CUDA_RETURN_IF_LAUNCH_ERROR();
   return ok_status();
 }
 
-template <typename T>
+template <typename T, typename KT>
 Status launch_for_head_dim(const PagedAttentionArgs& a, const PagedParams& p, cudaStream_t stream) {
   // Two stages at 128 keep two CTAs' shared memory in one SM (2 x 87 KB).
-  return a.head_dim == 64 ? launch<T, 64, 3>(a, p, stream) : launch<T, 128, 2>(a, p, stream);
+  return a.head_dim == 64 ? launch<T, KT, 64, 3>(a, p, stream) : launch<T, KT, 128, 2>(a, p, stream);
+}
+
+template <typename T>
+Status launch_for_storage(const PagedAttentionArgs& a, const PagedParams& p, cudaStream_t stream) {
+  switch (a.kv_storage) {
+    case PagedKvStorage::kFp8E4M3: return launch_for_head_dim<T, __nv_fp8_e4m3>(a, p, stream);
+    case PagedKvStorage::kFp8E5M2: return launch_for_head_dim<T, __nv_fp8_e5m2>(a, p, stream);
+    default: return launch_for_head_dim<T, T>(a, p, stream);
+  }
 }
 
 }  // namespace
@@ -285,8 +322,8 @@ bool paged_prefill_mma_takes(const PagedAttentionArgs& a) {
 }
 
 Status launch_paged_prefill_mma(const PagedAttentionArgs& a, const PagedParams& p, cudaStream_t stream) {
-  return a.dtype == DType::kF16 ? launch_for_head_dim<__half>(a, p, stream)
-                                : launch_for_head_dim<__nv_bfloat16>(a, p, stream);
+  return a.dtype == DType::kF16 ? launch_for_storage<__half>(a, p, stream)
+                                : launch_for_storage<__nv_bfloat16>(a, p, stream);
 }
 
 }  // namespace mmserve::kernels::paged_detail
