@@ -109,6 +109,10 @@ StatusOr<std::unique_ptr<LlamaExecutor>> LlamaExecutor::create(const std::string
     e->encoder_cache_ = std::make_unique<EmbeddingCache>("llava_encoder", llama.encoder_cache_bytes);
   }
   if (options.device.is_cpu()) {
+    if (llama.kv_cache_dtype != "auto") {
+      return unimplemented("kv_cache_dtype " + llama.kv_cache_dtype +
+                           ": the Llama family's CPU path keeps an f32 KV cache (FP8 KV caches run on CUDA)");
+    }
     if (options.dtype && *options.dtype != DType::kF32) {
       return unimplemented(std::string("the Llama family's CPU path computes in f32, not ") +
                            dtype_name(*options.dtype));

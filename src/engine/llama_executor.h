@@ -125,6 +125,9 @@ struct LlamaOutput : ModelOutput {
 struct LlamaOptions {
   int64_t block_size = 16;               // tokens per KV block
   int64_t kv_cache_bytes = 0;            // the pool's bytes; 0: memory_fraction of the GPU, or 1 GiB on the CPU
+  // The pool's elements (vLLM's --kv-cache-dtype): auto (the compute dtype), fp8 / fp8_e4m3, fp8_e5m2 (CUDA only:
+  // twice the blocks in the same bytes; models::LlamaCudaOptions::kv_cache_dtype).
+  std::string kv_cache_dtype = "auto";
   double gpu_memory_utilization = 0.85;  // CUDA: the share of the GPU's memory weights, workspaces and pool may use
   int64_t max_num_seqs = 256;            // sequences running at once
   int64_t max_num_batched_tokens = 2048;  // tokens per step

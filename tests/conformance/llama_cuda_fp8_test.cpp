@@ -113,77 +113,7 @@ LlamaCudaOptions small_options(DType dtype) {
   return o;
 }
 
-int32_t argmax(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
-
-float top1_margin(const float* row, int64_t vocab) {
-  std::vector<float> v(row, row + vocab);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
-  return v[0] - v[1];
-}
-
-float row_scale(const float* row, int64_t vocab) {
-  float s = 1;
-  for (int64_t i = 0; i < vocab; ++i) s = std::max(s, std::fabs(row[i]));
-  return s;
-}
-
-// The CPU model: every prompt row, then `steps` decode rows each fed the argmax of the row before.
-struct CpuRun {
-  std::vector<float> prompt, decode;  // [prompt, vocab], [steps + 1, vocab]
-  std::vector<int32_t> ids;
-};
-CpuRun cpu_run(const LlamaModel& m, const std::vector<int32_t>& prompt, int64_t steps) {
-  const int64_t vocab = m.config().vocab_size, n = static_cast<int64_t>(prompt.size());
-  CpuRun r;
-  auto cache = m.new_cache(n + steps + 1);
-  EXPECT_TRUE(cache.ok());
-  r.prompt.resize(static_cast<size_t>(n * vocab));
-  EXPECT_TRUE(m.forward(prompt.data(), n, *cache, nullptr, r.prompt.data()).ok());
-  r.decode.assign(r.prompt.end() - vocab, r.prompt.end());
-  r.ids.push_back(argmax(r.decode.data(), vocab));
-  for (int64_t s = 1; s <= steps; ++s) {
-    std::vector<float> row(static_cast<size_t>(vocab));
-    EXPECT_TRUE(m.forward(&r.ids.back(), 1, *cache, row.data()).ok());
-    r.decode.insert(r.decode.end(), row.begin(), row.end());
-    r.ids.push_back(argmax(row.data(), vocab));
-  }
-  return r;
-}
-
-// The GPU model fed the CPU's ids: the worst row error, and greedy agreement where the CPU's margin is decisive.
-struct GpuRun {
-  float worst = 0;
-  int agree = 0, decided = 0;
-};
-GpuRun gpu_run(LlamaCudaModel& m, const std::vector<int32_t>& prompt, const CpuRun& want) {
-  const int64_t vocab = m.config().vocab_size, n = static_cast<int64_t>(prompt.size());
-  GpuRun out;
-  OneSequence seq{m};
-  auto first = seq.step(prompt, /*all_rows=*/true);
-  EXPECT_TRUE(first.ok()) << first.status().to_string();
-  if (!first.ok()) return GpuRun{1e9f};
-  for (int64_t r = 0; r < n; ++r) {
-    out.worst = std::max(out.worst, row_error(first->data() + r * vocab, want.prompt.data() + r * vocab, vocab));
-  }
-  std::vector<float> row(first->end() - vocab, first->end());
-  const int64_t steps = static_cast<int64_t>(want.ids.size());
-  for (int64_t s = 0; s < steps; ++s) {
-    const float* cpu = want.decode.data() + s * vocab;
-    out.worst = std::max(out.worst, row_error(row.data(), cpu, vocab));
-    if (top1_margin(cpu, vocab) > 2 * kFp8Bound * row_scale(cpu, vocab)) {
-      ++out.decided;
-      out.agree += argmax(row.data(), vocab) == want.ids[s];
-    }
-    if (s + 1 == steps) break;
-    auto next = seq.step({want.ids[s]}, false);
-    EXPECT_TRUE(next.ok()) << next.status().to_string();
-    if (!next.ok()) return GpuRun{1e9f};
-    row = *next;
-  }
-  return out;
-}
+// argmax, top1_margin, row_scale, CpuRun, cpu_run and gpu_run: llama_cuda_util.h.
 
 const std::vector<int32_t> kPrompt = {1, 68, 71, 12, 144, 6, 13, 107, 234};
 
@@ -241,7 +171,7 @@ TEST(LlamaCudaFp8, MatchesTheCpuModelOfItsCheckpoint) {
       auto model = LlamaCudaModel::load(dir.string(), small_options(dtype));
       ASSERT_TRUE(model.ok()) << model.status().to_string();
       ASSERT_TRUE((*model)->graphs());
-      const GpuRun got = gpu_run(**model, kPrompt, want);
+      const GpuRun got = gpu_run(**model, kPrompt, want, kFp8Bound);
       std::printf("[ llama_cuda_fp8 ] %-36s %-4s max rel error %.2e (bound %.0e), greedy %d/%d decided rows\n", label,
                   dtype_name(dtype), got.worst, kFp8Bound, got.agree, got.decided);
       EXPECT_LE(got.worst, kFp8Bound);

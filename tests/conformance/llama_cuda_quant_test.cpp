@@ -235,45 +235,7 @@ const Checkpoints& checkpoints() {
 
 // ---- the CPU reference
 
-int32_t argmax(const float* row, int64_t vocab) {
-  return static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-}
-
-float top1_margin(const float* row, int64_t vocab) {
-  std::vector<float> v(row, row + vocab);
-  std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
-  return v[0] - v[1];
-}
-
-float row_scale(const float* row, int64_t vocab) {
-  float s = 1;
-  for (int64_t i = 0; i < vocab; ++i) s = std::max(s, std::fabs(row[i]));
-  return s;
-}
-
-// One sequence on the CPU: every prompt row's logits, then `steps` decode rows, each fed the argmax of the row
-// before (ids[s] = argmax of decode row s; decode row 0 is the prompt's last row).
-struct CpuRun {
-  std::vector<float> prompt, decode;  // [prompt, vocab], [steps + 1, vocab]
-  std::vector<int32_t> ids;           // [steps + 1]
-};
-CpuRun cpu_run(const LlamaModel& m, const std::vector<int32_t>& prompt, int64_t steps) {
-  const int64_t vocab = m.config().vocab_size, n = static_cast<int64_t>(prompt.size());
-  CpuRun r;
-  auto cache = m.new_cache(n + steps + 1);
-  EXPECT_TRUE(cache.ok());
-  r.prompt.resize(static_cast<size_t>(n * vocab));
-  EXPECT_TRUE(m.forward(prompt.data(), n, *cache, nullptr, r.prompt.data()).ok());
-  r.decode.assign(r.prompt.end() - vocab, r.prompt.end());
-  r.ids.push_back(argmax(r.decode.data(), vocab));
-  for (int64_t s = 1; s <= steps; ++s) {
-    std::vector<float> row(static_cast<size_t>(vocab));
-    EXPECT_TRUE(m.forward(&r.ids.back(), 1, *cache, row.data()).ok());
-    r.decode.insert(r.decode.end(), row.begin(), row.end());
-    r.ids.push_back(argmax(row.data(), vocab));
-  }
-  return r;
-}
+// argmax, top1_margin, row_scale, CpuRun and cpu_run: llama_cuda_util.h.
 
 // cpu_run with a LoRA adapter (forward_step over a pool of one block, as lora_hf_test).
 CpuRun cpu_run_lora(const LlamaModel& m, const std::vector<int32_t>& prompt, int64_t steps,

@@ -47,6 +47,57 @@ int64_t padded_rows(int64_t rows) {
 
 }  // namespace
 
+StatusOr<kernels::PagedKvStorage> LlamaCudaModel::kv_storage_for(const LlamaCudaOptions& options) {
+  const std::string& name = options.kv_cache_dtype;
+  kernels::PagedKvStorage storage = kernels::PagedKvStorage::kSame;
+  if (name == "fp8" || name == "fp8_e4m3") {
+    storage = kernels::PagedKvStorage::kFp8E4M3;
+  } else if (name == "fp8_e5m2") {
+    storage = kernels::PagedKvStorage::kFp8E5M2;
+  } else if (name != "auto") {
+    return invalid_argument("kv_cache_dtype must be auto, fp8, fp8_e4m3 or fp8_e5m2, not '" + name + "'");
+  }
+  if (storage != kernels::PagedKvStorage::kSame && options.dtype == DType::kF32) {
+    return invalid_argument("kv_cache_dtype " + name + " needs bf16 or f16 compute, not f32");
+  }
+  return storage;
+}
+
+StatusOr<int64_t> LlamaCudaModel::kv_block_bytes(const LlamaConfig& config, const LlamaCudaOptions& options) {
+  ASSIGN_OR_RETURN(const kernels::PagedKvStorage storage, kv_storage_for(options));
+  return 2 * config.num_hidden_layers * options.block_size * config.kv_size() *
+         kernels::paged_kv_element_bytes(storage, options.dtype);
+}
+
+Status LlamaCudaModel::read_kv_scales(const WeightStore& store, const LlamaWeightNames& names) {
+  kv_scales_host_.clear();
+  if (kv_storage_ == kernels::PagedKvStorage::kSame) return ok_status();
+  std::vector<float> scales;
+  int64_t found = 0;
+  for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    for (const char* which : {"k_scale", "v_scale"}) {
+      const std::string name = names.model + "layers." + std::to_string(l) + ".self_attn." + which;
+      const TensorInfo* t = store.find(name);
+      float value = 1.0f;
+      if (t != nullptr) {
+        ++found;
+        if (t->numel() != 1 || !convert_to_f32(t->dtype, t->data, &value, 1) || !(value > 0.0f) ||
+            !std::isfinite(value)) {
+          return invalid_argument(name + ": a KV cache scale must be one positive finite value");
+        }
+      }
+      scales.push_back(value);
+    }
+  }
+  if (found != 0 && found != 2 * config_.num_hidden_layers) {
+    return invalid_argument("the checkpoint has " + std::to_string(found) + " of the " +
+                            std::to_string(2 * config_.num_hidden_layers) +
+                            " self_attn.k_scale / v_scale tensors (all or none)");
+  }
+  if (found > 0) kv_scales_host_ = std::move(scales);
+  return ok_status();
+}
+
 Status LlamaCudaModel::init(const LlamaConfig& config, const LlamaCudaOptions& options) {
   config_ = config;
   options_ = options;
@@ -54,6 +105,7 @@ Status LlamaCudaModel::init(const LlamaConfig& config, const LlamaCudaOptions& o
     return invalid_argument(std::string("the Llama family on CUDA computes in bf16, f16 or f32, not ") +
                             dtype_name(options.dtype));
   }
+  ASSIGN_OR_RETURN(kv_storage_, kv_storage_for(options));
   if (options.block_size <= 0 || options.max_num_tokens <= 0 || options.max_num_seqs <= 0) {
     return invalid_argument("block_size, max_num_tokens and max_num_seqs must be positive");
   }
@@ -236,6 +288,7 @@ Status LlamaCudaModel::plan_buffers() {
       bytes_of(DType::kF32, s * h), bytes_of(DType::kF32, s * c.vocab_size), attn_workspace_bytes_,
       bytes_of(DType::kI32, StepArrays::ints(rows, rows, table_ld_)), bytes_of(DType::kF32, (s + 1) * half_dim)};
   std::vector<size_t> all = sizes;
+  all.push_back(bytes_of(DType::kF32, 2 * c.num_hidden_layers));  // the KV cache's scales (FP8 pools read them)
   w4a16_workspace_bytes_ = w4a16_workspace_need(rows);  // W4A16 (llama_cuda_quant.cpp); none for 16-bit weights
   // FP8 (llama_cuda_fp8.cpp): a GEMM's quantised input, [rows, K] codes.
   for (size_t b : {w4a16_workspace_bytes_, w4a16_scratch_need(rows), static_cast<size_t>(rows * fp8_input_k())}) {
@@ -273,7 +326,7 @@ Status LlamaCudaModel::plan_buffers() {
     buffer_bytes += DeviceArena::aligned(bytes_of(DType::kI32, StepArrays::ints(b, b, table_ld_))) + DeviceArena::kAlignment;
   }
   // The pool: what is asked for, else the memory share left after weights and buffers.
-  const int64_t per_block = 2 * c.num_hidden_layers * options_.block_size * c.kv_size() * dtype_size(d);
+  ASSIGN_OR_RETURN(const int64_t per_block, kv_block_bytes(c, options_));  // an FP8 pool's blocks take half
   int64_t blocks = options_.num_blocks;
   if (blocks <= 0 && options_.kv_cache_bytes > 0) blocks = options_.kv_cache_bytes / per_block;
   if (blocks <= 0) {
@@ -317,6 +370,7 @@ Status LlamaCudaModel::plan_buffers() {
   ASSIGN_OR_RETURN(d_inv_freq_, buffers_.allocate_array<float>((s + 1) * half_dim));
   if (w4a16_workspace_bytes_ > 0) {  // W4A16 (llama_cuda_quant.cpp): split-K partials / the dequantised weight
     ASSIGN_OR_RETURN(w4a16_workspace_, buffers_.allocate(w4a16_workspace_bytes_));
+    CUDA_RETURN_IF_ERROR(cudaMemset(w4a16_workspace_, 0, kernels::kW4A16WorkspaceZeroBytes));  // split-K counters
   }
   if (w4a16_scratch_need(rows) > 0) {  // linear by linear GEMMs' rows before their copy into the fused row
     ASSIGN_OR_RETURN(w4a16_scratch_, buffers_.allocate(w4a16_scratch_need(rows)));
@@ -364,6 +418,12 @@ Status LlamaCudaModel::plan_buffers() {
   ASSIGN_OR_RETURN(v_pool_, buffers_.allocate(static_cast<size_t>(pool_bytes_ / 2)));
   CUDA_RETURN_IF_ERROR(cudaMemset(k_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
   CUDA_RETURN_IF_ERROR(cudaMemset(v_pool_, 0, static_cast<size_t>(pool_bytes_ / 2)));
+  {  // per layer (K scale, V scale): the checkpoint's, else 1.0
+    std::vector<float> scales = kv_scales_host_;
+    scales.resize(static_cast<size_t>(2 * c.num_hidden_layers), 1.0f);
+    ASSIGN_OR_RETURN(kv_scales_, buffers_.allocate_array<float>(2 * c.num_hidden_layers));
+    CUDA_RETURN_IF_ERROR(cudaMemcpy(kv_scales_, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+  }
   CUDA_RETURN_IF_ERROR(cudaMemset(arrays_.tables, 0, bytes_of(DType::kI32, rows * table_ld_)));
   for (const auto& [b, a] : bucket_arrays_) {
     CUDA_RETURN_IF_ERROR(cudaMemset(a.tokens, 0, bytes_of(DType::kI32, StepArrays::ints(b, b, table_ld_))));
@@ -387,7 +447,8 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load(const std::string
   if (quant.method == QuantMethod::kFp8) return load_fp8(model_dir, *store, config, quant, options);  // llama_cuda_fp8.cpp
   if (quant.quantized()) return load_w4a16(model_dir, *store, config, quant, options);  // llama_cuda_quant.cpp
   WeightCheckOptions check;
-  check.ignored_suffixes = {"rotary_emb.inv_freq"};
+  // FP8 KV cache scales (read by read_kv_scales when the pool is FP8, ignored otherwise, as vLLM does).
+  check.ignored_suffixes = {"rotary_emb.inv_freq", "self_attn.k_scale", "self_attn.v_scale"};
   RETURN_IF_ERROR(check_weights(*store, llama_weight_specs(config), check).with_context(model_dir));
   return load_decoder(*store, config, LlamaWeightNames{}, options);
 }
@@ -401,6 +462,7 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load_decoder(const Wei
   RETURN_IF_ERROR(m->init(config, options));
   RETURN_IF_ERROR(m->plan_weights());
   RETURN_IF_ERROR(m->upload(store));
+  RETURN_IF_ERROR(m->read_kv_scales(store, names));
   RETURN_IF_ERROR(m->plan_buffers());
   if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
   return m;
@@ -522,10 +584,13 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
   pa.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)), pa.window = c.sliding_window;
   pa.max_seq_len = max_model_len_, pa.max_query_len = max_query_len;
   pa.workspace = attn_workspace_, pa.workspace_bytes = attn_workspace_bytes_;
-  const int64_t layer_pool = num_blocks_ * options_.block_size * kv * dtype_size(d);  // bytes per layer
+  const int64_t layer_pool =
+      num_blocks_ * options_.block_size * kv * kernels::paged_kv_element_bytes(kv_storage_, d);  // bytes per layer
+  pa.kv_storage = kv_storage_;
   kernels::PagedKvWriteArgs wr;
   wr.src_ld = qkv_width_, wr.dtype = d, wr.slot_mapping = arrays_.slots, wr.num_tokens = tokens, wr.width = kv;
   wr.num_slots = num_blocks_ * options_.block_size;
+  wr.kv_storage = kv_storage_;
   wr.k = static_cast<uint8_t*>(qkv_) + bytes_of(d, q);
   wr.v = static_cast<uint8_t*>(qkv_) + bytes_of(d, q + kv);
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -553,6 +618,8 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     rope.positions = arrays_.positions, rope.inv_freq = d_inv_freq_;
     wr.k_cache = static_cast<uint8_t*>(k_pool_) + l * layer_pool;
     wr.v_cache = static_cast<uint8_t*>(v_pool_) + l * layer_pool;
+    wr.k_scale = pa.k_scale = kv_scales_ + 2 * l;  // read only by FP8 pools
+    wr.v_scale = pa.v_scale = kv_scales_ + 2 * l + 1;
     if (!dynamic_rope_) {  // RoPE and the KV write in one launch
       RETURN_IF_ERROR(kernels::apply_rope_and_cache_cuda(rope, wr, s));
     } else {

@@ -45,9 +45,15 @@
 // rows concatenated and run as one GEMM when their weight and input scales agree, else one GEMM per linear into its
 // columns of the fused row (each with its own scales: the CPU path's semantics). Per-channel, block-wise,
 // weight-only and dynamic schemes, partly-FP8 GEMMs, FP8 lm_head / router / experts: kUnimplemented (CPU serves them).
+// FP8 KV cache (issue 17 item 3; options.kv_cache_dtype "fp8" / "fp8_e4m3" / "fp8_e5m2", vLLM's --kv-cache-dtype):
+// the pool holds one-byte codes (kernels/paged_attention's PagedKvStorage), so a block takes half the bytes and the
+// same kv_cache_bytes hold twice the blocks; one K and one V scale per layer (the checkpoint's
+// model.layers.N.self_attn.k_scale / v_scale when it has them, else 1.0) in device memory, read by the KV write and
+// the attention on the device (the decode graphs replay them). bf16 / f16 only.
 // Tests: tests/gpu/llama_cuda_test.cpp (logits against HF's fixtures and the CPU model; graphs vs eager),
 // tests/conformance/llama_cuda_quant_test.cpp (W4A16 against the CPU model of the same checkpoint),
-// tests/conformance/llama_cuda_fp8_test.cpp (FP8 the same way);
+// tests/conformance/llama_cuda_fp8_test.cpp (FP8 the same way), tests/conformance/llama_cuda_kv_fp8_test.cpp (the
+// FP8 KV cache against the CPU model and the 16-bit pool; the pool's block bytes without a GPU);
 // bench: bench/llama_gpu_bench.cpp.
 #pragma once
 
@@ -67,6 +73,7 @@
 #include "core/status.h"
 #include "kernels/gemm/gemm_cuda.h"
 #include "kernels/lora/lora_cuda.h"
+#include "kernels/paged_attention/paged_attention.h"
 #include "kernels/w4a16/w4a16_cuda.h"
 #include "models/common/decoder_step.h"
 #include "models/llama/llama.h"
@@ -97,6 +104,9 @@ struct LlamaCudaOptions {
   // slots is kResourceExhausted.
   int64_t max_loras = 0;
   int64_t max_lora_rank = 16;
+  // The KV pool's elements: "auto" (the compute dtype), "fp8" or "fp8_e4m3", "fp8_e5m2" (one-byte codes with a K and
+  // a V scale per layer: twice the blocks in the same bytes). FP8 needs bf16 or f16.
+  std::string kv_cache_dtype = "auto";
 };
 
 class LlamaCudaModel {
@@ -127,6 +137,11 @@ class LlamaCudaModel {
   int64_t table_ld() const { return table_ld_; }
   int64_t weight_bytes() const { return static_cast<int64_t>(weights_.used()); }
   int64_t pool_bytes() const { return pool_bytes_; }
+  kernels::PagedKvStorage kv_storage() const { return kv_storage_; }
+  // The pool's storage for options.kv_cache_dtype: kInvalidArgument for another name or FP8 with f32 compute.
+  static StatusOr<kernels::PagedKvStorage> kv_storage_for(const LlamaCudaOptions& options);
+  // The bytes of one block of the pool over every layer, K and V (what kv_cache_bytes is divided by): no GPU needed.
+  static StatusOr<int64_t> kv_block_bytes(const LlamaConfig& config, const LlamaCudaOptions& options);
   int64_t memory_bytes() const;  // weights + activations + pool + graphs
   cudaStream_t stream() const { return stream_.get(); }
   bool graphs() const { return !graphs_.empty(); }
@@ -382,6 +397,14 @@ class LlamaCudaModel {
   std::vector<std::array<bool, kGemms>> fp8_gemms_;
   size_t fp8_planned_bytes_ = 0;
   uint8_t* fp8_input_ = nullptr;
+  // FP8 KV cache: the pool's storage, per layer (K scale, V scale) on the host (from the checkpoint, or empty: 1.0)
+  // and in device memory [layers][2].
+  kernels::PagedKvStorage kv_storage_ = kernels::PagedKvStorage::kSame;
+  std::vector<float> kv_scales_host_;
+  float* kv_scales_ = nullptr;
+  // The checkpoint's self_attn.k_scale / v_scale of every layer when kv_storage_ is FP8 (all or none: a partial
+  // set, or a scale that is not one positive finite value, is kInvalidArgument). Before plan_buffers().
+  Status read_kv_scales(const WeightStore& store, const LlamaWeightNames& names);
 };
 
 }  // namespace mmserve::models
