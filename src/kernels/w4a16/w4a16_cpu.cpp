@@ -38,6 +38,9 @@ Status w4a16_check(const Int4WeightView& w) {
   if (w.n <= 0 || w.k <= 0 || w.n % kW4A16RowTile != 0 || w.k % kW4A16ColTile != 0) {
     return invalid_argument("w4a16: n must be a positive multiple of 16 and k of 64" + shape);
   }
+  if (w.k >= layout::kMaxGroupedCols) {
+    return invalid_argument("w4a16: k must be below " + std::to_string(layout::kMaxGroupedCols) + shape);
+  }
   const int64_t gs = group_size_of(w);
   if (gs <= 0 || gs % kW4A16MinGroup != 0 || w.k % gs != 0) {
     return invalid_argument("w4a16: group_size must be a multiple of 32 that divides k, or -1" + shape);

@@ -4,14 +4,16 @@
 // 256-column chunks. The CTA copies x's [rows, 256] slices of up to stage_chunks() chunks at once into shared memory
 // (rows padded to the fragment's 8 tokens with zeros; gathered through perm for act-order; at decode's few rows the
 // whole range behind one barrier), and each warp dequantises its strip's four 16 x 64 tiles a chunk (one 16-byte
-// load per lane each, requested two chunks ahead into registers) into A fragments and runs mma.sync.m16n8k16 against
+// load per lane each, requested two chunks ahead into registers together with the lane's scales of each tile, so
+// no load sits between a tile's words and its multiply) into A fragments and runs mma.sync.m16n8k16 against
 // ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows of W x 16 columns), x the
 // B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of the MMA as an x-as-A kernel
 // would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
 // csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16-byte load is its fragments, the
-// lop3/magic-number dequantisation, scales applied in registers per group, split-K over SMs. What we do not (yet):
-// cp.async multi-stage pipelining of the weights through shared memory, Marlin's semaphore-ordered in-place
-// reduction (we write f32 partials and sum them in a second launch), and its 4-bit zeros (ours are 16-bit).
+// lop3/magic-number dequantisation, scales applied in registers per group, split-K over SMs with the reduction in
+// the same launch (the last split CTA of a column block sums the f32 partials in split order: deterministic, where
+// Marlin's semaphore orders in-place adds). What we do not (yet): cp.async multi-stage pipelining of the weights
+// through shared memory, and Marlin's 4-bit zeros (ours are 16-bit).
 //
 // m > 64: dequant_kernel writes W [n, k] in the dtype to the workspace (columns in packed order), gather_kernel
 // permutes x's columns when act-order, and cuBLASLt multiplies.
@@ -116,21 +118,43 @@ struct MmaParams {
   const void* x = nullptr;
   const int32_t* perm = nullptr;
   int64_t m = 0, n = 0, k = 0, group_size = 0;
+  uint32_t group_magic = 0;  // layout::group_of()'s multiplier (0 at group size 32)
   const uint4* q = nullptr;
   const uint2* sz = nullptr;
   OutParams out;
-  float* partial = nullptr;  // [splits][m][n] when splits > 1
+  float* partial = nullptr;     // [splits][m][n] when splits > 1
+  uint32_t* counters = nullptr;  // [CTAs along n] arrivals, zero between calls (the workspace's first bytes)
   int64_t chunks_per_split = 0;
   int splits = 1;
 };
 
-// The strip's four tiles of chunk c (zeros past the last tile or for a warp without a strip).
-__device__ __forceinline__ void load_weights(const uint4* wq, int64_t c, int64_t col_tiles, bool active,
-                                             uint4 (&w)[kChunkTiles]) {
+// What a warp holds of one chunk: its strip's four tiles (one 16-byte word group a lane each) and, per tile, the
+// lane's scales/zeros entry of the tile's group; kG32 (a group size that is an odd multiple of 32: 32, 96, 160...,
+// where a 64-column tile's two halves may lie in different groups): of each 32-column half's group. Requested together two
+// chunks ahead, so the scales never stall the multiply (loaded beside the dequantisation they were a dependent
+// load per tile).
+template <bool kG32>
+struct ChunkRegs {
+  uint4 w[kChunkTiles];
+  uint2 sz[kChunkTiles][kG32 ? 2 : 1];
+};
+
+// Chunk c's weights and scales (zeros past the last tile or for a warp without a strip). sz_strip: the lane's sz
+// entry of group 0; group_stride: entries per group.
+template <bool kG32>
+__device__ __forceinline__ void load_chunk(const uint4* wq, const uint2* sz_strip, uint32_t group_stride,
+                                           uint32_t magic, int64_t c, int64_t col_tiles, bool active,
+                                           ChunkRegs<kG32>& r) {
 #pragma unroll
   for (int j = 0; j < kChunkTiles; ++j) {
     const int64_t kt = c * kChunkTiles + j;
-    w[j] = active && kt < col_tiles ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
+    const bool live = active && kt < col_tiles;
+    r.w[j] = live ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
+#pragma unroll
+    for (int h = 0; h < (kG32 ? 2 : 1); ++h) {
+      const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
+      r.sz[j][h] = live ? __ldg(sz_strip + static_cast<uint64_t>(group) * group_stride) : make_uint2(0, 0);
+    }
   }
 }
 
@@ -157,16 +181,12 @@ __device__ __forceinline__ void load_x(const uint16_t* x, const int32_t* perm, i
   }
 }
 
-// One 16 x 64 tile (chunk slot j) times x's [64, kRows] slice into acc. sz_strip: the lane's sz entry of group 0;
-// group_stride: entries per group.
-template <typename T, int kMTiles>
-__device__ __forceinline__ void compute_tile(const uint4& wv, int64_t col0, int j, const uint2* sz_strip,
-                                             int64_t group_stride, int64_t group_size, const uint16_t* xs, int lane,
-                                             float (&acc)[kMTiles][4]) {
-  // The tile's scales: one group, or two at group size 32 (one per 32-column half).
-  const uint2 sz0 = __ldg(sz_strip + (col0 / group_size) * group_stride);
-  const RowScales rs[2] = {
-      spread(sz0), spread(group_size == 32 ? __ldg(sz_strip + ((col0 + 32) / group_size) * group_stride) : sz0)};
+// One 16 x 64 tile (chunk slot j) times x's [64, kRows] slice into acc, with the tile's scales (load_chunk's).
+template <typename T, int kMTiles, bool kG32>
+__device__ __forceinline__ void compute_tile(const uint4& wv, const uint2 (&sz)[kG32 ? 2 : 1], int j,
+                                             const uint16_t* xs, int lane, float (&acc)[kMTiles][4]) {
+  // The tile's scales: one group, or (kG32) one per 32-column half.
+  const RowScales rs[2] = {spread(sz[0]), spread(sz[kG32 ? 1 : 0])};
   const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -194,8 +214,12 @@ constexpr int stage_chunks(int m_tiles) {
   return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
 }
 
-template <typename T, int kMTiles>
-__global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ MmaParams p) {
+// 4 CTAs an SM (<= 128 registers; ptxas -v reports 16-24 bytes of spill) at m <= 16 with group sizes that are
+// multiples of 64 (decode's common case), to keep 16 warps' weight loads in flight; the rest take the registers they
+// need (140-207 without the bound: 3 CTAs an SM or fewer).
+template <typename T, int kMTiles, bool kG32>
+__global__ void __launch_bounds__(kThreads, kMTiles <= 2 && !kG32 ? 4 : 1)
+    mma_kernel(const __grid_constant__ MmaParams p) {
   pdl_trigger();
   constexpr int kRows = 8 * kMTiles, kStage = stage_chunks(kMTiles);
   __shared__ __align__(16) uint16_t xs[kStage * kRows * kXStride];  // kStage chunk slots of [kRows][kXStride]
@@ -208,15 +232,14 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
   const int64_t c_end = min(chunks, c_begin + p.chunks_per_split);
   const uint4* wq = p.q + nt * col_tiles * 32 + lane;
   const uint2* sz_strip = p.sz + nt * 8 + g;
-  const int64_t group_stride = row_tiles * 8;
+  const uint32_t group_stride = static_cast<uint32_t>(row_tiles * 8);
 
-  // The weights of chunks c, c + 1 and c + 2: two chunks always in flight behind the one being computed. The first
-  // two are requested before the wait (weights are immutable).
-  uint4 w0[kChunkTiles], w1[kChunkTiles], w2[kChunkTiles];
-#pragma unroll
-  for (int j = 0; j < kChunkTiles; ++j) w0[j] = w1[j] = w2[j] = make_uint4(0, 0, 0, 0);
-  if (c_begin < c_end) load_weights(wq, c_begin, col_tiles, active, w0);
-  if (c_begin + 1 < c_end) load_weights(wq, c_begin + 1, col_tiles, active, w1);
+  // The weights and scales of chunks c, c + 1 and c + 2: two chunks always in flight behind the one being
+  // computed. The first two are requested before the wait (weights are immutable).
+  ChunkRegs<kG32> r0 = {}, r1 = {}, r2 = {};
+  if (c_begin < c_end) load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, active, r0);
+  if (c_begin + 1 < c_end)
+    load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, active, r1);
   float acc[kMTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
@@ -230,50 +253,60 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(const __grid_constant__ M
       load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
     __syncthreads();
     for (int64_t c = s0; c < s1; ++c) {
-      if (c + 2 < c_end) load_weights(wq, c + 2, col_tiles, active, w2);
+      if (c + 2 < c_end) load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c + 2, col_tiles, active, r2);
       if (active) {
         const uint16_t* xc = xs + (c - s0) * kRows * kXStride;
 #pragma unroll
         for (int j = 0; j < kChunkTiles; ++j) {
-          const int64_t kt = c * kChunkTiles + j;
-          if (kt < col_tiles)
-            compute_tile<T, kMTiles>(w0[j], kt * 64, j, sz_strip, group_stride, p.group_size, xc, lane, acc);
+          if (c * kChunkTiles + j < col_tiles) compute_tile<T, kMTiles, kG32>(r0.w[j], r0.sz[j], j, xc, lane, acc);
         }
       }
-#pragma unroll
-      for (int j = 0; j < kChunkTiles; ++j) w0[j] = w1[j], w1[j] = w2[j];
+      r0 = r1, r1 = r2;
     }
   }
-  if (!active) return;
 
   // C fragment: c0 = (row g, token 2t), c1 = (g, 2t + 1), c2 = (g + 8, 2t), c3 = (g + 8, 2t + 1).
   const int64_t col_lo = nt * 16 + g;
+  if (active) {
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int64_t row = mt * 8 + 2 * t + (e & 1), col = col_lo + (e < 2 ? 0 : 8);
-      if (row >= p.m) continue;
-      if (p.splits == 1) {
-        write_output<T>(p.out, p.n, row, col, acc[mt][e]);
-      } else {
-        p.partial[(int64_t{blockIdx.y} * p.m + row) * p.n + col] = acc[mt][e];
+      for (int e = 0; e < 4; ++e) {
+        const int64_t row = mt * 8 + 2 * t + (e & 1), col = col_lo + (e < 2 ? 0 : 8);
+        if (row >= p.m) continue;
+        if (p.splits == 1) {
+          write_output<T>(p.out, p.n, row, col, acc[mt][e]);
+        } else {
+          p.partial[(int64_t{blockIdx.y} * p.m + row) * p.n + col] = acc[mt][e];
+        }
       }
     }
   }
-}
+  if (p.splits == 1) return;
 
-// y = the sum of the splits' partials, in split order (the same result every run), written as write_output does.
-template <typename T>
-__global__ void __launch_bounds__(256)
-    reduce_kernel(const float* partial, int splits, int64_t m, int64_t n, const __grid_constant__ OutParams out) {
-  pdl_trigger();
-  pdl_wait();
-  const int64_t i = int64_t{blockIdx.x} * 256 + threadIdx.x, count = m * n;
-  if (i >= count) return;
-  float v = 0.0f;
-  for (int s = 0; s < splits; ++s) v += partial[s * count + i];
-  write_output<T>(out, n, i / n, i % n, v);
+  // Split-K: the last of the column block's split CTAs to finish sums every split's partials of the block's 64
+  // columns in split order (the same result every run, whichever CTA comes last) and writes y, instead of a
+  // second launch (the threadFenceReduction pattern of the CUDA samples). The last arrival also puts the counter
+  // back to zero: every arrival of this call is in, and the next call on this workspace is stream-ordered after.
+  __shared__ bool last;
+  __threadfence();  // this CTA's partials are visible device-wide before its arrival is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const uint32_t arrived = atomicAdd(p.counters + blockIdx.x, 1u);
+    last = arrived == static_cast<uint32_t>(p.splits - 1);
+    if (last) p.counters[blockIdx.x] = 0;
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int64_t col0 = int64_t{blockIdx.x} * kWarps * 16, cols = min(int64_t{kWarps * 16}, p.n - col0);
+  const int64_t count = p.m * p.n;
+  for (int64_t i = threadIdx.x; i < p.m * cols; i += kThreads) {
+    const int64_t row = i / cols, col = col0 + i % cols;
+    float v = 0.0f;
+    for (int s = 0; s < p.splits; ++s) v += __ldcg(p.partial + s * count + row * p.n + col);  // L2: other SMs wrote
+    write_output<T>(p.out, p.n, row, col, v);
+  }
 }
 
 // One thread a (tile, lane): its 4 words -> 32 values of W [n][k] (packed column order), two adjacent columns a
@@ -342,6 +375,7 @@ SplitPlan plan_splits(int64_t m, int64_t n, int64_t k, int split_k) {
   const int64_t chunks = chunks_of(k), ctas_n = (n / 16 + kWarps - 1) / kWarps;
   int64_t want = split_k > 0 ? split_k : (4 * sm_count() + ctas_n - 1) / ctas_n;
   want = std::clamp<int64_t>(want, 1, split_cap(m, k, split_k));
+  if (ctas_n > kW4A16Counters) want = 1;  // wider than the counters cover (n > 262144): enough CTAs anyway
   SplitPlan plan;
   plan.chunks_per_split = (chunks + want - 1) / want;
   plan.splits = (chunks + plan.chunks_per_split - 1) / plan.chunks_per_split;
@@ -354,7 +388,11 @@ size_t aligned(size_t bytes) {
 
 template <typename T, int kMTiles>
 Status launch_mma_tiles(const MmaParams& p, dim3 grid, cudaStream_t stream) {
-  CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles>, grid, dim3(kThreads), 0, stream, p));
+  if (p.group_size % 64 != 0) {  // a tile's halves may straddle two groups (before 2026-12-07 only 32 was handled)
+    CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles, true>, grid, dim3(kThreads), 0, stream, p));
+  } else {
+    CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles, false>, grid, dim3(kThreads), 0, stream, p));
+  }
   return ok_status();
 }
 
@@ -371,17 +409,13 @@ Status run_mma(const MmaParams& p, int64_t ctas_n, cudaStream_t stream) {
   } else {
     RETURN_IF_ERROR((launch_mma_tiles<T, 8>(p, grid, stream)));
   }
-  if (p.splits > 1) {
-    const int64_t count = p.m * p.n;
-    CUDA_RETURN_IF_ERROR(launch_pdl(reduce_kernel<T>, dim3(static_cast<unsigned>((count + 255) / 256)), dim3(256), 0,
-                                    stream, static_cast<const float*>(p.partial), p.splits, p.m, p.n, p.out));
-  }
   return ok_status();
 }
 
 Status check_device_weight(const W4A16Device& w) {
   if (w.q == nullptr || w.sz == nullptr || w.n <= 0 || w.k <= 0 || w.n % 16 != 0 || w.k % 64 != 0 ||
       w.group_size <= 0 || w.group_size % 32 != 0 || w.k % w.group_size != 0 || w.groups != w.k / w.group_size ||
+      w.k >= layout::kMaxGroupedCols ||  // layout::group_of()'s exact range
       (w.dtype != DType::kBF16 && w.dtype != DType::kF16)) {
     return invalid_argument("w4a16: not a packed weight (n=" + std::to_string(w.n) + " k=" + std::to_string(w.k) +
                             " group_size=" + std::to_string(w.group_size) + ")");
@@ -438,9 +472,11 @@ size_t w4a16_workspace_bytes(int64_t m, const W4A16Device& w, int split_k) {
   if (m <= 0) return 0;
   if (m <= kW4A16MmaMaxRows) {
     const int64_t cap = split_cap(m, w.k, split_k);
-    return cap <= 1 ? 0 : aligned(static_cast<size_t>(cap * m * w.n) * 4);
+    return cap <= 1 ? 0 : kW4A16WorkspaceZeroBytes + aligned(static_cast<size_t>(cap * m * w.n) * 4);
   }
-  return aligned(static_cast<size_t>(w.n * w.k) * 2) + (w.perm ? aligned(static_cast<size_t>(m * w.k) * 2) : 0);
+  // The counters' bytes stay reserved (and untouched) here too: one workspace serves both paths.
+  return kW4A16WorkspaceZeroBytes + aligned(static_cast<size_t>(w.n * w.k) * 2) +
+         (w.perm ? aligned(static_cast<size_t>(m * w.k) * 2) : 0);
 }
 
 Status w4a16_dequantize_cuda(const W4A16Device& w, void* out, cudaStream_t stream) {
@@ -475,15 +511,18 @@ Status w4a16_gemm_cuda(const void* x, DType dtype, int64_t m, const W4A16Device&
     const SplitPlan plan = plan_splits(m, w.n, w.k, split_k);
     MmaParams p;
     p.x = x, p.perm = w.perm, p.m = m, p.n = w.n, p.k = w.k, p.group_size = w.group_size;
+    p.group_magic = layout::group_magic(w.group_size);
     p.q = reinterpret_cast<const uint4*>(w.q), p.sz = reinterpret_cast<const uint2*>(w.sz);
     p.out.y = y, p.out.bias = out.bias, p.out.f32 = out.f32, p.out.accumulate = out.accumulate;
-    p.partial = static_cast<float*>(workspace), p.chunks_per_split = plan.chunks_per_split;
+    p.counters = static_cast<uint32_t*>(workspace);
+    p.partial = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + kW4A16WorkspaceZeroBytes);
+    p.chunks_per_split = plan.chunks_per_split;
     p.splits = static_cast<int>(plan.splits);
     const int64_t ctas_n = (w.n / 16 + kWarps - 1) / kWarps;
     return dtype == DType::kF16 ? run_mma<__half>(p, ctas_n, stream) : run_mma<__nv_bfloat16>(p, ctas_n, stream);
   }
   if (gemm == nullptr) return invalid_argument("w4a16_gemm_cuda: m > 64 takes cuBLASLt; pass a CublasLtGemm");
-  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  uint8_t* ws = static_cast<uint8_t*>(workspace) + kW4A16WorkspaceZeroBytes;
   RETURN_IF_ERROR(w4a16_dequantize_cuda(w, ws, stream));
   const void* a = x;
   if (w.perm != nullptr) {

@@ -7,9 +7,11 @@
 //     the current one is computed), dequantises it in registers into mma.sync.m16n8k16 A fragments (the magic-number
 //     trick, w4a16_layout.h) and multiplies by x's chunks held in shared memory (the B operand, ldmatrix; x gathered
 //     by perm there for act-order). Split-K: the columns are cut into `splits` ranges so that small n still fills
-//     every SM; each split writes f32 partials into the workspace (every element written, nothing to zero) and a
-//     second small launch sums them in split order and rounds to the dtype. One split writes y directly.
-//     Both launches use programmatic dependent launch (cuda_pdl.cuh): the weight loads start before the wait.
+//     every SM; each split writes f32 partials into the workspace and counts its arrival on its column block's
+//     counter; the last to arrive sums the block's partials in split order, rounds to the dtype, writes y and
+//     puts the counter back to zero (one launch; before 2026-12-07 a second reduce launch). One split writes y
+//     directly. The launch uses programmatic dependent launch (cuda_pdl.cuh): the weight loads start before the
+//     wait.
 //   m > 64 (prefill): the weight is dequantised into the workspace as a [n, k] matrix of the dtype (columns in the
 //     packed order), x gathered by perm into the workspace when act-order, and the product goes to cuBLASLt through
 //     `gemm` (gemm_cuda.h). Both paths use the same dequantised values, so they agree with the twin to rounding.
@@ -18,7 +20,9 @@
 // cuBLASLt path's first call of a shape runs cuBLASLt's heuristic on the host, so warm it up before capturing).
 // Contract: x is [m, k] contiguous and 16-byte aligned, y [m, n] contiguous (in the dtype, or f32: W4A16Output),
 // dtype == the packing's dtype, the
-// workspace 256-byte aligned with at least w4a16_workspace_bytes(m, w, split_k) bytes; m > 64 needs `gemm`.
+// workspace 256-byte aligned with at least w4a16_workspace_bytes(m, w, split_k) bytes whose first
+// kW4A16WorkspaceZeroBytes are zero before its first use (cudaMemset once where it is allocated: the split-K
+// counters; every call leaves them zero, a call that failed on the device may not); m > 64 needs `gemm`.
 // split_k: 0 picks the split count from the shape and the SM count; > 0 forces it (tests and the bench), capped
 // by the number of 256-column chunks.
 // Tests: w4a16_cuda_test.cpp (against the CPU twin over odd shapes, both dtypes, every group size, act-order,
@@ -57,6 +61,9 @@ struct W4A16Buffers {
 
 inline constexpr int64_t kW4A16MmaMaxRows = 64;  // m above this takes the dequantise + cuBLASLt path
 inline constexpr int kW4A16MaxSplits = 16;
+// The split-K arrival counters at the workspace's start: one per 64-column block (n up to 262144 splits).
+inline constexpr int64_t kW4A16Counters = 4096;
+inline constexpr size_t kW4A16WorkspaceZeroBytes = kW4A16Counters * 4;
 
 // Bytes the arrays of `w` take on the device (each 256-byte aligned), for callers that place weights in their own
 // arena with w4a16_upload_into.
@@ -64,8 +71,9 @@ size_t w4a16_device_bytes(const W4A16Packed& w);
 StatusOr<W4A16Device> w4a16_upload_into(const W4A16Packed& w, DeviceArena& arena);
 StatusOr<std::unique_ptr<W4A16Buffers>> w4a16_upload(const W4A16Packed& w);
 
-// Workspace for one call: m <= 64, the f32 partials of the largest split count the call may take (0 when that is
-// 1); m > 64, the dequantised weight (n * k 16-bit values) and, with act-order, the gathered x (m * k).
+// Workspace for one call: the counters (kW4A16WorkspaceZeroBytes, zeroed once), then at m <= 64 the f32 partials of
+// the largest split count the call may take (nothing at all when that is 1), at m > 64 the dequantised weight
+// (n * k 16-bit values) and, with act-order, the gathered x (m * k).
 size_t w4a16_workspace_bytes(int64_t m, const W4A16Device& w, int split_k = 0);
 
 // How y is written, for the decoder's projections: o and down add into the f32 residual stream (f32, accumulate),

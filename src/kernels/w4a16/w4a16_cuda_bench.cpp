@@ -85,6 +85,7 @@ void bench_linear(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double 
   const size_t ws_bytes = w4a16_workspace_bytes(m_max, ours[0]->view);
   cudaMalloc(&y, static_cast<size_t>(m_max * s.n) * 2);
   cudaMalloc(&ws, ws_bytes);
+  cudaMemset(ws, 0, ws_bytes);  // the split-K counters (w4a16_cuda.h)
   for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 128}) {
     const std::string shape = std::string(s.name) + " bf16 M=" + std::to_string(m) + " N=" + std::to_string(s.n) +
                               " K=" + std::to_string(s.k) + " g128" + (s.act_order ? " act-order" : "");

@@ -7,7 +7,8 @@
 //   3. GemmMatchesTheCpuTwin: odd shapes (n, k down to 16 x 64, chunks of 256 columns cut short), bf16 and f16,
 //      group sizes 32 / 64 / 128 / -1, act-order, m = 1..64 (tensor-core kernel: one split writing y, forced
 //      uneven splits, the heuristic's) and m > 64 (dequantise + cuBLASLt), outputs guarded against stray writes and
-//      the workspace filled with NaN first (nothing may rely on it being zeroed);
+//      the workspace filled with NaN first past its counters (nothing else may rely on it being zeroed), and the
+//      counters checked back at zero after every call (the next call's split-K needs them so);
 //   4. the epilogue: y in f32 accumulated onto (the residual stream), a bias; 5. a graph captured once and replayed
 //      on new x; 6. refusals.
 // Tolerance, per output: eps * |want| + 2^-14 * sum_c |x_c * W_c|: eps = 2^-8 (bf16), 2^-11 (f16), 2^-20 (f32) covers
@@ -83,7 +84,7 @@ class W4A16Cuda : public ::testing::Test {
   }
 
   // Runs the GEMM on `x` (already rounded to the dtype) and returns y as f32; y starts as y0 (accumulating) or as
-  // sentinels, the workspace NaN-filled.
+  // sentinels, the workspace NaN-filled past the zeroed counters (w4a16_cuda.h), which must come back zero.
   std::vector<float> run(const Weight& w, const std::vector<float>& x, int64_t m, int split_k, cudaStream_t stream,
                          const Output& o = {}, const std::vector<float>& y0 = {}, const std::vector<float>& bias = {}) {
     const DType dtype = w.packed.dtype, y_dtype = o.f32 ? DType::kF32 : dtype;
@@ -93,7 +94,9 @@ class W4A16Cuda : public ::testing::Test {
     DeviceVector<uint8_t> dbias(cuda_test::encode(bias, y_dtype));
     const size_t ws_bytes = w4a16_workspace_bytes(m, w.device->view, split_k);
     DeviceVector<uint8_t> ws(ws_bytes + 256);
+    const size_t zero_bytes = ws_bytes > 0 ? kW4A16WorkspaceZeroBytes : 0;
     EXPECT_EQ(cudaMemset(ws.get(), 0xff, ws_bytes + 256), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ws.get(), 0, zero_bytes), cudaSuccess);
     W4A16Output out;
     out.f32 = o.f32, out.accumulate = o.accumulate, out.bias = o.bias ? dbias.get() : nullptr;
     const Status st = w4a16_gemm_cuda(dx.get(), dtype, m, w.device->view, dy.data(), ws.get(), ws_bytes, gemm_.get(),
@@ -101,6 +104,10 @@ class W4A16Cuda : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.to_string();
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "a kernel failed: " << describe(w.packed, m, split_k);
+    std::vector<uint8_t> counters(zero_bytes);
+    EXPECT_EQ(cudaMemcpy(counters.data(), ws.get(), zero_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(std::count(counters.begin(), counters.end(), uint8_t{0}), static_cast<std::ptrdiff_t>(zero_bytes))
+        << "the split-K counters were not left at zero: " << describe(w.packed, m, split_k);
     return dy.download();
   }
 
@@ -231,7 +238,7 @@ TEST_F(W4A16Cuda, GemmMatchesTheCpuTwin) {
   uint32_t seed = 11;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {
-      for (int64_t gs : {32, 64, 128, -1}) {
+      for (int64_t gs : {32, 64, 96, 128, -1}) {  // 96: a tile across two groups
         if (gs != -1 && s.k % gs != 0) continue;
         for (bool act : {false, true}) {
           const Weight w = make(s.n, s.k, gs, act, dtype, seed++);
@@ -295,6 +302,7 @@ TEST_F(W4A16Cuda, GraphReplayReadsTheNewInput) {
     const int64_t n = w.packed.n, k = w.packed.k;
     const size_t ws_bytes = w4a16_workspace_bytes(m, w.device->view);
     DeviceVector<uint8_t> dx(static_cast<size_t>(m * k * 2)), dy(static_cast<size_t>(m * n * 2)), ws(ws_bytes + 16);
+    ASSERT_CUDA_OK(cudaMemset(ws.get(), 0, ws_bytes + 16));  // the split-K counters (w4a16_cuda.h)
     const auto input = [&](uint32_t seed) {
       return cuda_test::round_through(test_util::random_floats(static_cast<size_t>(m * k), seed, -1, 1), DType::kBF16);
     };
@@ -341,6 +349,7 @@ TEST_F(W4A16Cuda, BrokenArgumentsAreRefused) {
   ASSERT_TRUE(w.device);
   const W4A16Device& d = w.device->view;
   DeviceVector<uint8_t> x(100 * 1024 * 2 + 16), y(100 * 32 * 2), ws(1 << 20);
+  ASSERT_CUDA_OK(cudaMemset(ws.get(), 0, 1 << 20));  // the split-K counters (w4a16_cuda.h)
   const auto call = [&](const void* xp, DType dtype, int64_t m, const W4A16Device& dw, size_t ws_bytes,
                         CublasLtGemm* gemm) {
     return w4a16_gemm_cuda(xp, dtype, m, dw, y.get(), ws.get(), ws_bytes, gemm, nullptr).code();

@@ -48,6 +48,19 @@ MMSERVE_W4A16_HD int64_t sz_index(int64_t group, int64_t nt, int64_t row_tiles, 
   return ((group * row_tiles + nt) * 8 + g) * 4;
 }
 
+// The group of input column `col` (< 2^21) without a division, as the mma kernel finds a tile's scales. Group sizes
+// are multiples of 32, so col / gs = (col / 32) / d with d = gs / 32; for d >= 2 and a = col / 32 < 2^16,
+// floor(a * (floor(2^32 / d) + 1) / 2^32) = floor(a / d) exactly (the multiplier exceeds 2^32 / d by less than 1,
+// which adds less than a / 2^32 < 1 / d to a / d). d = 1 (group size 32) is the shift alone: group_magic is 0 there.
+inline constexpr int64_t kMaxGroupedCols = int64_t{1} << 21;
+inline uint32_t group_magic(int64_t group_size) {
+  const uint64_t d = static_cast<uint64_t>(group_size / 32);
+  return d <= 1 ? 0u : static_cast<uint32_t>((uint64_t{1} << 32) / d + 1);
+}
+MMSERVE_W4A16_HD uint32_t group_of(uint32_t col, uint32_t magic) {
+  return magic == 0 ? col >> 5 : static_cast<uint32_t>((static_cast<uint64_t>(col >> 5) * magic) >> 32);
+}
+
 // base + zero is stored in place of the zero: base 1024 (f16) or 128 (bf16) as 16-bit patterns, doubled.
 inline constexpr uint32_t kMagicF16x2 = 0x64006400u, kMagicBf16x2 = 0x43004300u;
 inline constexpr float kBaseF16 = 1024.0f, kBaseBf16 = 128.0f;

@@ -1,4 +1,4 @@
-// A CPU model of w4a16_cuda.cu's mma_kernel and reduce_kernel, run against the CPU twin where no GPU is at hand.
+// A CPU model of w4a16_cuda.cu's mma_kernel (with its in-launch split-K reduction), run against the CPU twin where no GPU is at hand.
 // The model executes the kernel's loops and index arithmetic as written there (chunks, x staging into shared
 // memory, the weight registers' rotation, ldmatrix addresses, the sz lookups, the epilogue's rows and columns, the
 // split-K partials), over a modelled warp whose ldmatrix.x4 and mma.sync.m16n8k16 follow the PTX ISA's fragment
@@ -16,6 +16,7 @@
 
 #include "kernels/testing/kernel_test_util.h"
 #include "kernels/w4a16/w4a16.h"
+#include "kernels/w4a16/w4a16_layout.h"
 #include "kernels/w4a16/w4a16_test_util.h"
 
 namespace mmserve::kernels {
@@ -85,7 +86,7 @@ std::array<uint32_t, 4> dequant(uint32_t word, const uint16_t* sz, DType dtype) 
   return a;
 }
 
-// mma_kernel + reduce_kernel over every CTA, y rounded to the dtype as write_output does (no bias, no accumulate).
+// mma_kernel over every CTA, then the last split CTA of each column block's sum, y rounded to the dtype as write_output does (no bias, no accumulate).
 std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>& x, int64_t m, int64_t splits_wanted) {
   const int64_t row_tiles = w.n / 16, col_tiles = w.k / 64;
   const int64_t chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles, ctas_n = (row_tiles + kWarps - 1) / kWarps;
@@ -94,7 +95,8 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
                 splits = (chunks + chunks_per_split - 1) / chunks_per_split;
   const int m_tiles = m <= 8 ? 1 : m <= 16 ? 2 : m <= 32 ? 4 : 8;
   const int rows = 8 * m_tiles, stage = stage_chunks(m_tiles);
-  std::vector<float> partial(static_cast<size_t>(splits * m * w.n), std::nanf("")), y(static_cast<size_t>(m * w.n));
+  std::vector<float> partial(static_cast<size_t>(splits * m * w.n), std::nanf("")),
+      y(static_cast<size_t>(m * w.n), std::nanf(""));  // an output nobody writes shows
   const std::vector<int32_t>& perm = w.perm;
   for (int64_t by = 0; by < splits; ++by) {
     for (int64_t bx = 0; bx < ctas_n; ++bx) {
@@ -104,15 +106,27 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
         int64_t nt;
         bool active;
         std::vector<Regs4> w0, w1, w2;                       // [tile j][lane][word]
+        // load_chunk's scales: [tile j][half][lane] -> the index of the lane's {s, zb} pairs in w.sz (-1: zeros).
+        std::vector<std::array<std::array<int64_t, 32>, 2>> s0, s1, s2;
         std::vector<std::vector<std::array<float, 4>>> acc;  // [m-tile][lane][element]
       };
       std::vector<WarpState> warps(kWarps);
-      const auto load_weights = [&](const WarpState& ws, int64_t c, std::vector<Regs4>& dst) {
+      const bool g32 = w.group_size % 64 != 0;  // launch_mma_tiles' kG32
+      const uint32_t magic = w4a16_layout::group_magic(w.group_size);
+      // load_chunk: the words and, per tile and half (one half unless g32), the sz entry of group_of's group.
+      const auto load_weights = [&](const WarpState& ws, int64_t c, std::vector<Regs4>& dst,
+                                    std::vector<std::array<std::array<int64_t, 32>, 2>>& sz_dst) {
         for (int j = 0; j < kChunkTiles; ++j) {
           const int64_t kt = c * kChunkTiles + j;
+          const bool live = ws.active && kt < col_tiles;
           for (int lane = 0; lane < 32; ++lane) {
             for (int s = 0; s < 4; ++s) {
-              dst[j][lane][s] = ws.active && kt < col_tiles ? w.q[((ws.nt * col_tiles + kt) * 32 + lane) * 4 + s] : 0u;
+              dst[j][lane][s] = live ? w.q[((ws.nt * col_tiles + kt) * 32 + lane) * 4 + s] : 0u;
+            }
+            for (int h = 0; h < 2; ++h) {
+              const int hh = g32 ? h : 0;  // compute_tile's sz[kG32 ? 1 : 0]
+              const int64_t group = w4a16_layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * hh), magic);
+              sz_dst[j][h][lane] = live ? ((group * row_tiles * 8) + ws.nt * 8 + lane / 4) * 4 : -1;
             }
           }
         }
@@ -121,9 +135,12 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
         WarpState& ws = warps[warp];
         ws.nt = bx * kWarps + warp, ws.active = ws.nt < row_tiles;
         ws.w0.assign(kChunkTiles, Regs4(32)), ws.w1 = ws.w0, ws.w2 = ws.w0;
+        ws.s0.assign(kChunkTiles, {}), ws.s1 = ws.s0, ws.s2 = ws.s0;
+        for (auto& tile : ws.s0) tile[0].fill(-1), tile[1].fill(-1);
+        ws.s1 = ws.s0, ws.s2 = ws.s0;
         ws.acc.assign(m_tiles, std::vector<std::array<float, 4>>(32, {0, 0, 0, 0}));
-        if (c_begin < c_end) load_weights(ws, c_begin, ws.w0);
-        if (c_begin + 1 < c_end) load_weights(ws, c_begin + 1, ws.w1);
+        if (c_begin < c_end) load_weights(ws, c_begin, ws.w0, ws.s0);
+        if (c_begin + 1 < c_end) load_weights(ws, c_begin + 1, ws.w1, ws.s1);
       }
       for (int64_t s0 = c_begin; s0 < c_end; s0 += stage) {
         const int64_t s1 = std::min(c_end, s0 + stage);
@@ -139,13 +156,12 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
         }
         for (int64_t c = s0; c < s1; ++c) {
           for (WarpState& ws : warps) {
-            if (c + 2 < c_end) load_weights(ws, c + 2, ws.w2);
+            if (c + 2 < c_end) load_weights(ws, c + 2, ws.w2, ws.s2);
             if (ws.active) {
               const int64_t xc = (c - s0) * rows * kXStride;
               for (int j = 0; j < kChunkTiles; ++j) {
                 const int64_t kt = c * kChunkTiles + j;
                 if (kt >= col_tiles) continue;
-                const int64_t col0 = kt * 64;  // compute_tile
                 for (int half = 0; half < 2; ++half) {
                   std::vector<Regs4> b(m_tiles);
                   for (int mt = 0; mt < m_tiles; ++mt) {
@@ -158,9 +174,8 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
                   for (int step = 0; step < 2; ++step) {
                     Regs4 a(32);
                     for (int lane = 0; lane < 32; ++lane) {
-                      const int64_t group = (col0 + 32 * half) / w.group_size;
-                      const uint16_t* sz = w.sz.data() + ((group * row_tiles * 8) + ws.nt * 8 + lane / 4) * 4;
-                      a[lane] = dequant(ws.w0[j][lane][2 * half + step], sz, w.dtype);
+                      const int64_t at = ws.s0[j][half][lane];  // a live tile's entry (never -1 here)
+                      a[lane] = dequant(ws.w0[j][lane][2 * half + step], &w.sz.at(static_cast<size_t>(at)), w.dtype);
                     }
                     for (int mt = 0; mt < m_tiles; ++mt) {
                       std::vector<std::array<uint32_t, 2>> bb(32);
@@ -173,6 +188,7 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
               }
             }
             ws.w0 = ws.w1, ws.w1 = ws.w2;
+            ws.s0 = ws.s1, ws.s1 = ws.s2;
           }
         }
       }
@@ -196,11 +212,15 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
       }
     }
   }
-  if (splits > 1) {  // reduce_kernel
-    for (int64_t i = 0; i < m * w.n; ++i) {
-      float v = 0.0f;
-      for (int64_t s = 0; s < splits; ++s) v += partial[s * m * w.n + i];
-      y[i] = value_of(bits_of(v, w.dtype), w.dtype);
+  if (splits > 1) {  // the last arrival of column block bx: its 64 columns, every row, splits in order
+    for (int64_t bx = 0; bx < ctas_n; ++bx) {
+      const int64_t col0 = bx * kWarps * 16, cols = std::min<int64_t>(kWarps * 16, w.n - col0);
+      for (int64_t i = 0; i < m * cols; ++i) {
+        const int64_t row = i / cols, col = col0 + i % cols;
+        float v = 0.0f;
+        for (int64_t s = 0; s < splits; ++s) v += partial[s * m * w.n + row * w.n + col];
+        y[row * w.n + col] = value_of(bits_of(v, w.dtype), w.dtype);
+      }
     }
   }
   return y;
@@ -215,7 +235,7 @@ TEST(W4A16MmaModel, TheKernelsIndexingComputesTheTwinsProduct) {
   uint32_t seed = 1;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {
-      for (int64_t gs : {32, 128, -1}) {
+      for (int64_t gs : {32, 64, 96, 128, -1}) {  // 64, 96: group_of's multiplier (d = 2, 3)
         if (gs != -1 && s.k % gs != 0) continue;
         for (bool act : {false, true}) {
           const w4a16_test::LogicalWeight logical = w4a16_test::random_weight(s.n, s.k, gs, act, seed++);

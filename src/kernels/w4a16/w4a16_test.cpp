@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/testing/kernel_test_util.h"
+#include "kernels/w4a16/w4a16_layout.h"
 #include "kernels/w4a16/w4a16_test_util.h"
 
 namespace mmserve::kernels {
@@ -118,6 +119,23 @@ TEST(W4A16, CpuGemmMatchesTheLogicalWeight) {
   }
 }
 
+// The mma kernel finds a tile's group with a multiply instead of a division (w4a16_layout.h: group_of): exact for
+// every column below the limit and every group size the check takes (checked exhaustively over the columns for
+// the sizes a checkpoint meets and a spread of others, the whole-row groups of Llama / Mixtral widths included).
+TEST(W4A16, GroupIndexWithoutADivisionIsExact) {
+  std::vector<int64_t> sizes = {32, 64, 96, 128, 160, 192, 256, 4096, 11008, 14336, 28672};
+  for (int64_t d = 2; d <= 2048; d = d * 3 / 2 + 1) sizes.push_back(32 * d);
+  sizes.push_back(w4a16_layout::kMaxGroupedCols - 32);
+  for (int64_t gs : sizes) {
+    const uint32_t magic = w4a16_layout::group_magic(gs);
+    int64_t bad = 0;
+    for (int64_t col = 0; col < w4a16_layout::kMaxGroupedCols; col += 16) {  // the kernel asks at multiples of 32
+      if (w4a16_layout::group_of(static_cast<uint32_t>(col), magic) != static_cast<uint32_t>(col / gs)) ++bad;
+    }
+    EXPECT_EQ(bad, 0) << "group size " << gs;
+  }
+}
+
 TEST(W4A16, ShapesTheKernelCannotTakeAreRefused) {
   const auto refused = [](const LogicalWeight& w, const std::string& why) {
     const Status st = w4a16_check(w.view());
@@ -150,6 +168,9 @@ TEST(W4A16, ShapesTheKernelCannotTakeAreRefused) {
   for (int c = 0; c < 128; ++c) w.g_idx[c] = c < 40 ? 0 : 1 + (c - 40) * 3 / 88;  // group 0 holds 40 columns
   refused(w, "g_idx groups of unequal sizes");
   w = random_weight(16, 64, 32, false, 2);
+  Int4WeightView big = w.view();  // the check reads the shape before the arrays
+  big.k = w4a16_layout::kMaxGroupedCols, big.group_size = -1;
+  EXPECT_EQ(w4a16_check(big).code(), StatusCode::kInvalidArgument) << "k at the group index's limit";
   Int4WeightView v = w.view();
   v.scales = nullptr;
   EXPECT_EQ(w4a16_check(v).code(), StatusCode::kInvalidArgument);
