@@ -5,10 +5,12 @@
 // same run) and prints the ratios.
 //
 //   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
-//                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N] [--w4a16 G]
+//                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N] [--w4a16 G | --fp8]
 // --w4a16 G (issue 17): every decoder linear as random 4-bit weights in groups of G (128, or -1: one group), run
 // through kernels/w4a16 (LlamaCudaModel::random_w4a16); bench/run_llama_gpu_bench.sh with W4A16=G runs it beside the
 // bf16 run of the same shapes and prints the ratios. The JSON says "weights" and "weight_bytes".
+// --fp8 (issue 17): every decoder linear as random E4M3 weights with per-tensor static scales (the fp8-static
+// checkpoint's path: LlamaCudaModel::random_fp8); the runner's FP8=1.
 // --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots (--lora-slots S: fewer);
 // each batch size is then decoded twice in the same process, without adapters and with sequence i of iteration k
 // under adapter (k * B + i) % N (every step mixes min(B, N) adapters, the iterations go round all N), and the ratio
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
   int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
   bool graphs = true;
   int64_t loras = 0, lora_slots = -1, w4a16 = 0;  // w4a16: the group size, 0 for bf16 weights
+  bool fp8 = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
     else if (a == "--loras") loras = std::stoll(next());
     else if (a == "--lora-slots") lora_slots = std::stoll(next());
     else if (a == "--w4a16") w4a16 = std::stoll(next());
+    else if (a == "--fp8") fp8 = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -103,10 +107,11 @@ int main(int argc, char** argv) {
   o.max_loras = lora_slots >= 0 ? std::min(lora_slots, loras) : loras, o.max_lora_rank = 16;
   const double t_load = now_s();
   auto model = w4a16 != 0 ? models::LlamaCudaModel::random_w4a16(arch(name), o, 1, w4a16)
-                           : models::LlamaCudaModel::random(arch(name), o, 1);
+               : fp8        ? models::LlamaCudaModel::random_fp8(arch(name), o, 1)
+                            : models::LlamaCudaModel::random(arch(name), o, 1);
   BENCH_CHECK_OK(model.status());
   models::LlamaCudaModel& m = **model;
-  const std::string weights = w4a16 != 0 ? "w4a16 g" + std::to_string(w4a16) : "bf16";
+  const std::string weights = w4a16 != 0 ? "w4a16 g" + std::to_string(w4a16) : fp8 ? "fp8 e4m3 per-tensor" : "bf16";
   std::fprintf(stderr, "%s (%s) ready in %.1f s: weights %.2f GB (%.2f GiB), pool %.2f GB (%lld blocks)\n",
                name.c_str(), weights.c_str(), now_s() - t_load, m.weight_bytes() / 1e9, m.weight_bytes() / 1073741824.0,
                m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));

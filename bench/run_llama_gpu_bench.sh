@@ -8,6 +8,8 @@
 # NEW_TOKENS (128), PREFILL (2048), ITERS (3), CELL_TIMEOUT_S (300). Writes RESULT_DIR/{hf,mmserve}_<arch>.json.
 # W4A16=G (issue 17; e.g. 128): mmserve once more with random 4-bit weights in groups of G (llama_gpu_bench --w4a16 G),
 # RESULT_DIR/mmserve_w4a16_<arch>.json, and a second table: W4A16 against mmserve's bf16 run of the same script run.
+# FP8=1: the same with random per-tensor E4M3 weights (llama_gpu_bench --fp8), RESULT_DIR/mmserve_fp8_<arch>.json.
+# HF=0: no HF transformers run (the quantised tables only).
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BIN_DIR RESULT_DIR" >&2; exit 2; }
 BIN=$1
@@ -25,6 +27,11 @@ for arch in $ARCHS; do
     echo "[$SECONDS s] $arch: mmserve W4A16 g$W4A16" >&2
     timeout -k 10 "$T" "$BIN/llama_gpu_bench" --arch "$arch" --w4a16 "$W4A16" "${ARGS[@]}" > "$RES/mmserve_w4a16_$arch.json" 2> "$RES/mmserve_w4a16_$arch.err" || tail -n 5 "$RES/mmserve_w4a16_$arch.err" >&2
   fi
+  if [ -n "${FP8:-}" ]; then
+    echo "[$SECONDS s] $arch: mmserve FP8" >&2
+    timeout -k 10 "$T" "$BIN/llama_gpu_bench" --arch "$arch" --fp8 "${ARGS[@]}" > "$RES/mmserve_fp8_$arch.json" 2> "$RES/mmserve_fp8_$arch.err" || tail -n 5 "$RES/mmserve_fp8_$arch.err" >&2
+  fi
+  [ "${HF:-1}" = 0 ] && continue
   echo "[$SECONDS s] $arch: HF" >&2
   timeout -k 10 "$T" python3 "$HERE/hf_llama_gpu.py" --arch "$arch" "${ARGS[@]}" > "$RES/hf_$arch.json" 2> "$RES/hf_$arch.err" || tail -n 5 "$RES/hf_$arch.err" >&2
 done
@@ -43,13 +50,15 @@ for a in archs:
     pm, ph = m["prefill"]["ms"], h["prefill"]["ms"]
     print(f"| {a} | prefill {m['prefill']['tokens']} ms | {pm:.1f} | {ph:.1f} | {ph/pm:.2f}x faster |")
 import os
-if os.environ.get("W4A16"):
+for env, tag, label in (("W4A16", "w4a16", "W4A16"), ("FP8", "fp8", "FP8")):
+    if not os.environ.get(env):
+        continue
     print()
-    print("| shapes | measure | mmserve W4A16 | mmserve bf16 | ratio |")
+    print(f"| shapes | measure | mmserve {label} | mmserve bf16 | ratio |")
     print("|---|---|---|---|---|")
     for a in archs:
         try:
-            q = json.load(open(f"{res}/mmserve_w4a16_{a}.json")); m = json.load(open(f"{res}/mmserve_{a}.json"))
+            q = json.load(open(f"{res}/mmserve_{tag}_{a}.json")); m = json.load(open(f"{res}/mmserve_{a}.json"))
         except Exception as e:
             print(f"| {a} | missing ({e}) | | | |"); continue
         print(f"| {a} | weights GB | {q['weight_bytes']/1e9:.2f} ({q['weights']}) | {m['weight_bytes']/1e9:.2f} | {m['weight_bytes']/q['weight_bytes']:.2f}x smaller |")

@@ -127,6 +127,11 @@ class LlamaCudaModel {
   static StatusOr<std::unique_ptr<LlamaCudaModel>> random_w4a16(const LlamaConfig& config,
                                                                 const LlamaCudaOptions& options, uint64_t seed,
                                                                 int64_t group_size = 128);
+  // Random FP8 weights (llama_cuda_fp8.cpp): every decoder linear as E4M3 codes of std ~0.02 with one per-tensor
+  // weight scale and a static input scale (the fp8-static checkpoint's path); one random code block per GEMM shape
+  // copied into every layer's own codes; the rest as random(). Benchmarks.
+  static StatusOr<std::unique_ptr<LlamaCudaModel>> random_fp8(const LlamaConfig& config,
+                                                              const LlamaCudaOptions& options, uint64_t seed);
   ~LlamaCudaModel();
 
   const LlamaConfig& config() const { return config_; }

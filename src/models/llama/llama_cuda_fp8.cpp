@@ -15,6 +15,7 @@
 // bias (cuBLASLt's FP8 GEMM into f32 takes a bf16 bias): all kUnimplemented naming what.
 // Tests: tests/conformance/llama_cuda_fp8_test.cpp.
 #include <algorithm>
+#include <map>
 #include <set>
 
 #include "core/cuda/cuda_status.h"
@@ -109,6 +110,60 @@ StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::load_fp8(const std::st
   RETURN_IF_ERROR(m->plan_weights());
   RETURN_IF_ERROR(m->upload_fp8(store, quant).with_context(model_dir));
   RETURN_IF_ERROR(m->upload(store));
+  RETURN_IF_ERROR(m->plan_buffers());
+  if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
+  return m;
+}
+
+StatusOr<std::unique_ptr<LlamaCudaModel>> LlamaCudaModel::random_fp8(const LlamaConfig& config,
+                                                                     const LlamaCudaOptions& options, uint64_t seed) {
+  QuantConfig quant;
+  quant.method = QuantMethod::kFp8, quant.fp8_inputs = Fp8InputScale::kStatic;
+  RETURN_IF_ERROR(check_fp8_request(quant, options));
+  std::unique_ptr<LlamaCudaModel> m(new LlamaCudaModel());
+  RETURN_IF_ERROR(m->init(config, options));
+  m->fp8_gemms_.assign(static_cast<size_t>(config.num_hidden_layers), {true, true, true, true});
+  RETURN_IF_ERROR(m->plan_fp8());
+  RETURN_IF_ERROR(m->plan_weights());
+  RETURN_IF_ERROR(m->randomise(seed));
+  // Codes: sign random, magnitude uniform over the E4M3 codes 0x20..0x4F (2^-4 .. 3.75, finite), weight scale
+  // 0.015 (values of std ~0.02), input scale 8 / 448 (rms-normed activations of order 1 use the codes' range).
+  const float w_scale = 0.015f, a_scale = 8.0f / 448.0f;
+  std::map<std::pair<int64_t, int64_t>, std::vector<uint8_t>> codes;  // one random block per (width, k)
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 3;
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) {
+    for (int g = 0; g < kGemms; ++g) {
+      const std::vector<LinearShape> linears = gemm_linears(config, m->names_.model, g);
+      Fp8Linear& out = m->layers_[static_cast<size_t>(l)].fp8[g];
+      out.k = linears[0].k;
+      for (const LinearShape& s : linears) out.width += s.n;
+      std::vector<uint8_t>& block = codes[{out.width, out.k}];
+      if (block.empty()) {
+        block.resize(static_cast<size_t>(out.width * out.k));
+        for (uint8_t& c : block) {
+          x = x * 6364136223846793005ull + 1442695040888963407ull;  // LCG: the top bits are random enough here
+          const uint32_t r = static_cast<uint32_t>(x >> 33);
+          c = static_cast<uint8_t>(((r & 1u) << 7) | (0x20 + (r >> 1) % 0x30));
+        }
+      }
+      ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(block.size()));
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, block.data(), block.size(), cudaMemcpyHostToDevice));
+      out.codes = static_cast<const uint8_t*>(dst);
+      ASSIGN_OR_RETURN(float* ws, m->weights_.allocate_array<float>(1));
+      ASSIGN_OR_RETURN(float* as, m->weights_.allocate_array<float>(1));
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(ws, &w_scale, sizeof(float), cudaMemcpyHostToDevice));
+      CUDA_RETURN_IF_ERROR(cudaMemcpy(as, &a_scale, sizeof(float), cudaMemcpyHostToDevice));
+      int64_t offset = 0;
+      for (const LinearShape& s : linears) {  // the same scales: one fused GEMM, as a checkpoint with shared scales
+        Fp8Part part;
+        part.offset = offset, part.n = s.n, part.w_scale = ws, part.a_scale = as;
+        part.w_scale_host = w_scale, part.a_scale_host = a_scale;
+        out.parts.push_back(part);
+        offset += s.n;
+      }
+      out.fused = true;
+    }
+  }
   RETURN_IF_ERROR(m->plan_buffers());
   if (options.graphs) RETURN_IF_ERROR(m->capture_graphs());
   return m;
