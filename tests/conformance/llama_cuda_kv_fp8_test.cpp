@@ -60,6 +60,7 @@ LlamaCudaOptions options(DType dtype, const std::string& kv_cache_dtype) {
   o.dtype = dtype;
   o.kv_cache_dtype = kv_cache_dtype;
   o.max_model_len = 64, o.max_num_seqs = 16, o.max_num_tokens = 64;
+  o.kv_cache_bytes = 16 << 20;  // two models live at once in a test: neither may take the memory share
   return o;
 }
 

@@ -141,7 +141,8 @@ struct ChunkRegs {
 
 // Chunk c's weights and scales (zeros past the last tile or for a warp without a strip). sz_strip: the lane's sz
 // entry of group 0; group_stride: entries per group.
-template <bool kG32>
+// kWeights / kScales: which of the two to request (kernels with many m-tiles take the scales a chunk at a time).
+template <bool kG32, bool kWeights = true, bool kScales = true>
 __device__ __forceinline__ void load_chunk(const uint4* wq, const uint2* sz_strip, uint32_t group_stride,
                                            uint32_t magic, int64_t c, int64_t col_tiles, bool active,
                                            ChunkRegs<kG32>& r) {
@@ -149,7 +150,8 @@ __device__ __forceinline__ void load_chunk(const uint4* wq, const uint2* sz_stri
   for (int j = 0; j < kChunkTiles; ++j) {
     const int64_t kt = c * kChunkTiles + j;
     const bool live = active && kt < col_tiles;
-    r.w[j] = live ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
+    if (kWeights) r.w[j] = live ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
+    if (!kScales) continue;
 #pragma unroll
     for (int h = 0; h < (kG32 ? 2 : 1); ++h) {
       const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
@@ -214,11 +216,11 @@ constexpr int stage_chunks(int m_tiles) {
   return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
 }
 
-// 4 CTAs an SM (<= 128 registers; ptxas -v reports 16-24 bytes of spill) at m <= 16 with group sizes that are
-// multiples of 64 (decode's common case), to keep 16 warps' weight loads in flight; the rest take the registers they
-// need (140-207 without the bound: 3 CTAs an SM or fewer).
+// 4 CTAs an SM (<= 128 registers; ptxas -v reports 0-24 bytes of spill) at m <= 16 with group sizes that are
+// multiples of 64 (decode's common case) and at m = 17..32, to keep 16 warps' weight loads in flight; m = 33..64
+// and the odd group sizes at m <= 16 take the registers they need (140-180: 3 CTAs an SM or fewer).
 template <typename T, int kMTiles, bool kG32>
-__global__ void __launch_bounds__(kThreads, kMTiles <= 2 && !kG32 ? 4 : 1)
+__global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles == 4 ? 4 : 1)
     mma_kernel(const __grid_constant__ MmaParams p) {
   pdl_trigger();
   constexpr int kRows = 8 * kMTiles, kStage = stage_chunks(kMTiles);
@@ -236,10 +238,15 @@ __global__ void __launch_bounds__(kThreads, kMTiles <= 2 && !kG32 ? 4 : 1)
 
   // The weights and scales of chunks c, c + 1 and c + 2: two chunks always in flight behind the one being
   // computed. The first two are requested before the wait (weights are immutable).
+  // Above 16 rows the ring of scales costs more registers than it saves (193-223 against 2 CTAs an SM: measured
+  // slower at m = 32 on the H100, 2026-12-07); there each chunk's scales are requested together just before it.
+  constexpr bool kRingScales = kMTiles <= 2;
   ChunkRegs<kG32> r0 = {}, r1 = {}, r2 = {};
-  if (c_begin < c_end) load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, active, r0);
+  if (c_begin < c_end)
+    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, active, r0);
   if (c_begin + 1 < c_end)
-    load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, active, r1);
+    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, active,
+                                        r1);
   float acc[kMTiles][4];
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
@@ -253,7 +260,10 @@ __global__ void __launch_bounds__(kThreads, kMTiles <= 2 && !kG32 ? 4 : 1)
       load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
     __syncthreads();
     for (int64_t c = s0; c < s1; ++c) {
-      if (c + 2 < c_end) load_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c + 2, col_tiles, active, r2);
+      if (c + 2 < c_end)
+        load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c + 2, col_tiles, active, r2);
+      if (!kRingScales)
+        load_chunk<kG32, false, true>(wq, sz_strip, group_stride, p.group_magic, c, col_tiles, active, r0);
       if (active) {
         const uint16_t* xc = xs + (c - s0) * kRows * kXStride;
 #pragma unroll
