@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/common/cuda_align.h"
 #include "kernels/common/cuda_convert.cuh"
 #include "kernels/common/cuda_pdl.cuh"
+#include "kernels/fp8/fp8_cuda_codes.cuh"
 #include "kernels/rope/rope_cuda.h"
 
 namespace mmserve::kernels {
@@ -28,7 +30,9 @@ struct Params {
 };
 
 // The cache write fused after the rotation (apply_rope_and_cache_cuda): row r's k and v (k rotated in place just
-// before) copied to slot_mapping[r] of the caches, in 16-byte words when `wide`.
+// before) copied to slot_mapping[r] of the caches, in 16-byte words when `wide`; into an FP8 pool (`fp8`) each
+// element is quantised as paged_kv_write_cuda does (fp8_encode_scaled with the layer's scales, read on the device),
+// so the fused launch writes the same codes as the two launches it replaces.
 struct CacheParams {
   const void* k;
   const void* v;
@@ -38,6 +42,9 @@ struct CacheParams {
   const int32_t* slot_mapping;
   int64_t width, num_slots;
   bool wide;
+  bool fp8 = false, e4m3 = false;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
 };
 
 template <typename W>
@@ -47,6 +54,19 @@ __device__ __forceinline__ void copy_row(const CacheParams& c, int64_t row, int6
   W* kc = static_cast<W*>(c.k_cache) + slot * (c.width / scale);
   W* vc = static_cast<W*>(c.v_cache) + slot * (c.width / scale);
   for (int64_t i = threadIdx.x; i < c.width / scale; i += kThreads) kc[i] = k[i], vc[i] = v[i];
+}
+
+template <typename T>
+__device__ __forceinline__ void quantise_row(const CacheParams& c, int64_t row, int64_t slot) {
+  const T* k = static_cast<const T*>(c.k) + row * c.src_ld;
+  const T* v = static_cast<const T*>(c.v) + row * c.src_ld;
+  uint8_t* kc = static_cast<uint8_t*>(c.k_cache) + slot * c.width;
+  uint8_t* vc = static_cast<uint8_t*>(c.v_cache) + slot * c.width;
+  const float ks = *c.k_scale, vs = *c.v_scale;
+  for (int64_t i = threadIdx.x; i < c.width; i += kThreads) {
+    kc[i] = fp8_encode_scaled(to_f32(k[i]), ks, c.e4m3);
+    vc[i] = fp8_encode_scaled(to_f32(v[i]), vs, c.e4m3);
+  }
 }
 
 template <typename T, int kVec, bool kCache>
@@ -81,6 +101,12 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(Params p, CacheParams ca
     const int64_t slot = cache.slot_mapping[row];
     if (slot < 0 || slot >= cache.num_slots) return;  // padding rows of a decode bucket write nowhere
     __syncthreads();  // the block's rotated k is in global memory, visible to the whole block
+    if constexpr (!std::is_same_v<T, float>) {
+      if (cache.fp8) {
+        quantise_row<T>(cache, row, slot);
+        return;
+      }
+    }
     if (cache.wide) {
       copy_row<uint4>(cache, row, slot, 16 / sizeof(T));
     } else {
@@ -143,6 +169,11 @@ Status apply_rope_and_cache_cuda(const RopeArgs& a, const PagedKvWriteArgs& kv, 
   if (a.rows == 0) return ok_status();
   if (kv.width == 0) return launch<false>(a, CacheParams{}, stream);
   const size_t size = dtype_size(a.dtype);
+  if (kv.kv_storage != PagedKvStorage::kSame) {  // FP8 pool (f16 / bf16 activations: paged_kv_write_validate)
+    CacheParams c{kv.k, kv.v, kv.src_ld, kv.k_cache, kv.v_cache, kv.slot_mapping, kv.width, kv.num_slots, false};
+    c.fp8 = true, c.e4m3 = kv.kv_storage == PagedKvStorage::kFp8E4M3, c.k_scale = kv.k_scale, c.v_scale = kv.v_scale;
+    return launch<true>(a, c, stream);
+  }
   const bool wide = (kv.width * size) % 16 == 0 && (kv.src_ld * size) % 16 == 0 && aligned16(kv.k) &&
                     aligned16(kv.v) && aligned16(kv.k_cache) && aligned16(kv.v_cache);
   const CacheParams c{kv.k, kv.v, kv.src_ld, kv.k_cache, kv.v_cache, kv.slot_mapping, kv.width, kv.num_slots, wide};

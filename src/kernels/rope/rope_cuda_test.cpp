@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/fp8/fp8.h"
 #include "kernels/paged_attention/paged_attention_cuda.h"
 #include "kernels/rope/rope.h"
 #include "kernels/testing/cuda_test_util.h"
@@ -135,15 +136,24 @@ TEST(RopeCudaTest, PositionsUpTo131071MatchTheTwin) {
 // apply_rope_and_cache_cuda against the two launches it fuses (apply_rope_cuda, then paged_kv_write_cuda), bit for
 // bit on the rotated rows and both whole caches (slots never written keep their bytes, a slot of -1 writes nowhere),
 // and against the CPU twin apply_rope_and_cache within the rotation's tolerance: Llama-3-8B's fused QKV row, a
-// GQA row with head_dim 64, and rows whose widths force the element-wise copy.
+// GQA row with head_dim 64, and rows whose widths force the element-wise copy. With an FP8 pool the caches hold
+// codes (one byte an element) quantised with per-pool scales: the fused launch must write paged_kv_write_cuda's
+// codes bit for bit (a 16-bit copy into an FP8 pool was the bug of 2026-12-07: the decoder over FP8 pools read
+// garbage while every pool kernel passed), v's codes equal the twin's, and k's (rotated one 16-bit ulp apart at
+// most) decode within one FP8 step of the twin's.
 void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_heads, int64_t head_dim, int64_t pad,
-                          uint32_t seed) {
+                          uint32_t seed, PagedKvStorage storage = PagedKvStorage::kSame) {
   SCOPED_TRACE(std::string(dtype_name(d)) + " rows=" + std::to_string(rows) + " q_heads=" + std::to_string(q_heads) +
                " kv_heads=" + std::to_string(kv_heads) + " head_dim=" + std::to_string(head_dim) +
-               " pad=" + std::to_string(pad));
+               " pad=" + std::to_string(pad) + " pool " + paged_kv_storage_name(storage));
+  const bool fp8 = storage != PagedKvStorage::kSame;
+  const Fp8Format format = storage == PagedKvStorage::kFp8E5M2 ? Fp8Format::kE5M2 : Fp8Format::kE4M3;
   const int64_t width = kv_heads * head_dim, ld = (q_heads + 2 * kv_heads) * head_dim + pad, slots = 2 * rows + 3;
   const std::vector<float> x = round_through(random_floats(rows * ld, seed, -2.0f, 2.0f), d);
   const std::vector<float> cache0 = round_through(random_floats(slots * width, seed + 1, -1.0f, 1.0f), d);
+  std::vector<uint8_t> codes0(static_cast<size_t>(slots * width));
+  for (size_t i = 0; i < codes0.size(); ++i) codes0[i] = static_cast<uint8_t>(i * 37 + seed);
+  const std::vector<float> scales = {0.0125f, 0.021f};  // k, v: values of |x| <= 2 are well inside E4M3 / E5M2
   std::vector<int32_t> positions(rows), slot(rows);
   std::mt19937 rng(seed);
   for (int64_t r = 0; r < rows; ++r) {
@@ -153,17 +163,22 @@ void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_hea
   slot[rows / 2] = -1;
   const std::vector<float> inv = rope_inv_freq(head_dim, 500000.0, RopeScaling{}, 8192);
   const DeviceVector<int32_t> dp(positions), ds(slot);
-  const DeviceVector<float> di(inv);
-  auto run = [&](bool fused, std::vector<float>* x_out, std::vector<float>* k_out, std::vector<float>* v_out) {
-    const DeviceArray dx(x, d, 0), dk(cache0, d, 0), dv(cache0, d, 0);
+  const DeviceVector<float> di(inv), dscales(scales);
+  // Caches as raw bytes: 16-bit / f32 elements, or FP8 codes.
+  using Bytes = std::vector<uint8_t>;
+  auto run = [&](bool fused, std::vector<float>* x_out, Bytes* k_out, Bytes* v_out) {
+    const DeviceArray dx(x, d, 0);
+    const Bytes init = fp8 ? codes0 : cuda_test::encode(cache0, d);
+    const DeviceVector<uint8_t> dk(init), dv(init);
     RopeArgs a;
     a.x = dx.data(), a.dtype = d, a.rows = rows, a.ld = ld, a.heads = q_heads + kv_heads, a.head_dim = head_dim;
     a.positions = dp.get(), a.inv_freq = di.get();
     PagedKvWriteArgs w;
     w.k = static_cast<uint8_t*>(dx.data()) + q_heads * head_dim * dtype_size(d);
     w.v = static_cast<uint8_t*>(dx.data()) + (q_heads + kv_heads) * head_dim * dtype_size(d);
-    w.src_ld = ld, w.k_cache = dk.data(), w.v_cache = dv.data(), w.dtype = d, w.slot_mapping = ds.get();
+    w.src_ld = ld, w.k_cache = dk.get(), w.v_cache = dv.get(), w.dtype = d, w.slot_mapping = ds.get();
     w.num_tokens = rows, w.width = width, w.num_slots = slots;
+    w.kv_storage = storage, w.k_scale = dscales.get(), w.v_scale = dscales.get() + 1;
     if (fused) {
       const Status st = apply_rope_and_cache_cuda(a, w, nullptr);
       ASSERT_TRUE(st.ok()) << st.to_string();
@@ -174,14 +189,16 @@ void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_hea
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     *x_out = dx.download(), *k_out = dk.download(), *v_out = dv.download();
   };
-  std::vector<float> fx, fk, fv, ux, uk, uv;
+  std::vector<float> fx, ux;
+  Bytes fk, fv, uk, uv;
   run(true, &fx, &fk, &fv);
   run(false, &ux, &uk, &uv);
   ASSERT_EQ(fx, ux);
   ASSERT_EQ(fk, uk);
   ASSERT_EQ(fv, uv);
   // The CPU twin on host copies.
-  std::vector<uint8_t> hx = cuda_test::encode(x, d), hk = cuda_test::encode(cache0, d), hv = hk;
+  std::vector<uint8_t> hx = cuda_test::encode(x, d);
+  Bytes hk = fp8 ? codes0 : cuda_test::encode(cache0, d), hv = hk;
   RopeArgs a;
   a.x = hx.data(), a.dtype = d, a.rows = rows, a.ld = ld, a.heads = q_heads + kv_heads, a.head_dim = head_dim;
   a.positions = positions.data(), a.inv_freq = inv.data();
@@ -190,11 +207,22 @@ void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_hea
   w.v = hx.data() + (q_heads + kv_heads) * head_dim * dtype_size(d);
   w.src_ld = ld, w.k_cache = hk.data(), w.v_cache = hv.data(), w.dtype = d, w.slot_mapping = slot.data();
   w.num_tokens = rows, w.width = width, w.num_slots = slots;
+  w.kv_storage = storage, w.k_scale = &scales[0], w.v_scale = &scales[1];
   ASSERT_TRUE(apply_rope_and_cache(a, w).ok());
+  if (fp8) {
+    ASSERT_EQ(fv, hv);
+    const double step = format == Fp8Format::kE4M3 ? 0.125 : 0.25;  // an FP8 ulp, relative to the value
+    for (size_t i = 0; i < hk.size(); ++i) {
+      const double g = fp8_decode(fk[i], format), c = fp8_decode(hk[i], format);
+      ASSERT_LE(std::fabs(g - c), step * std::fabs(c) + 4e-3) << "k code " << i;
+    }
+    return;
+  }
   const std::vector<float> ck = cuda_test::decode(hk, d), cv = cuda_test::decode(hv, d);
+  const std::vector<float> gk = cuda_test::decode(fk, d), gv = cuda_test::decode(fv, d);
   for (size_t i = 0; i < ck.size(); ++i) {
-    ASSERT_NEAR(fk[i], ck[i], 4 * std::ldexp(1.0, -20) * 4 + ulp16(d, ck[i])) << "k cache element " << i;
-    ASSERT_EQ(fv[i], cv[i]) << "v cache element " << i;
+    ASSERT_NEAR(gk[i], ck[i], 4 * std::ldexp(1.0, -20) * 4 + ulp16(d, ck[i])) << "k cache element " << i;
+    ASSERT_EQ(gv[i], cv[i]) << "v cache element " << i;
   }
 }
 
@@ -211,6 +239,18 @@ TEST(RopeCudaTest, RopeAndCacheEqualsRopeThenKvWrite) {
   PagedKvWriteArgs w;
   a.rows = 2, w.num_tokens = 3;
   EXPECT_FALSE(apply_rope_and_cache_cuda(a, w, nullptr).ok());
+}
+
+TEST(RopeCudaTest, RopeAndCacheIntoFp8PoolsWritesTheKvWritesCodes) {
+  MMSERVE_REQUIRE_GPU();
+  for (PagedKvStorage storage : {PagedKvStorage::kFp8E4M3, PagedKvStorage::kFp8E5M2}) {
+    for (DType d : {DType::kF16, DType::kBF16}) {
+      check_rope_and_cache(d, 5, 32, 8, 128, 0, 21, storage);  // Llama-3-8B
+      check_rope_and_cache(d, 7, 4, 2, 16, 0, 22, storage);    // the tiny fixtures' head_dim 16
+      check_rope_and_cache(d, 4, 3, 1, 10, 2, 23, storage);    // odd widths
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 TEST(RopeCudaTest, BrokenArgumentsAreRejected) {
