@@ -97,14 +97,6 @@ TEST(LlamaCudaKvFp8, RefusalsComeBeforeAnyCudaCall) {
     EXPECT_EQ(m.status().code(), StatusCode::kInvalidArgument) << m.status().to_string();
     EXPECT_NE(m.status().message().find(words), std::string::npos) << m.status().to_string();
   }
-  // A valid FP8 pool is refused for now (the decoder over it fails MatchesTheCpuModelAndTheSixteenBitPool on the
-  // GPU): 501 with the reason, never a model that answers wrongly. Remove with the fix.
-  for (const char* name : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {
-    auto m = LlamaCudaModel::load(dir, options(DType::kBF16, name));
-    ASSERT_FALSE(m.ok()) << name;
-    EXPECT_EQ(m.status().code(), StatusCode::kUnimplemented) << m.status().to_string();
-    EXPECT_NE(m.status().message().find("FP8 KV cache is disabled"), std::string::npos) << m.status().to_string();
-  }
 }
 
 // ---- on the GPU

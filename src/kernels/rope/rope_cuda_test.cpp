@@ -213,6 +213,7 @@ void check_rope_and_cache(DType d, int64_t rows, int64_t q_heads, int64_t kv_hea
     ASSERT_EQ(fv, hv);
     const double step = format == Fp8Format::kE4M3 ? 0.125 : 0.25;  // an FP8 ulp, relative to the value
     for (size_t i = 0; i < hk.size(); ++i) {
+      if (fk[i] == hk[i]) continue;  // also the slots never written, whose bytes may be NaN codes
       const double g = fp8_decode(fk[i], format), c = fp8_decode(hk[i], format);
       ASSERT_LE(std::fabs(g - c), step * std::fabs(c) + 4e-3) << "k code " << i;
     }
