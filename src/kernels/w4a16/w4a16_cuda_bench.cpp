@@ -117,6 +117,43 @@ void bench_linear(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double 
   for (void* p : theirs) cudaFree(p);
 }
 
+// Decode's M = 1 with the split count forced (split_k 1..16; 0 = the planner's choice): how the time depends on the
+// CTA count (waves, tails, the split-K fix-up), for the scheduling work. Run after every linear's rows, so the
+// launch order of the rows above (ncu's --launch-skip offsets) does not move.
+void bench_split_sweep(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double hbm) {
+  const W4A16Packed host = random_packed(s.n, s.k, 128, false, 1);
+  const double packed_bytes = static_cast<double>(host.q.size() * 4 + host.sz.size() * 2);
+  std::vector<std::unique_ptr<W4A16Buffers>> ours;
+  for (size_t i = 0; i < std::max<size_t>(1, kRotateBytes / static_cast<size_t>(packed_bytes) + 1); ++i) {
+    auto up = w4a16_upload(host);
+    if (!up.ok()) return;
+    ours.push_back(std::move(*up));
+  }
+  void* x = device_random(DType::kBF16, s.k, 2);
+  void* y = nullptr;
+  void* ws = nullptr;
+  const size_t ws_bytes = w4a16_workspace_bytes(1, ours[0]->view, 16);
+  cudaMalloc(&y, static_cast<size_t>(s.n) * 2);
+  cudaMalloc(&ws, ws_bytes);
+  cudaMemset(ws, 0, ws_bytes);
+  for (int split : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16}) {
+    const std::string shape = std::string(s.name) + " bf16 M=1 N=" + std::to_string(s.n) + " K=" +
+                              std::to_string(s.k) + " g128 split_k=" + std::to_string(split);
+    size_t i = 0;
+    Status status = ok_status();
+    const size_t need = w4a16_workspace_bytes(1, ours[0]->view, split);
+    const double us = bench.run("w4a16_split", "ours " + shape, 2.0 * s.n * s.k, packed_bytes, [&] {
+      const Status st = w4a16_gemm_cuda(x, DType::kBF16, 1, ours[i++ % ours.size()]->view, y, ws, need, &gemm,
+                                        bench.stream(), {}, split);
+      if (!st.ok()) status = st;
+    });
+    if (!status.ok()) std::fprintf(stderr, "w4a16 %s: %s\n", shape.c_str(), status.to_string().c_str());
+    std::printf("w4a16_split %-52s %8.2f us  %5.1f%% of HBM\n", shape.c_str(), us,
+                100.0 * packed_bytes / (us * 1e-6) / hbm);
+  }
+  cudaFree(x), cudaFree(y), cudaFree(ws);
+}
+
 }  // namespace
 
 void bench_w4a16_cuda(CudaBench& bench) {
@@ -141,6 +178,7 @@ void bench_w4a16_cuda(CudaBench& bench) {
                             {"down", 4096, 14336, false},
                             {"o", 4096, 4096, true}};
   for (const Linear& s : linears) bench_linear(bench, gemm, s, hbm);
+  for (int i = 0; i < 4; ++i) bench_split_sweep(bench, gemm, linears[i], hbm);
   created->reset();
   cudaFree(workspace);
 }
