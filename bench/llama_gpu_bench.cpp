@@ -6,9 +6,12 @@
 //
 //   llama_gpu_bench --arch llama-3-8b|llama-3.2-1b [--batches 1,32] [--prompt 128] [--new-tokens 128]
 //                   [--prefill 2048] [--iters 3] [--no-graphs] [--loras N] [--w4a16 G | --fp8]
+//                   [--embeddings-on-host]
 // --w4a16 G (issue 17): every decoder linear as random 4-bit weights in groups of G (128, or -1: one group), run
 // through kernels/w4a16 (LlamaCudaModel::random_w4a16); bench/run_llama_gpu_bench.sh with W4A16=G runs it beside the
 // bf16 run of the same shapes and prints the ratios. The JSON says "weights" and "weight_bytes".
+// --embeddings-on-host: LlamaCudaOptions::embeddings_on_host (the token table in host memory); the JSON's
+// "host_weight_bytes" says how much stayed there.
 // --fp8 (issue 17): every decoder linear as random E4M3 weights with per-tensor static scales (the fp8-static
 // checkpoint's path: LlamaCudaModel::random_fp8); the runner's FP8=1.
 // --loras N (issue 16): N random rank-16 LoRA adapters on all seven linears in N GPU slots (--lora-slots S: fewer);
@@ -76,7 +79,7 @@ int main(int argc, char** argv) {
   int64_t prompt = 128, new_tokens = 128, prefill = 2048, iters = 3;
   bool graphs = true;
   int64_t loras = 0, lora_slots = -1, w4a16 = 0;  // w4a16: the group size, 0 for bf16 weights
-  bool fp8 = false;
+  bool fp8 = false, host_embeddings = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
     else if (a == "--lora-slots") lora_slots = std::stoll(next());
     else if (a == "--w4a16") w4a16 = std::stoll(next());
     else if (a == "--fp8") fp8 = true;
+    else if (a == "--embeddings-on-host") host_embeddings = true;
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
   o.max_num_tokens = std::max<int64_t>(prefill, prompt);
   o.max_model_len = std::max(prefill, prompt + new_tokens) + 16;
   o.graphs = graphs;
+  o.embeddings_on_host = host_embeddings;
   o.max_loras = lora_slots >= 0 ? std::min(lora_slots, loras) : loras, o.max_lora_rank = 16;
   const double t_load = now_s();
   auto model = w4a16 != 0 ? models::LlamaCudaModel::random_w4a16(arch(name), o, 1, w4a16)
@@ -112,15 +117,16 @@ int main(int argc, char** argv) {
   BENCH_CHECK_OK(model.status());
   models::LlamaCudaModel& m = **model;
   const std::string weights = w4a16 != 0 ? "w4a16 g" + std::to_string(w4a16) : fp8 ? "fp8 e4m3 per-tensor" : "bf16";
-  std::fprintf(stderr, "%s (%s) ready in %.1f s: weights %.2f GB (%.2f GiB), pool %.2f GB (%lld blocks)\n",
+  std::fprintf(stderr, "%s (%s) ready in %.1f s: weights %.2f GB (%.2f GiB) on the GPU, %.2f GB on the host, pool %.2f GB (%lld blocks)\n",
                name.c_str(), weights.c_str(), now_s() - t_load, m.weight_bytes() / 1e9, m.weight_bytes() / 1073741824.0,
-               m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
+               m.host_weight_bytes() / 1e9, m.pool_bytes() / 1e9, static_cast<long long>(m.num_blocks()));
   const int64_t vocab = m.config().vocab_size;
   bench::Stepper stepper(m, o.max_num_seqs, o.max_num_tokens);
   engine::DecoderScheduler& scheduler = stepper.scheduler;
   std::mt19937 rng(0);
   nlohmann::json out = {{"arch", name},     {"graphs", m.graphs()},           {"decode", nlohmann::json::array()},
-                        {"weights", weights}, {"weight_bytes", m.weight_bytes()}};
+                        {"weights", weights}, {"weight_bytes", m.weight_bytes()},
+                        {"host_weight_bytes", m.host_weight_bytes()}};
   // --loras: random adapters (normal-ish values from a cheap generator; the timing does not depend on them).
   std::vector<std::shared_ptr<models::LoraAdapter>> adapters;
   std::vector<double> pack_ms, upload_ms;

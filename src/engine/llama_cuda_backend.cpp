@@ -214,6 +214,7 @@ StatusOr<std::unique_ptr<DecoderBackend>> make_llama_cuda_backend(const std::str
   o.block_size = llama.block_size;
   o.kv_cache_bytes = llama.kv_cache_bytes;
   o.kv_cache_dtype = llama.kv_cache_dtype;  // checked by the model (names, FP8 with f32)
+  o.embeddings_on_host = llama.embeddings_on_host;
   o.memory_utilization = llama.gpu_memory_utilization;
   o.max_num_tokens = llama.max_num_batched_tokens;
   o.max_num_seqs = std::min(llama.max_num_seqs, options.batch_size_max);

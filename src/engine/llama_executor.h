@@ -128,6 +128,9 @@ struct LlamaOptions {
   // The pool's elements (vLLM's --kv-cache-dtype): auto (the compute dtype), fp8 / fp8_e4m3, fp8_e5m2 (CUDA only:
   // twice the blocks in the same bytes; models::LlamaCudaOptions::kv_cache_dtype).
   std::string kv_cache_dtype = "auto";
+  // CUDA: the token embedding table in host memory (llama.cpp's placement; models::LlamaCudaOptions::
+  // embeddings_on_host): saves vocab x hidden x 2 bytes of GPU memory. Nothing changes on the CPU.
+  bool embeddings_on_host = false;
   double gpu_memory_utilization = 0.85;  // CUDA: the share of the GPU's memory weights, workspaces and pool may use
   int64_t max_num_seqs = 256;            // sequences running at once
   int64_t max_num_batched_tokens = 2048;  // tokens per step

@@ -12,7 +12,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
                                                                      const ExecutorOptions& options,
                                                                      const nlohmann::json& family_config) {
   RETURN_IF_ERROR(check_known_keys(family_config,
-                                   {"block_size", "kv_cache_bytes", "kv_cache_dtype", "gpu_memory_utilization", "max_num_seqs",
+                                   {"block_size", "kv_cache_bytes", "kv_cache_dtype", "embeddings_on_host", "gpu_memory_utilization", "max_num_seqs",
                                     "max_num_batched_tokens", "max_model_len", "enable_prefix_caching",
                                     "enable_chunked_prefill", "enable_continuous_batching", "encoder_cache_bytes",
                                     "adapters", "max_loras", "max_lora_rank", "max_cpu_loras", "gate", "adapter_routing",
@@ -25,6 +25,7 @@ StatusOr<std::unique_ptr<Executor>> LlamaExecutor::create_for_server(const std::
     ASSIGN_OR_RETURN(llama.block_size, o.get_int_or("block_size", llama.block_size));
     ASSIGN_OR_RETURN(llama.kv_cache_bytes, o.get_int_or("kv_cache_bytes", llama.kv_cache_bytes));
     ASSIGN_OR_RETURN(llama.kv_cache_dtype, o.get_string_or("kv_cache_dtype", llama.kv_cache_dtype));
+    ASSIGN_OR_RETURN(llama.embeddings_on_host, o.get_bool_or("embeddings_on_host", llama.embeddings_on_host));
     ASSIGN_OR_RETURN(llama.gpu_memory_utilization, o.get_double_or("gpu_memory_utilization", llama.gpu_memory_utilization));
     ASSIGN_OR_RETURN(llama.max_num_seqs, o.get_int_or("max_num_seqs", llama.max_num_seqs));
     ASSIGN_OR_RETURN(llama.max_num_batched_tokens, o.get_int_or("max_num_batched_tokens", llama.max_num_batched_tokens));

@@ -150,7 +150,8 @@ Status LlamaCudaModel::plan_weights() {
   auto want = [&](const void** slot, DType dtype, int64_t n, std::vector<std::pair<std::string, int64_t>> parts) {
     wants.push_back({slot, DeviceArena::aligned(bytes_of(dtype, n)), std::move(parts), dtype});
   };
-  want(&embed_, d, c.vocab_size * h, {{names_.model + "embed_tokens.weight", 0}});
+  host_embeddings_ = options_.embeddings_on_host && !c.tie_word_embeddings;  // llama_cuda_embed.cpp
+  if (!host_embeddings_) want(&embed_, d, c.vocab_size * h, {{names_.model + "embed_tokens.weight", 0}});
   if (!c.tie_word_embeddings) want(&lm_head_, d, c.vocab_size * h, {{names_.lm_head, 0}});
   want(&final_norm_, d, h, {{names_.model + "norm.weight", 0}});
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -242,6 +243,7 @@ Status LlamaCudaModel::upload(const WeightStore& store) {
     for (size_t k = 0; k < f32.size(); ++k) half[k] = target == DType::kBF16 ? f32_to_bf16(f32[k]) : f32_to_f16(f32[k]);
     CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, half.data(), half.size() * 2, cudaMemcpyHostToDevice));
   }
+  if (host_embeddings_) return upload_host_embeddings(store);  // llama_cuda_embed.cpp
   return ok_status();
 }
 
@@ -261,6 +263,7 @@ Status LlamaCudaModel::randomise(uint64_t seed) {
     }
     RETURN_IF_ERROR(fill_weights(dst, f32_bias ? DType::kF32 : options_.dtype, n, ++k, norm ? 0.0f : 0.02f, 1.0f, s));
   }
+  if (host_embeddings_) randomise_host_embeddings(seed);
   return stream_.synchronize();
 }
 
@@ -293,6 +296,10 @@ Status LlamaCudaModel::plan_buffers() {
   // FP8 (llama_cuda_fp8.cpp): a GEMM's quantised input, [rows, K] codes.
   for (size_t b : {w4a16_workspace_bytes_, w4a16_scratch_need(rows), static_cast<size_t>(rows * fp8_input_k())}) {
     if (b > 0) all.push_back(b);
+  }
+  if (host_embeddings_) {  // the step's embedding rows and the identity ids (llama_cuda_embed.cpp)
+    all.push_back(bytes_of(d, rows * h));
+    all.push_back(bytes_of(DType::kI32, rows));
   }
   const int64_t e_count = c.num_experts;
   const int64_t pairs = rows * std::max<int64_t>(c.experts_per_token, 1) + (e_count > 0 ? kMoePadRows : 0);
@@ -379,6 +386,7 @@ Status LlamaCudaModel::plan_buffers() {
     ASSIGN_OR_RETURN(void* q, buffers_.allocate(static_cast<size_t>(rows * fp8_input_k())));
     fp8_input_ = static_cast<uint8_t*>(q);
   }
+  if (host_embeddings_) RETURN_IF_ERROR(allocate_host_embedding_buffers(rows));
   if (e_count > 0) {
     ASSIGN_OR_RETURN(router_logits_, buffers_.allocate_array<float>(rows * e_count));
     ASSIGN_OR_RETURN(moe_ids_, buffers_.allocate_array<int32_t>(c.num_hidden_layers * pairs));
@@ -509,6 +517,7 @@ Status LlamaCudaModel::stage(const DecoderStep& step, int64_t rows) {
   if (step.table_ld != table_ld_) return invalid_argument("a step's block tables are not table_ld wide");
   std::copy(step.block_tables.begin(), step.block_tables.end(), tab);
   std::fill(tab + n * table_ld_, tab + seqs * table_ld_, 0);
+  if (host_embeddings_) RETURN_IF_ERROR(stage_embeddings(tok, tokens));  // llama_cuda_embed.cpp
   cudaStream_t s = stream_.get();
   auto copy = [&](int32_t* dst, const int32_t* src, int64_t count) {
     return cudaMemcpyAsync(dst, src, static_cast<size_t>(count) * 4, cudaMemcpyHostToDevice, s);
@@ -562,7 +571,7 @@ Status LlamaCudaModel::launch(int64_t tokens, int64_t seqs, int64_t logit_rows, 
     a.rows = rows, a.cols = cols, a.segments = segments, a.eps = eps;
     return kernels::rms_norm_cuda(a, s);
   };
-  RETURN_IF_ERROR(gather_rows_f32(embed_, d, c.vocab_size, h, arrays_.tokens, tokens, h, x_, s));
+  RETURN_IF_ERROR(gather_embeddings(tokens, s));  // from embed_, or the staged rows (embeddings_on_host)
   if (eager_step_ != nullptr && !eager_step_->embed_rows.empty()) {
     // LLaVA: the placeholder rows take the image features (f32, as the residual stream): one copy per run of
     // consecutive rows (an image's placeholders are one run).

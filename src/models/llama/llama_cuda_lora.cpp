@@ -157,9 +157,14 @@ Status LlamaCudaModel::sum_text_rows(const std::vector<int32_t>& ids) {
   cudaStream_t s = stream_.get();
   for (size_t first = 0; first < ids.size(); first += static_cast<size_t>(chunk)) {
     const int64_t m = std::min<int64_t>(chunk, static_cast<int64_t>(ids.size() - first));
-    CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m), cudaMemcpyHostToDevice, s));
-    RETURN_IF_ERROR(gather_rows_f32(embed_, options_.dtype, c.vocab_size, h, arrays_.tokens, m, h, x_, s));
+    if (host_embeddings_) {  // the rows staged from the host table (llama_cuda_embed.cpp); the staging is reused
+      RETURN_IF_ERROR(stream_.synchronize());
+      RETURN_IF_ERROR(stage_embeddings(ids.data() + first, m));
+    } else {
+      CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m), cudaMemcpyHostToDevice, s));
+    }
+    RETURN_IF_ERROR(gather_embeddings(m, s));
     RETURN_IF_ERROR(column_sum_f32(x_, m, h, 1.0f, /*accumulate=*/first > 0, gathered_, s));
   }
   return ok_status();

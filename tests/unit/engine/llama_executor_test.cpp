@@ -199,7 +199,8 @@ TEST_F(LlamaExecutorTest, PreemptionChunkingAndPrefixCachingChangeNothing) {
   for (const nlohmann::json& options :
        {nlohmann::json{{"kv_cache_bytes", per_token * 16 * 40}, {"block_size", 16}},  // 40 blocks: 640 slots
         nlohmann::json{{"max_num_batched_tokens", 5}}, nlohmann::json{{"block_size", 4}},
-        nlohmann::json{{"enable_prefix_caching", false}, {"enable_chunked_prefill", false}}}) {
+        nlohmann::json{{"enable_prefix_caching", false}, {"enable_chunked_prefill", false}},
+        nlohmann::json{{"embeddings_on_host", true}}}) {  // CUDA's table placement: the CPU's is already the host
     SCOPED_TRACE(options.dump());
     make(options);
     std::vector<Prepared> prepared;
@@ -305,6 +306,9 @@ TEST_F(LlamaExecutorTest, BadOptionsAreRefusedByName) {
       dir_, {}, {{"enable_chunked_prefill", false}, {"max_num_batched_tokens", 100}});  // max_model_len is 512
   ASSERT_FALSE(unchunked.ok());
   EXPECT_NE(unchunked.status().message().find("max_num_batched_tokens"), std::string::npos);
+  auto placement = LlamaExecutor::create_for_server(dir_, {}, {{"embeddings_on_host", "yes"}});
+  ASSERT_FALSE(placement.ok());
+  EXPECT_NE(placement.status().message().find("embeddings_on_host"), std::string::npos) << placement.status().message();
   auto tiny = LlamaExecutor::create_for_server(dir_, {}, {{"kv_cache_bytes", 1000}});
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("max_model_len"), std::string::npos) << tiny.status().message();
