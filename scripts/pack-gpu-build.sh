@@ -9,14 +9,15 @@
 #   PACK=gpu GPU_EXTRA="sam_cuda_test"             only the GPU test binaries (+ these)
 #   PACK=only GPU_EXTRA="clip_batch_cuda_test"     only these test binaries (a call that runs a stage or two)
 #   BENCHES="kernels_cuda_bench"                   only these GPU benches (default: all five)
-#   BASELINE=DIR                                   also DIR's mmserve and kernels_cuda_bench (binaries of an earlier
+#   BASELINE=DIR                                   also DIR's mmserve, kernels_cuda_bench and llama_gpu_bench (binaries of an earlier
 #                                                  commit, same libraries) as base/: gpu-check's before/after runs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/gpu-host}
 STAGE=$(mktemp -d)
 mkdir -p "$STAGE/tests" "$STAGE/lib"
-cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
+# NO_CLI=1: without mmserve and clip_throughput (a call that runs kernel tests and benches only).
+[ "${NO_CLI:-0}" = 1 ] || cp "$B/src/cli/mmserve" "$B/bench/clip_throughput" "$STAGE/"
 # BENCHES="kernels_cuda_bench": only these of the GPU benches (the carried size is limited).
 for b in ${BENCHES:-kernels_cuda_bench whisper_gpu_bench sam_gpu_bench llama_gpu_bench llava_gpu_bench}; do
   for d in "$B/src/kernels" "$B/bench"; do [ -x "$d/$b" ] && cp "$d/$b" "$STAGE/"; done
@@ -37,7 +38,8 @@ fi
 cp -L "$(g++ -print-file-name=libgomp.so.1)" "$STAGE/lib/"
 # The server's HTTP and YAML libraries (Debian shared objects; Ubuntu 24.04 has other sonames or none).
 # ... and the audio tests' libsndfile with its codecs (Debian ships them shared only).
-for bin in "$B/src/cli/mmserve" "$STAGE"/tests/*; do
+for bin in "$STAGE"/mmserve "$STAGE"/tests/*; do
+  [ -f "$bin" ] || continue
   for lib in $(ldd "$bin" | awk '/libyaml-cpp|libcpp-httplib|libbrotli|libsndfile|libsamplerate|libvorbis|libogg|libFLAC|libopus|libmpg123|libmp3lame/ {print $3}'); do
     cp -L "$lib" "$STAGE/lib/"
   done
@@ -45,8 +47,8 @@ done
 # A dynamically linked build (build/cpu-release): carry every shared library that is neither glibc's, the C++
 # runtime's (the host's are newer), the CUDA toolkit's (the host has CUDA 13.0) nor the driver's.
 if [ "$B" != build/gpu-host ]; then
-  for bin in "$STAGE"/mmserve "$STAGE"/clip_throughput "$STAGE"/sam_gpu_bench "$STAGE"/tests/*; do
-    [ -f "$bin" ] || continue
+  for bin in "$STAGE"/* "$STAGE"/tests/* ${BASELINE:+"$BASELINE"/mmserve "$BASELINE"/kernels_cuda_bench "$BASELINE"/llama_gpu_bench}; do
+    [ -f "$bin" ] && [ -x "$bin" ] || continue
     for lib in $(ldd "$bin" | awk '$3 ~ /^\// {print $3}' | grep -v '^/usr/local/cuda' | grep -vE '/(libc|libm|libdl|libpthread|librt|libgcc_s|libstdc\+\+|libcuda|ld-linux)[.-]'); do
       [ -e "$STAGE/lib/$(basename "$lib")" ] || cp -L "$lib" "$STAGE/lib/"
     done
@@ -54,7 +56,7 @@ if [ "$B" != build/gpu-host ]; then
 fi
 if [ -n "${BASELINE:-}" ]; then
   mkdir -p "$STAGE/base"
-  for f in mmserve kernels_cuda_bench; do [ -x "$BASELINE/$f" ] && cp "$BASELINE/$f" "$STAGE/base/"; done
+  for f in mmserve kernels_cuda_bench llama_gpu_bench; do [ -x "$BASELINE/$f" ] && cp "$BASELINE/$f" "$STAGE/base/"; done
 fi
 find "$STAGE" -type f -executable -exec strip --strip-unneeded {} \;   # keeps the carried archive small
 mkdir -p .carry

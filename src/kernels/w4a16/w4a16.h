@@ -20,15 +20,20 @@
 //   * sz: per group, row strip and fragment row g (0..7) four 16-bit values of `dtype`: the scale and the zero of row
 //     16 nt + g, then of row 16 nt + g + 8 (one 8-byte load gives a lane both of its rows). The zero is stored as
 //     base + zero (base 1024 for f16, 128 for bf16: the magic-number dequantisation's offset, w4a16_layout.h).
-// Rounding: scales are rounded to `dtype` (exact for f16, which is what checkpoints hold; bf16 keeps 8 bits), and a
-// dequantised weight is round_dtype((q - zero) * scale): q - zero is exact, the product rounds once. The CPU twin,
-// the GPU kernels and the tests all use that value.
+// Rounding: scales are rounded to `dtype` (exact for f16, which is what checkpoints hold; bf16 keeps 8 bits). The
+// GEMM (m <= 64: the tensor-core kernel, and its CPU twin) computes y = sum over groups g of scale_g * (sum over g's
+// columns of (q - zero) * x) in f32: q - zero is exact in the dtype, the products are exact, and the scale multiplies
+// the group's f32 sum once, so no weight is rounded (Marlin and vLLM round each (q - zero) * scale to the dtype; we
+// did too until 2026-12-07: the per-group scale saves an instruction a weight pair and a rounding). A dequantised
+// weight (w4a16_dequantize_cpu / _cuda, the m > 64 path that hands W to cuBLASLt) is round_dtype((q - zero) *
+// scale): the product rounds once, so that path differs from the twin by each weight's rounding (<= 2^-8 of it in
+// bf16, 2^-11 in f16), which its tests allow.
 //
 // Contract (w4a16_check): n % 16 == 0, k % 64 == 0, group_size a multiple of 32 that divides k (or k / -1),
 // q in 0..15, zeros in 0..127 (GPTQ v1's stored + 1 may reach 16), finite scales, and with g_idx every group holds
 // exactly group_size columns (what GPTQ's desc_act writes). Anything else is refused with a message.
 // Tests: w4a16_test.cpp (round trip of the packing, the GEMM against a double-precision loop over the logical form,
-// every refusal).
+// every refusal), w4a16_mma_model_test.cpp (a CPU model of the kernel's indexing), w4a16_cuda_test.cpp (the GPU).
 #pragma once
 
 #include <cstdint>
@@ -66,8 +71,8 @@ StatusOr<W4A16Packed> w4a16_pack(const Int4WeightView& w, DType dtype);
 // (packed_order false) or in the packed (perm) order, which is what w4a16_dequantize_cuda writes.
 std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order = false);
 
-// The CPU twin of w4a16_gemm_cuda: y[m][n] = sum_c x[m][c] * W[n][c] with W the dequantised weight above, f32
-// accumulation, x [m, k] and y [m, n] row-major f32.
+// The CPU twin of w4a16_gemm_cuda at m <= 64: y[m][n] = sum_g scale[n][g] * sum_{c in g} (q - zero)[n][c] * x[m][c],
+// groups in packed column order, f32 accumulation, x [m, k] and y [m, n] row-major f32.
 void w4a16_gemm_cpu(const float* x, int64_t m, const W4A16Packed& w, float* y);
 
 }  // namespace mmserve::kernels

@@ -140,10 +140,21 @@ StatusOr<W4A16Packed> w4a16_pack(const Int4WeightView& w, DType dtype) {
   return p;
 }
 
-std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order) {
+namespace {
+
+// What the packed weight holds, read back into plain arrays: q - zero [n][k] in packed column order (exact small
+// integers) and the scales [n][groups] (values of the dtype). The one reader of the packed layout on the CPU: the
+// dequantised weight and the GEMM twin are both built from it.
+struct Unpacked {
+  std::vector<float> q_minus_zero, scales;
+};
+
+Unpacked unpack(const W4A16Packed& w) {
   const int64_t row_tiles = w.n / kW4A16RowTile, col_tiles = w.k / kW4A16ColTile;
   const float base = base_of(w.dtype);
-  std::vector<float> out(static_cast<size_t>(w.n * w.k));
+  Unpacked u;
+  u.q_minus_zero.resize(static_cast<size_t>(w.n * w.k));
+  u.scales.resize(static_cast<size_t>(w.n * w.groups));
   for (int64_t nt = 0; nt < row_tiles; ++nt) {
     for (int64_t kt = 0; kt < col_tiles; ++kt) {
       for (int lane = 0; lane < 32; ++lane) {
@@ -155,32 +166,55 @@ std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order)
               const int64_t row = nt * kW4A16RowTile + fr;
               const int64_t j = kt * kW4A16ColTile + 16 * s + layout::fragment_col(lane, i, h);
               const uint16_t* sz = w.sz.data() + layout::sz_index(j / w.group_size, nt, row_tiles, fr % 8);
-              const float scale = from_bits(sz[2 * (fr / 8)], w.dtype);
               const float zero = from_bits(sz[2 * (fr / 8) + 1], w.dtype) - base;
               const float q = static_cast<float>((word >> layout::nibble_shift(i, h)) & 15u);
-              const float value =
-                  from_bits(to_bits((q - zero) * scale, w.dtype), w.dtype);  // (q - zero) * scale exact in f32
-              const int64_t col = packed_order || w.perm.empty() ? j : w.perm[static_cast<size_t>(j)];
-              out[static_cast<size_t>(row * w.k + col)] = value;
+              u.q_minus_zero[static_cast<size_t>(row * w.k + j)] = q - zero;
+              u.scales[static_cast<size_t>(row * w.groups + j / w.group_size)] = from_bits(sz[2 * (fr / 8)], w.dtype);
             }
           }
         }
       }
     }
   }
+  return u;
+}
+
+}  // namespace
+
+std::vector<float> w4a16_dequantize_cpu(const W4A16Packed& w, bool packed_order) {
+  const Unpacked u = unpack(w);
+  std::vector<float> out(static_cast<size_t>(w.n * w.k));
+  for (int64_t row = 0; row < w.n; ++row) {
+    for (int64_t j = 0; j < w.k; ++j) {
+      const size_t at = static_cast<size_t>(row * w.k + j);
+      const float scale = u.scales[static_cast<size_t>(row * w.groups + j / w.group_size)];
+      const float value = from_bits(to_bits(u.q_minus_zero[at] * scale, w.dtype), w.dtype);  // exact in f32 first
+      const int64_t col = packed_order || w.perm.empty() ? j : w.perm[static_cast<size_t>(j)];
+      out[static_cast<size_t>(row * w.k + col)] = value;
+    }
+  }
   return out;
 }
 
 void w4a16_gemm_cpu(const float* x, int64_t m, const W4A16Packed& w, float* y) {
-  const std::vector<float> weight = w4a16_dequantize_cpu(w);
-  const int64_t n = w.n, k = w.k;
+  const Unpacked u = unpack(w);
+  const int64_t n = w.n, k = w.k, gs = w.group_size;
+  std::vector<float> xp(static_cast<size_t>(m * k));  // x's columns in packed order
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < k; ++j) xp[r * k + j] = x[r * k + (w.perm.empty() ? j : w.perm[static_cast<size_t>(j)])];
+  }
 #pragma omp parallel for schedule(static) num_threads(parallel_threads(m* n* k))
   for (int64_t o = 0; o < n; ++o) {
-    const float* wr = weight.data() + o * k;
+    const float* qz = u.q_minus_zero.data() + o * k;
+    const float* scales = u.scales.data() + o * w.groups;
     for (int64_t r = 0; r < m; ++r) {
-      const float* xr = x + r * k;
+      const float* xr = xp.data() + r * k;
       float acc = 0.0f;
-      for (int64_t c = 0; c < k; ++c) acc += xr[c] * wr[c];
+      for (int64_t g = 0; g < w.groups; ++g) {
+        float sum = 0.0f;  // the group's unscaled sum, then scaled once (as the kernel's flush_group)
+        for (int64_t j = g * gs; j < (g + 1) * gs; ++j) sum += xr[j] * qz[j];
+        acc += scales[g] * sum;
+      }
       y[r * n + o] = acc;
     }
   }

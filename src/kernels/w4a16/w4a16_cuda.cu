@@ -81,14 +81,61 @@ __device__ __forceinline__ RowScales spread(uint2 sz) {
           __byte_perm(sz.y, 0, 0x3232)};
 }
 
-// One packed word (a lane's 8 values of one 16-column step) -> the A fragment registers a0..a3 (a0, a2: row g;
-// a1, a3: row g + 8).
+// One packed word (a lane's 8 values of one 16-column step) -> the dequantised A fragment registers a0..a3 (a0, a2:
+// row g; a1, a3: row g + 8), round_dtype((q - zero) * scale): the prefill path's dequantise kernel.
 template <typename T>
 __device__ __forceinline__ void dequant(uint32_t word, const RowScales& rs, uint32_t (&a)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t v = ((word >> (4 * i)) & 0x000f000fu) | Pair<T>::kMagic;  // one lop3 after the shift
     a[i] = sub_mul<T>(v, (i & 1) ? rs.z_hi : rs.z_lo, (i & 1) ? rs.s_hi : rs.s_lo);
+  }
+}
+
+// v - zb on both 16-bit halves: q - zero, exact (two integers offset by the same base, below 2^8 / 2^11).
+template <typename T>
+__device__ __forceinline__ uint32_t sub_zero(uint32_t v, uint32_t zb) {
+  typename Pair<T>::Type a, b;
+  memcpy(&a, &v, 4), memcpy(&b, &zb, 4);
+  const typename Pair<T>::Type r = __hsub2(a, b);
+  uint32_t u;
+  memcpy(&u, &r, 4);
+  return u;
+}
+
+// The mma kernel's A fragments: q - zero, exact, in the dtype (three instructions a register: shift, lop3, sub);
+// the scale is applied to the f32 sums of each group instead (flush_group), which saves the fourth, a multiply
+// per register, and the rounding of every weight to the dtype.
+template <typename T>
+__device__ __forceinline__ void unscaled(uint32_t word, uint32_t z_lo, uint32_t z_hi, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = ((word >> (4 * i)) & 0x000f000fu) | Pair<T>::kMagic;
+    a[i] = sub_zero<T>(v, (i & 1) ? z_hi : z_lo);
+  }
+}
+
+// The scale of the lane's row g (low 16 bits of sz.x) and of row g + 8 (of sz.y), as f32.
+template <typename T>
+__device__ __forceinline__ float2 scales_of(uint2 sz);
+template <>
+__device__ __forceinline__ float2 scales_of<__nv_bfloat16>(uint2 sz) {
+  return make_float2(__uint_as_float(sz.x << 16), __uint_as_float(sz.y << 16));
+}
+template <>
+__device__ __forceinline__ float2 scales_of<__half>(uint2 sz) {
+  return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(sz.x & 0xffffu))),
+                     __half2float(__ushort_as_half(static_cast<unsigned short>(sz.y & 0xffffu))));
+}
+
+// A group's sums (C fragments: c0, c1 row g; c2, c3 row g + 8) scaled into the accumulators, then zeroed.
+template <int kMTiles>
+__device__ __forceinline__ void flush_group(float2 s, float (&group)[kMTiles][4], float (&acc)[kMTiles][4]) {
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    acc[mt][0] = fmaf(s.x, group[mt][0], acc[mt][0]), acc[mt][1] = fmaf(s.x, group[mt][1], acc[mt][1]);
+    acc[mt][2] = fmaf(s.y, group[mt][2], acc[mt][2]), acc[mt][3] = fmaf(s.y, group[mt][3], acc[mt][3]);
+    group[mt][0] = group[mt][1] = group[mt][2] = group[mt][3] = 0.0f;
   }
 }
 
@@ -122,7 +169,7 @@ struct MmaParams {
   const uint4* q = nullptr;
   const uint2* sz = nullptr;
   OutParams out;
-  float* partial = nullptr;     // [splits][m][n] when splits > 1
+  float* partial = nullptr;      // [splits][m][n] when splits > 1
   uint32_t* counters = nullptr;  // [CTAs along n] arrivals, zero between calls (the workspace's first bytes)
   int64_t chunks_per_split = 0;
   int splits = 1;
@@ -130,32 +177,34 @@ struct MmaParams {
 
 // What a warp holds of one chunk: its strip's four tiles (one 16-byte word group a lane each) and, per tile, the
 // lane's scales/zeros entry of the tile's group; kG32 (a group size that is an odd multiple of 32: 32, 96, 160...,
-// where a 64-column tile's two halves may lie in different groups): of each 32-column half's group. Requested together two
-// chunks ahead, so the scales never stall the multiply (loaded beside the dequantisation they were a dependent
-// load per tile).
+// where a 64-column tile's two halves may lie in different groups): of each 32-column half's group. Requested together
+// two chunks ahead, so the scales never stall the multiply (loaded beside the dequantisation they were a dependent load
+// per tile).
 template <bool kG32>
 struct ChunkRegs {
   uint4 w[kChunkTiles];
   uint2 sz[kChunkTiles][kG32 ? 2 : 1];
 };
 
-// Chunk c's weights and scales (zeros past the last tile or for a warp without a strip). sz_strip: the lane's sz
-// entry of group 0; group_stride: entries per group.
+// Chunk c's weights and scales. wq / sz_strip: the lane's word group of the strip's tile 0 and its sz entry of
+// group 0 (a warp without a strip reads the last strip's, never used); group_stride: sz entries per group. Tiles
+// past the last one (a chunk cut short) re-read the last tile (never used): no branch around the loads, whose
+// predicates and 64-bit index arithmetic cost more issue slots than the dequantisation at decode (ncu, 2026-12-07).
 // kWeights / kScales: which of the two to request (kernels with many m-tiles take the scales a chunk at a time).
 template <bool kG32, bool kWeights = true, bool kScales = true>
-__device__ __forceinline__ void load_chunk(const uint4* wq, const uint2* sz_strip, uint32_t group_stride,
-                                           uint32_t magic, int64_t c, int64_t col_tiles, bool active,
+__device__ __forceinline__ void load_chunk(const uint4* __restrict__ wq, const uint2* __restrict__ sz_strip,
+                                           uint32_t group_stride, uint32_t magic, int c, int col_tiles,
                                            ChunkRegs<kG32>& r) {
 #pragma unroll
   for (int j = 0; j < kChunkTiles; ++j) {
-    const int64_t kt = c * kChunkTiles + j;
-    const bool live = active && kt < col_tiles;
-    if (kWeights) r.w[j] = live ? __ldcs(wq + kt * 32) : make_uint4(0, 0, 0, 0);  // read once: evict first
-    if (!kScales) continue;
+    const int kt = min(c * kChunkTiles + j, col_tiles - 1);
+    if constexpr (kWeights) r.w[j] = __ldcs(wq + kt * 32);  // read once: evict first
+    if constexpr (kScales) {
 #pragma unroll
-    for (int h = 0; h < (kG32 ? 2 : 1); ++h) {
-      const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
-      r.sz[j][h] = live ? __ldg(sz_strip + static_cast<uint64_t>(group) * group_stride) : make_uint2(0, 0);
+      for (int h = 0; h < (kG32 ? 2 : 1); ++h) {
+        const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
+        r.sz[j][h] = __ldg(sz_strip + group * group_stride);
+      }
     }
   }
 }
@@ -183,30 +232,25 @@ __device__ __forceinline__ void load_x(const uint16_t* x, const int32_t* perm, i
   }
 }
 
-// One 16 x 64 tile (chunk slot j) times x's [64, kRows] slice into acc, with the tile's scales (load_chunk's).
-template <typename T, int kMTiles, bool kG32>
-__device__ __forceinline__ void compute_tile(const uint4& wv, const uint2 (&sz)[kG32 ? 2 : 1], int j,
-                                             const uint16_t* xs, int lane, float (&acc)[kMTiles][4]) {
-  // The tile's scales: one group, or (kG32) one per 32-column half.
-  const RowScales rs[2] = {spread(sz[0]), spread(sz[kG32 ? 1 : 0])};
-  const uint32_t words[4] = {wv.x, wv.y, wv.z, wv.w};
+// One 32-column half of a 16 x 64 tile (chunk slot j, half h: words 2h and 2h + 1, zeros of the half's group) times
+// x's [32, kRows] slice into the group's sums.
+template <typename T, int kMTiles>
+__device__ __forceinline__ void compute_half(const uint4& wv, uint2 sz, int j, int half, const uint16_t* xs, int lane,
+                                             float (&group)[kMTiles][4]) {
+  const uint32_t z_lo = __byte_perm(sz.x, 0, 0x3232), z_hi = __byte_perm(sz.y, 0, 0x3232);
+  const uint32_t w0 = half == 0 ? wv.x : wv.z, w1 = half == 0 ? wv.y : wv.w;
+  uint32_t a0[4], a1[4];
+  unscaled<T>(w0, z_lo, z_hi, a0);
+  unscaled<T>(w1, z_lo, z_hi, a1);
+  // B fragments of the two 16-column steps, one m-tile at a time (4 registers live, not 4 per m-tile): matrix
+  // q = lane / 8 is columns 8q .. 8q + 7 of this 32-column half, rows (tokens) lane % 8 of the m-tile; b[0], b[1] =
+  // (b0, b1) of the first step, b[2], b[3] of the second (mma_ptx.cuh: ldmatrix_x4).
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    // B fragments of two 16-column steps for every m-tile: matrix q = lane / 8 is columns 8q .. 8q + 7 of this
-    // 32-column half, rows (tokens) lane % 8 of the m-tile; r[0], r[1] = (b0, b1) of the first step, r[2], r[3] of
-    // the second (mma_ptx.cuh: ldmatrix_x4).
-    uint32_t b[kMTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      ldmatrix_x4(b[mt], xs + (mt * 8 + lane % 8) * kXStride + j * 64 + half * 32 + 8 * (lane / 8));
-    }
-#pragma unroll
-    for (int step = 0; step < 2; ++step) {
-      uint32_t a[4];
-      dequant<T>(words[2 * half + step], rs[half], a);
-#pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) mma_16816<T>(acc[mt], a, b[mt][2 * step], b[mt][2 * step + 1]);
-    }
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    uint32_t b[4];
+    ldmatrix_x4(b, xs + (mt * 8 + lane % 8) * kXStride + j * 64 + half * 32 + 8 * (lane / 8));
+    mma_16816<T>(group[mt], a0, b[0], b[1]);
+    mma_16816<T>(group[mt], a1, b[2], b[3]);
   }
 }
 
@@ -216,67 +260,104 @@ constexpr int stage_chunks(int m_tiles) {
   return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
 }
 
-// 4 CTAs an SM (<= 128 registers; ptxas -v reports 0-24 bytes of spill) at m <= 16 with group sizes that are
-// multiples of 64 (decode's common case) and at m = 17..32, to keep 16 warps' weight loads in flight; m = 33..64
-// and the odd group sizes at m <= 16 take the registers they need (140-180: 3 CTAs an SM or fewer).
+// 4 CTAs an SM (<= 128 registers) at m <= 16 with group sizes that are multiples of 64 (decode's common case) and
+// at m = 17..32, to keep 16 warps' weight loads in flight; m = 33..64 and the odd group sizes at m <= 16 take the
+// registers they need (3 CTAs an SM or fewer).
 template <typename T, int kMTiles, bool kG32>
 __global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles == 4 ? 4 : 1)
     mma_kernel(const __grid_constant__ MmaParams p) {
   pdl_trigger();
   constexpr int kRows = 8 * kMTiles, kStage = stage_chunks(kMTiles);
+  // Chunks of weights requested ahead of the one computed: two at m <= 8 (decode's latency-bound case: the most
+  // bytes in flight), one above, where the multiply itself is longer and a third register set would spill
+  // (ptxas, 2026-12-07: 24-48 bytes at m = 9..32 under the 128-register bound of 4 CTAs an SM).
+  constexpr int kAhead = kMTiles <= 1 ? 2 : 1;
   __shared__ __align__(16) uint16_t xs[kStage * kRows * kXStride];  // kStage chunk slots of [kRows][kXStride]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int64_t row_tiles = p.n / 16, col_tiles = p.k / 64;
-  const int64_t nt = int64_t{blockIdx.x} * kWarps + warp;  // this warp's 16-row strip
+  const int row_tiles = static_cast<int>(p.n / 16), col_tiles = static_cast<int>(p.k / 64);
+  const int nt = static_cast<int>(blockIdx.x) * kWarps + warp;  // this warp's 16-row strip
   const bool active = nt < row_tiles;
-  const int64_t chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles;
-  const int64_t c_begin = int64_t{blockIdx.y} * p.chunks_per_split;
-  const int64_t c_end = min(chunks, c_begin + p.chunks_per_split);
-  const uint4* wq = p.q + nt * col_tiles * 32 + lane;
-  const uint2* sz_strip = p.sz + nt * 8 + g;
+  const int chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles;
+  const int c_begin = static_cast<int>(blockIdx.y * p.chunks_per_split);
+  const int c_end = min(chunks, c_begin + static_cast<int>(p.chunks_per_split));
+  const int nt_read = min(nt, row_tiles - 1);  // a warp without a strip reads (never uses) the last one's
+  const uint4* __restrict__ wq = p.q + static_cast<int64_t>(nt_read) * col_tiles * 32 + lane;
+  const uint2* __restrict__ sz_strip = p.sz + nt_read * 8 + g;
   const uint32_t group_stride = static_cast<uint32_t>(row_tiles * 8);
 
-  // The weights and scales of chunks c, c + 1 and c + 2: two chunks always in flight behind the one being
-  // computed. The first two are requested before the wait (weights are immutable).
+  // The weights and scales of chunks c .. c + kAhead: kAhead chunks always in flight behind the one being computed,
+  // in kAhead + 1 register sets used in turn (the loop below is unrolled by kAhead + 1, so nothing is copied from
+  // one set to the next: the copies were ~130 moves a chunk). The first ones are requested before the wait
+  // (weights are immutable).
   // Above 16 rows the ring of scales costs more registers than it saves (193-223 against 2 CTAs an SM: measured
   // slower at m = 32 on the H100, 2026-12-07); there each chunk's scales are requested together just before it.
   constexpr bool kRingScales = kMTiles <= 2;
-  ChunkRegs<kG32> r0 = {}, r1 = {}, r2 = {};
+  ChunkRegs<kG32> r0, r1, r2;
   if (c_begin < c_end)
-    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, active, r0);
-  if (c_begin + 1 < c_end)
-    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, active,
-                                        r1);
-  float acc[kMTiles][4];
+    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, r0);
+  if (kAhead == 2 && c_begin + 1 < c_end)
+    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, r1);
+  // acc: the scaled sum so far; group: the current group's unscaled sums of (q - zero) * x, scaled into acc at the
+  // group's end (flush_group). left: 32-column halves until the current group ends (the range may start inside one).
+  float acc[kMTiles][4], group[kMTiles][4];
 #pragma unroll
-  for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
-  pdl_wait();  // x is the previous kernel's output; y / the partials may be read by it
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.0f;
+    group[mt][0] = group[mt][1] = group[mt][2] = group[mt][3] = 0.0f;
+  }
+  const int halves_per_group = static_cast<int>(p.group_size / 32);
+  int left = halves_per_group - static_cast<int>((int64_t{c_begin} * kChunkCols) % p.group_size) / 32;
+  uint2 last_sz = make_uint2(0, 0);  // the last half's entry: its scales close a range that ends inside a group
+  pdl_wait();                        // x is the previous kernel's output; y / the partials may be read by it
 
   const uint16_t* x = static_cast<const uint16_t*>(p.x);
-  for (int64_t s0 = c_begin; s0 < c_end; s0 += kStage) {
-    const int64_t s1 = min(c_end, s0 + kStage);
-    __syncthreads();  // every warp is done with the previous stage's xs
-    for (int64_t c = s0; c < s1; ++c)
-      load_x<kRows>(x, p.perm, p.m, p.k, c * kChunkCols, xs + (c - s0) * kRows * kXStride);
-    __syncthreads();
-    for (int64_t c = s0; c < s1; ++c) {
-      if (c + 2 < c_end)
-        load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c + 2, col_tiles, active, r2);
-      if (!kRingScales)
-        load_chunk<kG32, false, true>(wq, sz_strip, group_stride, p.group_magic, c, col_tiles, active, r0);
-      if (active) {
-        const uint16_t* xc = xs + (c - s0) * kRows * kXStride;
+  int stage_begin = c_begin, stage_end = c_begin;  // chunks [stage_begin, stage_end) of x are in xs
+  // Chunk c from `cur`, after requesting chunk c + kAhead into `ahead` (the set chunk c - 1 used).
+  const auto run_chunk = [&](int c, ChunkRegs<kG32>& cur, ChunkRegs<kG32>& ahead) {
+    if (c == stage_end) {  // the same c for every warp of the CTA: the barriers are uniform
+      __syncthreads();     // every warp is done with the previous stage's xs
+      stage_begin = c, stage_end = min(c_end, c + kStage);
+      for (int s = c; s < stage_end; ++s)
+        load_x<kRows>(x, p.perm, p.m, p.k, int64_t{s} * kChunkCols, xs + (s - c) * kRows * kXStride);
+      __syncthreads();
+    }
+    if (c + kAhead < c_end)
+      load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c + kAhead, col_tiles, ahead);
+    if constexpr (!kRingScales)
+      load_chunk<kG32, false, true>(wq, sz_strip, group_stride, p.group_magic, c, col_tiles, cur);
+    if (!active) return;
+    const uint16_t* xc = xs + (c - stage_begin) * kRows * kXStride;
 #pragma unroll
-        for (int j = 0; j < kChunkTiles; ++j) {
-          if (c * kChunkTiles + j < col_tiles) compute_tile<T, kMTiles, kG32>(r0.w[j], r0.sz[j], j, xc, lane, acc);
+    for (int j = 0; j < kChunkTiles; ++j) {
+      if (c * kChunkTiles + j >= col_tiles) break;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const uint2 sz = cur.sz[j][kG32 ? half : 0];
+        compute_half<T, kMTiles>(cur.w[j], sz, j, half, xc, lane, group);
+        last_sz = sz;
+        if (--left == 0) {
+          flush_group<kMTiles>(scales_of<T>(sz), group, acc);
+          left = halves_per_group;
         }
       }
-      r0 = r1, r1 = r2;
+    }
+  };
+  if constexpr (kAhead == 2) {
+    for (int c = c_begin; c < c_end; c += 3) {
+      run_chunk(c, r0, r2);
+      if (c + 1 < c_end) run_chunk(c + 1, r1, r0);
+      if (c + 2 < c_end) run_chunk(c + 2, r2, r1);
+    }
+  } else {
+    for (int c = c_begin; c < c_end; c += 2) {
+      run_chunk(c, r0, r1);
+      if (c + 1 < c_end) run_chunk(c + 1, r1, r0);
     }
   }
+  if (left != halves_per_group) flush_group<kMTiles>(scales_of<T>(last_sz), group, acc);  // a group cut by the range
 
   // C fragment: c0 = (row g, token 2t), c1 = (g, 2t + 1), c2 = (g + 8, 2t), c3 = (g + 8, 2t + 1).
-  const int64_t col_lo = nt * 16 + g;
+  const int64_t col_lo = int64_t{nt} * 16 + g;
   if (active) {
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {

@@ -3,10 +3,11 @@
 // w4a16_gemm_cpu.
 //
 //   m <= 64 (decode): one launch of a tensor-core kernel that streams the packed weight from global memory exactly
-//     once (16-byte loads, one warp a 16-row strip, chunks of 256 columns requested two ahead into registers while
-//     the current one is computed), dequantises it in registers into mma.sync.m16n8k16 A fragments (the magic-number
-//     trick, w4a16_layout.h) and multiplies by x's chunks held in shared memory (the B operand, ldmatrix; x gathered
-//     by perm there for act-order). Split-K: the columns are cut into `splits` ranges so that small n still fills
+//     once (16-byte loads, one warp a 16-row strip, chunks of 256 columns requested two ahead (m <= 8) or one ahead
+//     into registers while the current one is computed), turns it in registers into mma.sync.m16n8k16 A fragments
+//     of q - zero (the magic-number trick, w4a16_layout.h), multiplies by x's chunks held in shared memory (the B
+//     operand, ldmatrix; x gathered by perm there for act-order) into f32 sums per group, and scales each group's
+//     sums once into the accumulators (w4a16.h: rounding). Split-K: the columns are cut into `splits` ranges so that small n still fills
 //     every SM; each split writes f32 partials into the workspace and counts its arrival on its column block's
 //     counter; the last to arrive sums the block's partials in split order, rounds to the dtype, writes y and
 //     puts the counter back to zero (one launch; before 2026-12-07 a second reduce launch). One split writes y
@@ -14,7 +15,8 @@
 //     wait.
 //   m > 64 (prefill): the weight is dequantised into the workspace as a [n, k] matrix of the dtype (columns in the
 //     packed order), x gathered by perm into the workspace when act-order, and the product goes to cuBLASLt through
-//     `gemm` (gemm_cuda.h). Both paths use the same dequantised values, so they agree with the twin to rounding.
+//     `gemm` (gemm_cuda.h). Its weights are the dequantised ones rounded to the dtype, so it agrees with the twin
+//     to that rounding (and cuBLASLt's summation).
 //
 // Nothing allocates, synchronises or reads device memory on the host: a call can be captured in a CUDA graph (the
 // cuBLASLt path's first call of a shape runs cuBLASLt's heuristic on the host, so warm it up before capturing).

@@ -1,11 +1,11 @@
-// A CPU model of w4a16_cuda.cu's mma_kernel (with its in-launch split-K reduction), run against the CPU twin where no GPU is at hand.
-// The model executes the kernel's loops and index arithmetic as written there (chunks, x staging into shared
-// memory, the weight registers' rotation, ldmatrix addresses, the sz lookups, the epilogue's rows and columns, the
-// split-K partials), over a modelled warp whose ldmatrix.x4 and mma.sync.m16n8k16 follow the PTX ISA's fragment
-// tables, written here in their own (inverse) form rather than through w4a16_layout.h. Shared memory starts as NaN,
-// so a read of anything the CTA did not load shows. What it cannot check: the hardware itself (timing, PDL,
-// cp/ld cache hints, the half2/bf162 intrinsics' rounding; w4a16_cuda_test.cpp does that on the GPU).
-// Keep it in step with mma_kernel when that changes.
+// A CPU model of w4a16_cuda.cu's mma_kernel (with its in-launch split-K reduction), run against the CPU twin where no
+// GPU is at hand. The model executes the kernel's loops and index arithmetic as written there (chunks, x staging into
+// shared memory, the weight register sets used in turn, ldmatrix addresses, the sz lookups, the per-group sums and
+// their scaling, the epilogue's rows and columns, the split-K partials), over a modelled warp whose ldmatrix.x4 and
+// mma.sync.m16n8k16 follow the PTX ISA's fragment tables, written here in their own (inverse) form rather than through
+// w4a16_layout.h. Shared memory starts as NaN, so a read of anything the CTA did not load shows. What it cannot check:
+// the hardware itself (timing, PDL, cp/ld cache hints, the half2/bf162 intrinsics' rounding; w4a16_cuda_test.cpp does
+// that on the GPU). Keep it in step with mma_kernel when that changes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,22 +71,35 @@ void mma(std::vector<std::array<float, 4>>& c, const Regs4& a, const std::vector
   }
 }
 
-// dequant<T> of one lane: register i = ((word >> 4i) & 0x000f000f) | magic, then (v - zb) * s per half, rounded.
-std::array<uint32_t, 4> dequant(uint32_t word, const uint16_t* sz, DType dtype) {
+// unscaled<T> of one lane: register i = ((word >> 4i) & 0x000f000f) | magic, then v - zb per half (q - zero: exact).
+std::array<uint32_t, 4> unscaled(uint32_t word, const uint16_t* sz, DType dtype) {
   const uint32_t magic = dtype == DType::kF16 ? 0x64006400u : 0x43004300u;
   std::array<uint32_t, 4> a{};
   for (int i = 0; i < 4; ++i) {
     const uint32_t v = ((word >> (4 * i)) & 0x000f000fu) | magic;
     const uint16_t* row = sz + 2 * (i & 1);  // {s, zb} of row g, then of row g + 8
     for (int h = 0; h < 2; ++h) {
-      const float d = (value_of(half_of(v, h), dtype) - value_of(row[1], dtype)) * value_of(row[0], dtype);
+      const float d = value_of(half_of(v, h), dtype) - value_of(row[1], dtype);
       a[i] |= uint32_t{bits_of(d, dtype)} << (16 * h);
     }
   }
   return a;
 }
 
-// mma_kernel over every CTA, then the last split CTA of each column block's sum, y rounded to the dtype as write_output does (no bias, no accumulate).
+// flush_group: acc += scale of the C element's row (c0, c1: row g; c2, c3: row g + 8) * the group's sum; sum = 0.
+void flush_group(std::vector<std::array<float, 4>>& acc, std::vector<std::array<float, 4>>& group,
+                 const std::vector<uint16_t>& sz, const std::array<int64_t, 32>& at, DType dtype) {
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int e = 0; e < 4; ++e) {
+      const float scale = value_of(sz.at(static_cast<size_t>(at[lane] + 2 * (e / 2))), dtype);
+      acc[lane][e] = std::fma(scale, group[lane][e], acc[lane][e]);
+      group[lane][e] = 0.0f;
+    }
+  }
+}
+
+// mma_kernel over every CTA, then the last split CTA of each column block's sum, y rounded to the dtype as write_output
+// does (no bias, no accumulate).
 std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>& x, int64_t m, int64_t splits_wanted) {
   const int64_t row_tiles = w.n / 16, col_tiles = w.k / 64;
   const int64_t chunks = (col_tiles + kChunkTiles - 1) / kChunkTiles, ctas_n = (row_tiles + kWarps - 1) / kWarps;
@@ -102,31 +115,35 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
     for (int64_t bx = 0; bx < ctas_n; ++bx) {
       std::vector<uint16_t> xs(static_cast<size_t>(stage * rows * kXStride), 0xffff);  // NaN in f16 and bf16
       const int64_t c_begin = by * chunks_per_split, c_end = std::min(chunks, c_begin + chunks_per_split);
+      // mma_kernel's kAhead: the register sets are used in turn, set (c - c_begin) % (kAhead + 1) holding chunk c.
+      const int ahead = m_tiles <= 1 ? 2 : 1;
+      using ChunkWords = std::vector<Regs4>;                                    // [tile j][lane][word]
+      using ChunkScales = std::vector<std::array<std::array<int64_t, 32>, 2>>;  // [tile j][half][lane] -> w.sz index
       struct WarpState {
         int64_t nt;
         bool active;
-        std::vector<Regs4> w0, w1, w2;                       // [tile j][lane][word]
-        // load_chunk's scales: [tile j][half][lane] -> the index of the lane's {s, zb} pairs in w.sz (-1: zeros).
-        std::vector<std::array<std::array<int64_t, 32>, 2>> s0, s1, s2;
-        std::vector<std::vector<std::array<float, 4>>> acc;  // [m-tile][lane][element]
+        std::vector<ChunkWords> words;                              // [register set]
+        std::vector<ChunkScales> scales;                            // [register set]: load_chunk's {s, zb} entries
+        std::vector<std::vector<std::array<float, 4>>> acc, group;  // [m-tile][lane][element]
+        int left = 0;                                               // halves until the group ends
+        std::array<int64_t, 32> last_sz{};
       };
+      const int64_t halves_per_group = w.group_size / 32;
       std::vector<WarpState> warps(kWarps);
       const bool g32 = w.group_size % 64 != 0;  // launch_mma_tiles' kG32
       const uint32_t magic = w4a16_layout::group_magic(w.group_size);
       // load_chunk: the words and, per tile and half (one half unless g32), the sz entry of group_of's group.
-      const auto load_weights = [&](const WarpState& ws, int64_t c, std::vector<Regs4>& dst,
-                                    std::vector<std::array<std::array<int64_t, 32>, 2>>& sz_dst) {
+      // Tiles past the last one re-read the last tile, a warp without a strip the last strip's (never used).
+      const auto load_weights = [&](const WarpState& ws, int64_t c, ChunkWords& dst, ChunkScales& sz_dst) {
+        const int64_t nt = std::min(ws.nt, row_tiles - 1);
         for (int j = 0; j < kChunkTiles; ++j) {
-          const int64_t kt = c * kChunkTiles + j;
-          const bool live = ws.active && kt < col_tiles;
+          const int64_t kt = std::min(c * kChunkTiles + j, col_tiles - 1);
           for (int lane = 0; lane < 32; ++lane) {
-            for (int s = 0; s < 4; ++s) {
-              dst[j][lane][s] = live ? w.q[((ws.nt * col_tiles + kt) * 32 + lane) * 4 + s] : 0u;
-            }
+            for (int s = 0; s < 4; ++s) dst[j][lane][s] = w.q[((nt * col_tiles + kt) * 32 + lane) * 4 + s];
             for (int h = 0; h < 2; ++h) {
-              const int hh = g32 ? h : 0;  // compute_tile's sz[kG32 ? 1 : 0]
+              const int hh = g32 ? h : 0;  // compute_half's sz[kG32 ? half : 0]
               const int64_t group = w4a16_layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * hh), magic);
-              sz_dst[j][h][lane] = live ? ((group * row_tiles * 8) + ws.nt * 8 + lane / 4) * 4 : -1;
+              sz_dst[j][h][lane] = ((group * row_tiles * 8) + nt * 8 + lane / 4) * 4;
             }
           }
         }
@@ -134,13 +151,14 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
       for (int warp = 0; warp < kWarps; ++warp) {
         WarpState& ws = warps[warp];
         ws.nt = bx * kWarps + warp, ws.active = ws.nt < row_tiles;
-        ws.w0.assign(kChunkTiles, Regs4(32)), ws.w1 = ws.w0, ws.w2 = ws.w0;
-        ws.s0.assign(kChunkTiles, {}), ws.s1 = ws.s0, ws.s2 = ws.s0;
-        for (auto& tile : ws.s0) tile[0].fill(-1), tile[1].fill(-1);
-        ws.s1 = ws.s0, ws.s2 = ws.s0;
+        ws.words.assign(ahead + 1, ChunkWords(kChunkTiles, Regs4(32)));
+        ws.scales.assign(ahead + 1, ChunkScales(kChunkTiles));
         ws.acc.assign(m_tiles, std::vector<std::array<float, 4>>(32, {0, 0, 0, 0}));
-        if (c_begin < c_end) load_weights(ws, c_begin, ws.w0, ws.s0);
-        if (c_begin + 1 < c_end) load_weights(ws, c_begin + 1, ws.w1, ws.s1);
+        ws.group = ws.acc;
+        ws.left = static_cast<int>(halves_per_group - (c_begin * kChunkCols) % w.group_size / 32);
+        for (int64_t c = c_begin; c < std::min(c_end, c_begin + ahead); ++c) {
+          load_weights(ws, c, ws.words[(c - c_begin) % (ahead + 1)], ws.scales[(c - c_begin) % (ahead + 1)]);
+        }
       }
       for (int64_t s0 = c_begin; s0 < c_end; s0 += stage) {
         const int64_t s1 = std::min(c_end, s0 + stage);
@@ -156,41 +174,52 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
         }
         for (int64_t c = s0; c < s1; ++c) {
           for (WarpState& ws : warps) {
-            if (c + 2 < c_end) load_weights(ws, c + 2, ws.w2, ws.s2);
+            if (c + ahead < c_end) {
+              const int64_t set = (c + ahead - c_begin) % (ahead + 1);
+              load_weights(ws, c + ahead, ws.words[set], ws.scales[set]);
+            }
+            const ChunkWords& cur = ws.words[(c - c_begin) % (ahead + 1)];
+            const ChunkScales& cur_sz = ws.scales[(c - c_begin) % (ahead + 1)];
             if (ws.active) {
               const int64_t xc = (c - s0) * rows * kXStride;
               for (int j = 0; j < kChunkTiles; ++j) {
                 const int64_t kt = c * kChunkTiles + j;
-                if (kt >= col_tiles) continue;
+                if (kt >= col_tiles) break;
                 for (int half = 0; half < 2; ++half) {
-                  std::vector<Regs4> b(m_tiles);
+                  const std::array<int64_t, 32>& at = cur_sz[j][half];  // the half's {s, zb} entry per lane
+                  Regs4 a[2] = {Regs4(32), Regs4(32)};
+                  for (int step = 0; step < 2; ++step) {
+                    for (int lane = 0; lane < 32; ++lane) {
+                      a[step][lane] =
+                          unscaled(cur[j][lane][2 * half + step], &w.sz.at(static_cast<size_t>(at[lane])), w.dtype);
+                    }
+                  }
                   for (int mt = 0; mt < m_tiles; ++mt) {
                     int64_t address[32];
                     for (int lane = 0; lane < 32; ++lane) {
                       address[lane] = xc + (mt * 8 + lane % 8) * kXStride + j * 64 + half * 32 + 8 * (lane / 8);
                     }
-                    b[mt] = ldmatrix_x4(xs, address);
-                  }
-                  for (int step = 0; step < 2; ++step) {
-                    Regs4 a(32);
-                    for (int lane = 0; lane < 32; ++lane) {
-                      const int64_t at = ws.s0[j][half][lane];  // a live tile's entry (never -1 here)
-                      a[lane] = dequant(ws.w0[j][lane][2 * half + step], &w.sz.at(static_cast<size_t>(at)), w.dtype);
-                    }
-                    for (int mt = 0; mt < m_tiles; ++mt) {
+                    const Regs4 b = ldmatrix_x4(xs, address);
+                    for (int step = 0; step < 2; ++step) {
                       std::vector<std::array<uint32_t, 2>> bb(32);
-                      for (int lane = 0; lane < 32; ++lane)
-                        bb[lane] = {b[mt][lane][2 * step], b[mt][lane][2 * step + 1]};
-                      mma(ws.acc[mt], a, bb, w.dtype);
+                      for (int lane = 0; lane < 32; ++lane) bb[lane] = {b[lane][2 * step], b[lane][2 * step + 1]};
+                      mma(ws.group[mt], a[step], bb, w.dtype);
                     }
+                  }
+                  ws.last_sz = at;
+                  if (--ws.left == 0) {
+                    for (int mt = 0; mt < m_tiles; ++mt) flush_group(ws.acc[mt], ws.group[mt], w.sz, at, w.dtype);
+                    ws.left = static_cast<int>(halves_per_group);
                   }
                 }
               }
             }
-            ws.w0 = ws.w1, ws.w1 = ws.w2;
-            ws.s0 = ws.s1, ws.s1 = ws.s2;
           }
         }
+      }
+      for (WarpState& ws : warps) {  // a group cut by the split's range
+        if (ws.left == halves_per_group) continue;
+        for (int mt = 0; mt < m_tiles; ++mt) flush_group(ws.acc[mt], ws.group[mt], w.sz, ws.last_sz, w.dtype);
       }
       for (const WarpState& ws : warps) {  // the epilogue
         if (!ws.active) continue;
@@ -230,8 +259,10 @@ TEST(W4A16MmaModel, TheKernelsIndexingComputesTheTwinsProduct) {
   struct Shape {
     int64_t n, k;
   };
-  // 10 chunks of 256 columns at k = 2560: more than the 9 one stage holds at m <= 8.
-  const Shape shapes[] = {{16, 64}, {48, 192}, {80, 320}, {272, 640}, {32, 2560}};
+  // 10 chunks of 256 columns at k = 2560: more than the 9 one stage holds at m <= 8. k = 768 with group size 96:
+  // split ranges that start inside a group (column 256 is 64 columns into group 2), which the per-group scaling
+  // must carry across (mma_kernel's `left`).
+  const Shape shapes[] = {{16, 64}, {48, 192}, {80, 320}, {272, 640}, {32, 2560}, {48, 768}};
   uint32_t seed = 1;
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const Shape& s : shapes) {

@@ -93,20 +93,30 @@ TEST(W4A16, CpuGemmMatchesTheLogicalWeight) {
           const LogicalWeight w = random_weight(s.n, s.k, gs, act, seed++);
           auto packed = w4a16_pack(w.view(), dtype);
           ASSERT_TRUE(packed.ok()) << packed.status().to_string();
-          const std::vector<float> wt = reference_weight(w, dtype);
           for (int64_t m : {1, 3, 17, 64, 100}) {
             SCOPED_TRACE(name(s, gs, act, dtype) + " m=" + std::to_string(m));
             const std::vector<float> x = test_util::random_floats(static_cast<size_t>(m * s.k), seed++, -1, 1);
             std::vector<float> got(static_cast<size_t>(m * s.n)), naive(got.size());
             std::vector<double> ref(got.size());
             w4a16_gemm_cpu(x.data(), m, *packed, got.data());
+            // y = sum over groups of round_dtype(scale) * sum over the group's columns of (q - zero) * x, from the
+            // logical form: in double (the reference) and in f32 (the naive error it is measured against).
             for (int64_t r = 0; r < m; ++r) {
               for (int64_t o = 0; o < s.n; ++o) {
+                std::vector<double> sums(static_cast<size_t>(w.groups()), 0.0);
+                std::vector<float> sums32(sums.size(), 0.0f);
+                for (int64_t c = 0; c < s.k; ++c) {
+                  const size_t gi = static_cast<size_t>(w.group_of(c));
+                  const float qz = static_cast<float>(w.q[static_cast<size_t>(o * s.k + c)]) -
+                                   static_cast<float>(w.zeros[static_cast<size_t>(o * w.groups()) + gi]);
+                  sums[gi] += static_cast<double>(x[r * s.k + c]) * qz;
+                  sums32[gi] += x[r * s.k + c] * qz;
+                }
                 double acc = 0;
                 float acc32 = 0;
-                for (int64_t c = 0; c < s.k; ++c) {
-                  acc += static_cast<double>(x[r * s.k + c]) * wt[o * s.k + c];
-                  acc32 += x[r * s.k + c] * wt[o * s.k + c];
+                for (size_t g = 0; g < sums.size(); ++g) {
+                  const float scale = w4a16_test::round_to(w.scales[static_cast<size_t>(o * w.groups()) + g], dtype);
+                  acc += scale * sums[g], acc32 += scale * sums32[g];
                 }
                 ref[r * s.n + o] = acc, naive[r * s.n + o] = acc32;
               }
