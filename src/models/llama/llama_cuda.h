@@ -287,7 +287,9 @@ class LlamaCudaModel {
   Status w4a16_linear(const W4A16Linear& w, const void* x, void* y, bool f32_accumulate, const void* bias, int64_t m);
 
   // Mixtral's sparse MLP of one layer over `tokens` rows of normed_, added to the residual x_ (eager: the experts'
-  // row counts come back to the host once per layer).
+  // row counts come back to the host once per layer; llama_cuda_moe.cpp). Each expert's rows are padded to a few
+  // GEMM shapes, at most kMoePadRows extra rows in all (plan_buffers reserves them).
+  static constexpr int64_t kMoePadRows = 63;
   Status moe_mlp(const Layer& w, int64_t layer, int64_t tokens);
   // Whether a step of `tokens` tokens takes Mixtral's GEMV path (a few pairs, 16-bit: graph-capturable).
   bool moe_gemv_path(int64_t tokens) const;

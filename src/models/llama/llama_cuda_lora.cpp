@@ -10,14 +10,6 @@
 #include "models/llama/llama_cuda_kernels.h"
 
 namespace mmserve::models {
-namespace {
-
-size_t bytes_of(DType d, int64_t n) {
-  return static_cast<size_t>(n) * dtype_size(d);
-}
-
-}  // namespace
-
 Status LlamaCudaModel::lora_upload_async(const LoraAdapter& adapter, int64_t slot) {
   const LlamaConfig& c = config_;
   const DType d = options_.dtype;
@@ -43,15 +35,15 @@ Status LlamaCudaModel::lora_upload_async(const LoraAdapter& adapter, int64_t slo
   for (int t = 0; t < kLoraTargets; ++t) {
     if (image->a_bytes[t] == 0) continue;
     const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_a_[t]) + bytes_of(d, slot * layers * r_max * in),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_a_[t]) + storage_bytes(d, slot * layers * r_max * in),
                                          host + image->a_offset[t], image->a_bytes[t], cudaMemcpyHostToDevice, cs));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_b_[t]) + bytes_of(d, slot * layers * out * r_max),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(static_cast<uint8_t*>(lora_b_[t]) + storage_bytes(d, slot * layers * out * r_max),
                                          host + image->b_offset[t], image->b_bytes[t], cudaMemcpyHostToDevice, cs));
   }
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_ranks_ + slot * params, host + image->ranks_offset,
-                                       bytes_of(DType::kI32, params), cudaMemcpyHostToDevice, cs));
+                                       storage_bytes(DType::kI32, params), cudaMemcpyHostToDevice, cs));
   CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_scales_ + slot * params, host + image->scales_offset,
-                                       bytes_of(DType::kF32, params), cudaMemcpyHostToDevice, cs));
+                                       storage_bytes(DType::kF32, params), cudaMemcpyHostToDevice, cs));
   CUDA_RETURN_IF_ERROR(cudaEventRecord(s.copied->get(), cs));
   s.source = std::move(image), s.in_flight = true;
   return ok_status();
@@ -142,7 +134,7 @@ Status LlamaCudaModel::lora_stage(const DecoderStep& step, int64_t rows) {
   cudaStream_t st = stream_.get();
   for (int part = 0; part < 4; ++part) {  // slots, second slots, weights, second weights: the seconds for a mix
     if (!mix && part % 2 == 1) continue;
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_row_slot_ + part * cap, host + part * cap, bytes_of(DType::kI32, rows),
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(lora_row_slot_ + part * cap, host + part * cap, storage_bytes(DType::kI32, rows),
                                          cudaMemcpyHostToDevice, st));
   }
   return ok_status();
@@ -162,7 +154,7 @@ Status LlamaCudaModel::sum_text_rows(const std::vector<int32_t>& ids) {
       RETURN_IF_ERROR(stage_embeddings(ids.data() + first, m));
     } else {
       CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(arrays_.tokens, ids.data() + first, bytes_of(DType::kI32, m), cudaMemcpyHostToDevice, s));
+          cudaMemcpyAsync(arrays_.tokens, ids.data() + first, storage_bytes(DType::kI32, m), cudaMemcpyHostToDevice, s));
     }
     RETURN_IF_ERROR(gather_embeddings(m, s));
     RETURN_IF_ERROR(column_sum_f32(x_, m, h, 1.0f, /*accumulate=*/first > 0, gathered_, s));
@@ -193,7 +185,7 @@ StatusOr<std::vector<float>> LlamaCudaModel::mean_input_embedding(const std::vec
     RETURN_IF_ERROR(sum_text_rows(ids));
     std::vector<float> text(static_cast<size_t>(h));
     CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(text.data(), gathered_, bytes_of(DType::kF32, h), cudaMemcpyDeviceToHost, stream_.get()));
+        cudaMemcpyAsync(text.data(), gathered_, storage_bytes(DType::kF32, h), cudaMemcpyDeviceToHost, stream_.get()));
     CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
     for (int64_t k = 0; k < h; ++k) sum[k] += text[k];
   }
@@ -216,15 +208,15 @@ StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<
   const int64_t hidden = gate->hidden_dim();
   if (gate_on_device_ != gate) {  // a new head (or the first): its first layer to the device, once
     gate_on_device_.reset();
-    const size_t bytes = bytes_of(DType::kF32, hidden * d + 2 * hidden) + 4 * DeviceArena::kAlignment;
+    const size_t bytes = storage_bytes(DType::kF32, hidden * d + 2 * hidden) + 4 * DeviceArena::kAlignment;
     RETURN_IF_ERROR(gate_weights_.init(bytes));
     ASSIGN_OR_RETURN(gate_w1_, gate_weights_.allocate_array<float>(hidden * d));
     ASSIGN_OR_RETURN(gate_b1_, gate_weights_.allocate_array<float>(hidden));
     ASSIGN_OR_RETURN(gate_out_, gate_weights_.allocate_array<float>(hidden));
     CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(gate_w1_, gate->w1().data(), bytes_of(DType::kF32, hidden * d), cudaMemcpyHostToDevice));
+        cudaMemcpy(gate_w1_, gate->w1().data(), storage_bytes(DType::kF32, hidden * d), cudaMemcpyHostToDevice));
     CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(gate_b1_, gate->b1().data(), bytes_of(DType::kF32, hidden), cudaMemcpyHostToDevice));
+        cudaMemcpy(gate_b1_, gate->b1().data(), storage_bytes(DType::kF32, hidden), cudaMemcpyHostToDevice));
     gate_on_device_ = gate;  // held: its address cannot be another head's while it is cached
   }
   RETURN_IF_ERROR(sum_text_rows(tokens));
@@ -235,10 +227,10 @@ StatusOr<std::vector<float>> LlamaCudaModel::gate_first_layer(const std::vector<
   RETURN_IF_ERROR(gemm_->run(g, s));
   std::vector<float> out(static_cast<size_t>(hidden));
   CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(out.data(), gate_out_, bytes_of(DType::kF32, hidden), cudaMemcpyDeviceToHost, s));
+      cudaMemcpyAsync(out.data(), gate_out_, storage_bytes(DType::kF32, hidden), cudaMemcpyDeviceToHost, s));
   if (e != nullptr) {
     e->resize(static_cast<size_t>(d));
-    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e->data(), gathered_, bytes_of(DType::kF32, d), cudaMemcpyDeviceToHost, s));
+    CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(e->data(), gathered_, storage_bytes(DType::kF32, d), cudaMemcpyDeviceToHost, s));
   }
   CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   if (e != nullptr) {
@@ -275,12 +267,12 @@ kernels::LoraCudaArgs LlamaCudaModel::lora_args(int64_t layer, std::initializer_
     p.in = in;
     if (lora_a_[ti] != nullptr) {  // Mixtral's MLP: no dense linears
       kernels::LoraCudaTarget& g = p.target[p.num_targets++];
-      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + bytes_of(d, layer * r_max * in),
+      g.a = static_cast<const uint8_t*>(lora_a_[ti]) + storage_bytes(d, layer * r_max * in),
       g.a_slot_stride = layers * r_max * in;
-      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + bytes_of(d, layer * out * r_max),
+      g.b = static_cast<const uint8_t*>(lora_b_[ti]) + storage_bytes(d, layer * out * r_max),
       g.b_slot_stride = layers * out * r_max;
       g.ranks = lora_ranks_ + layer * kLoraTargets + ti, g.scales = lora_scales_ + layer * kLoraTargets + ti;
-      g.out = out, g.y = static_cast<uint8_t*>(y) + bytes_of(y_dtype, column);
+      g.out = out, g.y = static_cast<uint8_t*>(y) + storage_bytes(y_dtype, column);
     }
     column += out;
   }

@@ -19,10 +19,6 @@
 namespace mmserve::models {
 namespace {
 
-size_t bytes_of(DType d, int64_t n) {
-  return static_cast<size_t>(n) * dtype_size(d);
-}
-
 // The freed images' host buffers, handed to the next image of the same byte size instead of a cudaFreeHost and a
 // cudaHostAlloc (pinning 84 MB page by page costs tens of ms; every adapter with the same targets has the same size
 // in one model, so an unload followed by a load is the common case). Keeps the kKept most recently freed buffers and
@@ -138,7 +134,7 @@ Status check_packable(const LoraAdapter& adapter, const LlamaConfig& c, int64_t 
 // so f32 -> bf16 here rounds as f32_to_bf16 of the f32 copy did (the two sources give the same bits).
 void convert_run(const uint8_t* from, DType s, int64_t n, DType d, uint8_t* to) {
   if (s == d) {
-    std::memcpy(to, from, bytes_of(d, n));
+    std::memcpy(to, from, storage_bytes(d, n));
     return;
   }
   if (d == DType::kF32) {
@@ -149,8 +145,8 @@ void convert_run(const uint8_t* from, DType s, int64_t n, DType d, uint8_t* to) 
   float buffer[kChunk];
   for (int64_t at = 0; at < n; at += kChunk) {
     const int64_t count = std::min(kChunk, n - at);
-    convert_to_f32(s, from + bytes_of(s, at), buffer, count);
-    convert_from_f32(buffer, d, to + bytes_of(d, at), count);
+    convert_to_f32(s, from + storage_bytes(s, at), buffer, count);
+    convert_from_f32(buffer, d, to + storage_bytes(d, at), count);
   }
 }
 
@@ -159,9 +155,9 @@ void convert_run(const uint8_t* from, DType s, int64_t n, DType d, uint8_t* to) 
 void put(Source from, int64_t rows, int64_t cols, int64_t ld, DType d, uint8_t* to) {
   if (cols == ld) cols *= rows, ld = cols, rows = 1;
   for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = to + bytes_of(d, r * ld);
-    convert_run(from.data + bytes_of(from.dtype, r * cols), from.dtype, cols, d, row);
-    std::memset(row + bytes_of(d, cols), 0, bytes_of(d, ld - cols));
+    uint8_t* row = to + storage_bytes(d, r * ld);
+    convert_run(from.data + storage_bytes(from.dtype, r * cols), from.dtype, cols, d, row);
+    std::memset(row + storage_bytes(d, cols), 0, storage_bytes(d, ld - cols));
   }
 }
 
@@ -186,12 +182,12 @@ std::shared_ptr<const LoraSlotImage> pack(const LoraAdapter& adapter, const Sour
       anywhere = adapter.module(l, static_cast<LoraTarget>(t)).present();
     if (!anywhere) continue;
     const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    image->a_bytes[t] = bytes_of(d, layers * r_max * in), image->a_offset[t] = place(image->a_bytes[t]);
-    image->b_bytes[t] = bytes_of(d, layers * out * r_max), image->b_offset[t] = place(image->b_bytes[t]);
+    image->a_bytes[t] = storage_bytes(d, layers * r_max * in), image->a_offset[t] = place(image->a_bytes[t]);
+    image->b_bytes[t] = storage_bytes(d, layers * out * r_max), image->b_offset[t] = place(image->b_bytes[t]);
   }
   const int64_t params = layers * kLoraTargets;
-  image->ranks_offset = place(bytes_of(DType::kI32, params));
-  image->scales_offset = place(bytes_of(DType::kF32, params));
+  image->ranks_offset = place(storage_bytes(DType::kI32, params));
+  image->scales_offset = place(storage_bytes(DType::kF32, params));
   image->bytes = at;
   image->memory = ImagePool::get()->take(at, &image->pinned);
   uint8_t* base = image->memory.get();
@@ -212,16 +208,16 @@ std::shared_ptr<const LoraSlotImage> pack(const LoraAdapter& adapter, const Sour
     scales[index] = m.present() ? m.scale : 0.0f;
     if (image->a_bytes[t] == 0) continue;  // adapted in no layer: the slot keeps no arrays for it
     const auto [in, out] = lora_target_features(c, static_cast<LoraTarget>(t));
-    uint8_t* a = base + image->a_offset[t] + bytes_of(d, l * r_max * in);
-    uint8_t* b = base + image->b_offset[t] + bytes_of(d, l * out * r_max);
+    uint8_t* a = base + image->a_offset[t] + storage_bytes(d, l * r_max * in);
+    uint8_t* b = base + image->b_offset[t] + storage_bytes(d, l * out * r_max);
     if (!m.present()) {  // this layer's share of a target other layers adapt
-      std::memset(a, 0, bytes_of(d, r_max * in));
-      std::memset(b, 0, bytes_of(d, out * r_max));
+      std::memset(a, 0, storage_bytes(d, r_max * in));
+      std::memset(b, 0, storage_bytes(d, out * r_max));
       continue;
     }
     const ModuleSource& from = sources[l][t];
     put(from.a, m.rank, in, in, d, a);  // the first `rank` rows, then zero rows to r_max
-    std::memset(a + bytes_of(d, m.rank * in), 0, bytes_of(d, (r_max - m.rank) * in));
+    std::memset(a + storage_bytes(d, m.rank * in), 0, storage_bytes(d, (r_max - m.rank) * in));
     put(from.b, out, m.rank, r_max, d, b);
   }
   return image;

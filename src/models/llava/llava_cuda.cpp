@@ -18,10 +18,6 @@
 namespace mmserve::models {
 namespace {
 
-size_t bytes_of(DType d, int64_t n) {
-  return storage_bytes(d, n);
-}
-
 // n host f32 values to `dst` on the device in `dtype` (f32, or bf16/f16 converted on the host through `half`).
 Status upload_as(const float* src, int64_t n, DType dtype, void* dst, std::vector<uint16_t>& half) {
   if (dtype == DType::kF32) {
@@ -122,30 +118,30 @@ Status LlavaCudaVision::init(const LlavaConfig& config, const LlavaCudaVisionOpt
   const int64_t t = config.tokens_per_image(), h = config.text.hidden_size;
   const int64_t in = vh * static_cast<int64_t>(config.feature_layers.size());
   const int64_t patch_cols = v.num_channels * v.patch_size * v.patch_size;
-  const std::vector<size_t> sizes = {bytes_of(DType::kF32, n * v.num_channels * v.image_size * v.image_size),
-                                     bytes_of(d, n * p * patch_cols),
-                                     bytes_of(DType::kF32, n * p * vh),
-                                     bytes_of(DType::kF32, n * seq * vh),
-                                     bytes_of(d, n * seq * vh),
-                                     bytes_of(d, n * seq * 3 * vh),
-                                     bytes_of(d, n * seq * vh),
-                                     bytes_of(d, n * seq * v.intermediate_size),
-                                     bytes_of(d, n * t * in),
-                                     bytes_of(d, n * t * h),
-                                     bytes_of(DType::kF32, n * t * h)};
+  const std::vector<size_t> sizes = {storage_bytes(DType::kF32, n * v.num_channels * v.image_size * v.image_size),
+                                     storage_bytes(d, n * p * patch_cols),
+                                     storage_bytes(DType::kF32, n * p * vh),
+                                     storage_bytes(DType::kF32, n * seq * vh),
+                                     storage_bytes(d, n * seq * vh),
+                                     storage_bytes(d, n * seq * 3 * vh),
+                                     storage_bytes(d, n * seq * vh),
+                                     storage_bytes(d, n * seq * v.intermediate_size),
+                                     storage_bytes(d, n * t * in),
+                                     storage_bytes(d, n * t * h),
+                                     storage_bytes(DType::kF32, n * t * h)};
   size_t total = 0;
   for (size_t b : sizes) total += DeviceArena::aligned(b) + DeviceArena::kAlignment;
   RETURN_IF_ERROR(buffers_.init(total));
   ASSIGN_OR_RETURN(pixels_, buffers_.allocate_array<float>(n * v.num_channels * v.image_size * v.image_size));
-  ASSIGN_OR_RETURN(patches_, buffers_.allocate(bytes_of(d, n * p * patch_cols)));
+  ASSIGN_OR_RETURN(patches_, buffers_.allocate(storage_bytes(d, n * p * patch_cols)));
   ASSIGN_OR_RETURN(patch_out_, buffers_.allocate_array<float>(n * p * vh));
   ASSIGN_OR_RETURN(block_.x, buffers_.allocate_array<float>(n * seq * vh));
-  ASSIGN_OR_RETURN(block_.normed, buffers_.allocate(bytes_of(d, n * seq * vh)));
-  ASSIGN_OR_RETURN(block_.qkv, buffers_.allocate(bytes_of(d, n * seq * 3 * vh)));
-  ASSIGN_OR_RETURN(block_.context, buffers_.allocate(bytes_of(d, n * seq * vh)));
-  ASSIGN_OR_RETURN(block_.mlp, buffers_.allocate(bytes_of(d, n * seq * v.intermediate_size)));
-  ASSIGN_OR_RETURN(selected_, buffers_.allocate(bytes_of(d, n * t * in)));
-  ASSIGN_OR_RETURN(mid_, buffers_.allocate(bytes_of(d, n * t * h)));
+  ASSIGN_OR_RETURN(block_.normed, buffers_.allocate(storage_bytes(d, n * seq * vh)));
+  ASSIGN_OR_RETURN(block_.qkv, buffers_.allocate(storage_bytes(d, n * seq * 3 * vh)));
+  ASSIGN_OR_RETURN(block_.context, buffers_.allocate(storage_bytes(d, n * seq * vh)));
+  ASSIGN_OR_RETURN(block_.mlp, buffers_.allocate(storage_bytes(d, n * seq * v.intermediate_size)));
+  ASSIGN_OR_RETURN(selected_, buffers_.allocate(storage_bytes(d, n * t * in)));
+  ASSIGN_OR_RETURN(mid_, buffers_.allocate(storage_bytes(d, n * t * h)));
   ASSIGN_OR_RETURN(features_, buffers_.allocate_array<float>(n * t * h));
   return ok_status();
 }
@@ -173,12 +169,12 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::load(const std::stri
                                     &m->class_embedding_, &m->patch_weight_, &m->positions_, &m->pre_ln_w_,
                                     &m->pre_ln_b_, &m->linear1_w_, &m->linear1_b_, &m->linear2_w_, &m->linear2_b_);
   size_t total = 0;
-  for (const Job& j : jobs) total += DeviceArena::aligned(bytes_of(j.dtype, j.numel));
+  for (const Job& j : jobs) total += DeviceArena::aligned(storage_bytes(j.dtype, j.numel));
   RETURN_IF_ERROR(m->weights_.init(total));
   std::vector<uint16_t> half;
   for (const Job& j : jobs) {
     if (j.source.numel() != j.numel) return internal_error("LLaVA tower: a tensor of an unexpected size");
-    ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(bytes_of(j.dtype, j.numel)));
+    ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(storage_bytes(j.dtype, j.numel)));
     RETURN_IF_ERROR(upload_as(j.source.data_as<float>(), j.numel, j.dtype, dst, half));
     *j.target = dst;
   }
@@ -195,10 +191,10 @@ StatusOr<std::unique_ptr<LlavaCudaVision>> LlavaCudaVision::random(const LlavaCo
                                     &m->class_embedding_, &m->patch_weight_, &m->positions_, &m->pre_ln_w_,
                                     &m->pre_ln_b_, &m->linear1_w_, &m->linear1_b_, &m->linear2_w_, &m->linear2_b_);
   size_t total = 0;
-  for (const Job& j : jobs) total += DeviceArena::aligned(bytes_of(j.dtype, j.numel));
+  for (const Job& j : jobs) total += DeviceArena::aligned(storage_bytes(j.dtype, j.numel));
   RETURN_IF_ERROR(m->weights_.init(total));
   for (const Job& j : jobs) {
-    ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(bytes_of(j.dtype, j.numel)));
+    ASSIGN_OR_RETURN(void* dst, m->weights_.allocate(storage_bytes(j.dtype, j.numel)));
     RETURN_IF_ERROR(fill_weights(dst, j.dtype, j.numel, ++seed, j.norm ? 0.0f : 0.02f, 1.0f, m->stream_.get()));
     *j.target = dst;
   }
@@ -318,11 +314,11 @@ StatusOr<const LlavaCudaVision::ProjectorLora*> LlavaCudaVision::projector_lora(
     }
     entry.rank[k] = m.rank, entry.scale[k] = m.scale;
     r_max = std::max(r_max, m.rank);
-    total += DeviceArena::aligned(bytes_of(options_.dtype, m.rank * m.in)) +
-             DeviceArena::aligned(bytes_of(k == 0 ? options_.dtype : DType::kF32, m.out * m.rank));
+    total += DeviceArena::aligned(storage_bytes(options_.dtype, m.rank * m.in)) +
+             DeviceArena::aligned(storage_bytes(k == 0 ? options_.dtype : DType::kF32, m.out * m.rank));
   }
   const int64_t scratch = options_.max_images * config_.tokens_per_image() * r_max;
-  total += DeviceArena::aligned(bytes_of(DType::kF32, scratch));  // f32: the wider of the two dtypes it holds
+  total += DeviceArena::aligned(storage_bytes(DType::kF32, scratch));  // f32: the wider of the two dtypes it holds
   if (projector_loras_.size() >= kProjectorLoraEntries) {
     projector_loras_.erase(
         std::min_element(projector_loras_.begin(), projector_loras_.end(),
@@ -335,13 +331,13 @@ StatusOr<const LlavaCudaVision::ProjectorLora*> LlavaCudaVision::projector_lora(
     const LoraModule& m = adapter->projector[k];
     if (!m.present()) continue;
     const DType b_dtype = k == 0 ? options_.dtype : DType::kF32;
-    ASSIGN_OR_RETURN(void* a, entry.memory->allocate(bytes_of(options_.dtype, m.rank * m.in)));
-    ASSIGN_OR_RETURN(void* b, entry.memory->allocate(bytes_of(b_dtype, m.out * m.rank)));
+    ASSIGN_OR_RETURN(void* a, entry.memory->allocate(storage_bytes(options_.dtype, m.rank * m.in)));
+    ASSIGN_OR_RETURN(void* b, entry.memory->allocate(storage_bytes(b_dtype, m.out * m.rank)));
     RETURN_IF_ERROR(upload_as(m.a.data(), m.rank * m.in, options_.dtype, a, half));
     RETURN_IF_ERROR(upload_as(m.b.data(), m.out * m.rank, b_dtype, b, half));
     entry.a[k] = a, entry.b[k] = b;
   }
-  ASSIGN_OR_RETURN(entry.scratch, entry.memory->allocate(bytes_of(DType::kF32, scratch)));
+  ASSIGN_OR_RETURN(entry.scratch, entry.memory->allocate(storage_bytes(DType::kF32, scratch)));
   entry.used = ++projector_lora_clock_;
   projector_loras_.push_back(std::move(entry));
   return &projector_loras_.back();
