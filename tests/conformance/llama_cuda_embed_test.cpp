@@ -29,7 +29,8 @@ LlamaCudaOptions options(bool on_host, bool graphs) {
   o.dtype = DType::kBF16;
   o.embeddings_on_host = on_host;
   o.graphs = graphs;
-  o.max_model_len = 64, o.max_num_seqs = 4, o.max_num_tokens = 64;
+  o.max_model_len = 64, o.max_num_tokens = 64;
+  o.max_num_seqs = 16;  // a step's logit rows are at most max_num_seqs: the prompt asks for all of its 9
   o.kv_cache_bytes = 8 << 20;  // two models live at once
   return o;
 }
@@ -97,6 +98,7 @@ TEST(LlamaCudaEmbeddingsOnHost, TiedEmbeddingsStayOnTheGpu) {
   EXPECT_EQ((*asked)->host_weight_bytes(), 0);
   EXPECT_EQ((*asked)->weight_bytes(), (*on_gpu)->weight_bytes());
   const std::vector<float> want = run(**on_gpu), got = run(**asked);
+  ASSERT_EQ(want.size(), (kPrompt.size() + kSteps) * static_cast<size_t>((*on_gpu)->config().vocab_size));
   EXPECT_EQ(got, want);
 }
 

@@ -29,14 +29,6 @@ __device__ __forceinline__ uint16_t bits_of(float x) {
   return u;
 }
 
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
 struct MmaParams {
   const void* q;
   int64_t q_ld;

@@ -1,7 +1,7 @@
 // PTX wrappers the tensor-core attention kernels share (attention_cuda.cu: CLIP's; attention_kv_mma.cu and
 // attention_kv_wgmma.cu: Whisper's): mma.sync m16n8k16 with f32 accumulators, 16-bit pairs packed for fragments,
-// ldmatrix, the SFU's 2^x, a 16-byte cp.async and the quad reductions of the online softmax. Device code only; each
-// is one instruction or two.
+// ldmatrix, the SFU's 2^x, 16- and 8-byte cp.async with its groups, and the quad reductions of the online softmax.
+// Device code only; each is one instruction or two.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -92,6 +92,20 @@ __device__ __forceinline__ float exp2_approx(float x) {
 __device__ __forceinline__ void cp_async_16(void* dst_shared, const void* src_global) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared_address(dst_shared)), "l"(src_global)
                : "memory");
+}
+// 8 bytes (cp.async's .cg, L2 only, takes 16-byte copies alone).
+__device__ __forceinline__ void cp_async_8(void* dst_shared, const void* src_global) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(shared_address(dst_shared)), "l"(src_global)
+               : "memory");
+}
+// The copies issued since the last commit form a group; wait until at most kPending groups are still in flight
+// (the thread's own copies are then visible to it; other threads' need a barrier).
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Max / sum over the 4 lanes of a quad (the lanes that share fragment rows g and g + 8).

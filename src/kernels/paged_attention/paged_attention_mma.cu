@@ -24,8 +24,6 @@
 namespace mmserve::kernels::paged_detail {
 namespace {
 
-using attention_kv_detail::cp_async_commit;
-using attention_kv_detail::cp_async_wait;
 using attention_kv_detail::kKeyTile;
 using attention_kv_detail::kSmemPad;
 using attention_kv_detail::mma_smem;

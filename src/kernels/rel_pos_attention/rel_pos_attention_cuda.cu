@@ -26,8 +26,6 @@
 namespace mmserve::kernels {
 namespace {
 
-using attention_kv_detail::cp_async_commit;
-using attention_kv_detail::cp_async_wait;
 using attention_kv_detail::kKeyTile;
 using attention_kv_detail::kLog2e;
 using attention_kv_detail::kSmemPad;

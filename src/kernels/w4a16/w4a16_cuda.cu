@@ -2,18 +2,18 @@
 //
 // m <= 64, mma_kernel: a CTA of 4 warps owns 4 row strips of 16 output rows (64 outputs) and one split's range of
 // 256-column chunks. The CTA copies x's [rows, 256] slices of up to stage_chunks() chunks at once into shared memory
-// (rows padded to the fragment's 8 tokens with zeros; gathered through perm for act-order; at decode's few rows the
-// whole range behind one barrier), and each warp dequantises its strip's four 16 x 64 tiles a chunk (one 16-byte
-// load per lane each, requested two chunks ahead into registers together with the lane's scales of each tile, so
-// no load sits between a tile's words and its multiply) into A fragments and runs mma.sync.m16n8k16 against
-// ldmatrix'd B fragments of x, 8 tokens an m-tile. The weights are the A operand (16 rows of W x 16 columns), x the
-// B operand, so one m-tile of 8 tokens covers decode's m = 1..8 without wasting 15/16 of the MMA as an x-as-A kernel
-// would. What we follow from Marlin (IST-DASLab/marlin marlin_cuda_kernel.cu, vLLM
-// csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16-byte load is its fragments, the
-// lop3/magic-number dequantisation, scales applied in registers per group, split-K over SMs with the reduction in
-// the same launch (the last split CTA of a column block sums the f32 partials in split order: deterministic, where
-// Marlin's semaphore orders in-place adds). What we do not (yet): cp.async multi-stage pipelining of the weights
-// through shared memory, and Marlin's 4-bit zeros (ours are 16-bit).
+// (rows padded to the fragment's 8 tokens with zeros; gathered through perm for act-order), and each warp streams
+// its strip's chunks (four 16 x 64 tiles: one 16-byte word group a lane each, with the lane's scales/zeros of each
+// tile) through a ring of kStages shared-memory slots with cp.async, three chunks in flight behind the one it
+// multiplies; it turns a chunk's words into A fragments of q - zero and runs mma.sync.m16n8k16 against ldmatrix'd B
+// fragments of x, 8 tokens an m-tile, into f32 sums per group that are scaled once at the group's end. The weights
+// are the A operand (16 rows of W x 16 columns), x the B operand, so one m-tile of 8 tokens covers decode's
+// m = 1..8 without wasting 15/16 of the MMA as an x-as-A kernel would. What we follow from Marlin (IST-DASLab/marlin
+// marlin_cuda_kernel.cu, vLLM csrc/quantization/gptq_marlin): weights pre-permuted offline so a lane's 16 bytes
+// are its fragments, the lop3/magic-number dequantisation, a cp.async multi-stage ring of the weights, split-K over
+// SMs with the reduction in the same launch (the last split CTA of a column block sums the f32 partials in split
+// order: deterministic, where Marlin's semaphore orders in-place adds). What we do not: Marlin's 4-bit zeros (ours
+// are 16-bit) and its scales in the dtype (ours multiply each group's f32 sum).
 //
 // m > 64: dequant_kernel writes W [n, k] in the dtype to the workspace (columns in packed order), gather_kernel
 // permutes x's columns when act-order, and cuBLASLt multiplies.
@@ -175,36 +175,62 @@ struct MmaParams {
   int splits = 1;
 };
 
-// What a warp holds of one chunk: its strip's four tiles (one 16-byte word group a lane each) and, per tile, the
-// lane's scales/zeros entry of the tile's group; kG32 (a group size that is an odd multiple of 32: 32, 96, 160...,
-// where a 64-column tile's two halves may lie in different groups): of each 32-column half's group. Requested together
-// two chunks ahead, so the scales never stall the multiply (loaded beside the dequantisation they were a dependent load
-// per tile).
+// What a warp holds of one chunk while it multiplies it: its strip's four tiles (one 16-byte word group a lane each)
+// and, per tile, the lane's scales/zeros entry of the tile's group; kG32 (a group size that is an odd multiple of 32:
+// 32, 96, 160..., where a 64-column tile's two halves may lie in different groups): of each 32-column half's group.
 template <bool kG32>
 struct ChunkRegs {
   uint4 w[kChunkTiles];
   uint2 sz[kChunkTiles][kG32 ? 2 : 1];
 };
 
-// Chunk c's weights and scales. wq / sz_strip: the lane's word group of the strip's tile 0 and its sz entry of
-// group 0 (a warp without a strip reads the last strip's, never used); group_stride: sz entries per group. Tiles
-// past the last one (a chunk cut short) re-read the last tile (never used): no branch around the loads, whose
-// predicates and 64-bit index arithmetic cost more issue slots than the dequantisation at decode (ncu, 2026-12-07).
-// kWeights / kScales: which of the two to request (kernels with many m-tiles take the scales a chunk at a time).
-template <bool kG32, bool kWeights = true, bool kScales = true>
-__device__ __forceinline__ void load_chunk(const uint4* __restrict__ wq, const uint2* __restrict__ sz_strip,
-                                           uint32_t group_stride, uint32_t magic, int c, int col_tiles,
-                                           ChunkRegs<kG32>& r) {
+// The weight ring: each warp streams its strip through kStages chunk slots of shared memory with cp.async, kStages - 1
+// chunks in flight behind the one it multiplies. Registers could not do that: the loads of chunks c + 1, c + 2 into
+// registers were waited for together with chunk c's (so every chunk cost a full DRAM round trip: at M = 1 the time
+// did not depend on the instruction count, 3x fewer changed it by 1-4%, nor much on the split count; measured on the
+// H100, 2026-12-07), while cp.async.wait_group waits for exactly the oldest group. A lane copies and later reads back
+// only its own bytes, so no barrier is needed between the copy and the read.
+constexpr int kStages = 4;
+template <bool kG32>
+struct Slot {
+  static constexpr int kHalves = kG32 ? 2 : 1;
+  static constexpr int kWeightBytes = kChunkTiles * 32 * 16;          // [tile][lane] 16 bytes
+  static constexpr int kScaleBytes = kChunkTiles * kHalves * 32 * 8;  // [tile][half][lane] 8 bytes
+  static constexpr int kBytes = kWeightBytes + kScaleBytes;
+  static constexpr int kWarpBytes = kStages * kBytes;
+};
+
+// Chunk c's weights and scales into `slot` (one cp.async group when committed). wq / sz_strip: the lane's word group
+// of the strip's tile 0 and its sz entry of group 0 (a warp without a strip reads the last strip's, never used);
+// group_stride: sz entries per group. Tiles past the last one (a chunk cut short) re-read the last tile (never used):
+// no branch around the copies.
+template <bool kG32>
+__device__ __forceinline__ void copy_chunk(const uint4* __restrict__ wq, const uint2* __restrict__ sz_strip,
+                                           uint32_t group_stride, uint32_t magic, int c, int col_tiles, int lane,
+                                           uint8_t* slot) {
 #pragma unroll
   for (int j = 0; j < kChunkTiles; ++j) {
     const int kt = min(c * kChunkTiles + j, col_tiles - 1);
-    if constexpr (kWeights) r.w[j] = __ldcs(wq + kt * 32);  // read once: evict first
-    if constexpr (kScales) {
+    cp_async_16(slot + (j * 32 + lane) * 16, wq + kt * 32);
 #pragma unroll
-      for (int h = 0; h < (kG32 ? 2 : 1); ++h) {
-        const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
-        r.sz[j][h] = __ldg(sz_strip + group * group_stride);
-      }
+    for (int h = 0; h < Slot<kG32>::kHalves; ++h) {
+      const uint32_t group = layout::group_of(static_cast<uint32_t>(kt * 64 + 32 * h), magic);
+      cp_async_8(slot + Slot<kG32>::kWeightBytes + ((j * Slot<kG32>::kHalves + h) * 32 + lane) * 8,
+                 sz_strip + group * group_stride);
+    }
+  }
+}
+
+// The lane's bytes of a slot back into registers (after cp_async_wait).
+template <bool kG32>
+__device__ __forceinline__ void read_chunk(const uint8_t* slot, int lane, ChunkRegs<kG32>& r) {
+#pragma unroll
+  for (int j = 0; j < kChunkTiles; ++j) {
+    r.w[j] = *reinterpret_cast<const uint4*>(slot + (j * 32 + lane) * 16);
+#pragma unroll
+    for (int h = 0; h < Slot<kG32>::kHalves; ++h) {
+      r.sz[j][h] = *reinterpret_cast<const uint2*>(slot + Slot<kG32>::kWeightBytes +
+                                                   ((j * Slot<kG32>::kHalves + h) * 32 + lane) * 8);
     }
   }
 }
@@ -254,26 +280,26 @@ __device__ __forceinline__ void compute_half(const uint4& wv, uint2 sz, int j, i
   }
 }
 
-// Chunks of x held in shared memory at once: as many as fit in 40 KB (9 at 8 rows, 1 at 64), so that at decode's
-// few rows a CTA loads its whole range of x behind one barrier instead of one barrier pair per chunk.
+// Chunks of x held in shared memory at once: as many as fit in 24 KB (5 at 8 rows, 1 at 32 and 64), so that at
+// decode's few rows a CTA loads most ranges of x behind one barrier pair; with the weight ring (48 KB at group sizes
+// that are multiples of 64) three CTAs fit an SM up to m = 32.
 constexpr int stage_chunks(int m_tiles) {
-  return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
+  return 24576 / (8 * m_tiles * kXStride * 2) > 0 ? 24576 / (8 * m_tiles * kXStride * 2) : 1;
 }
 
-// 4 CTAs an SM (<= 128 registers) at m <= 16 with group sizes that are multiples of 64 (decode's common case) and
-// at m = 17..32, to keep 16 warps' weight loads in flight; m = 33..64 and the odd group sizes at m <= 16 take the
-// registers they need (3 CTAs an SM or fewer).
+template <int kMTiles, bool kG32>
+constexpr int mma_smem_bytes() {
+  return stage_chunks(kMTiles) * 8 * kMTiles * kXStride * 2 + kWarps * Slot<kG32>::kWarpBytes;
+}
+
 template <typename T, int kMTiles, bool kG32>
-__global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles == 4 ? 4 : 1)
-    mma_kernel(const __grid_constant__ MmaParams p) {
+__global__ void __launch_bounds__(kThreads, kMTiles <= 4 ? 3 : 2) mma_kernel(const __grid_constant__ MmaParams p) {
   pdl_trigger();
   constexpr int kRows = 8 * kMTiles, kStage = stage_chunks(kMTiles);
-  // Chunks of weights requested ahead of the one computed: two at m <= 8 (decode's latency-bound case: the most
-  // bytes in flight), one above, where the multiply itself is longer and a third register set would spill
-  // (ptxas, 2026-12-07: 24-48 bytes at m = 9..32 under the 128-register bound of 4 CTAs an SM).
-  constexpr int kAhead = kMTiles <= 1 ? 2 : 1;
-  __shared__ __align__(16) uint16_t xs[kStage * kRows * kXStride];  // kStage chunk slots of [kRows][kXStride]
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint16_t* xs = reinterpret_cast<uint16_t*>(smem);  // kStage chunk slots of [kRows][kXStride]
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  uint8_t* ring = smem + kStage * kRows * kXStride * 2 + warp * Slot<kG32>::kWarpBytes;  // this warp's slots
   const int row_tiles = static_cast<int>(p.n / 16), col_tiles = static_cast<int>(p.k / 64);
   const int nt = static_cast<int>(blockIdx.x) * kWarps + warp;  // this warp's 16-row strip
   const bool active = nt < row_tiles;
@@ -285,18 +311,15 @@ __global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles =
   const uint2* __restrict__ sz_strip = p.sz + nt_read * 8 + g;
   const uint32_t group_stride = static_cast<uint32_t>(row_tiles * 8);
 
-  // The weights and scales of chunks c .. c + kAhead: kAhead chunks always in flight behind the one being computed,
-  // in kAhead + 1 register sets used in turn (the loop below is unrolled by kAhead + 1, so nothing is copied from
-  // one set to the next: the copies were ~130 moves a chunk). The first ones are requested before the wait
-  // (weights are immutable).
-  // Above 16 rows the ring of scales costs more registers than it saves (193-223 against 2 CTAs an SM: measured
-  // slower at m = 32 on the H100, 2026-12-07); there each chunk's scales are requested together just before it.
-  constexpr bool kRingScales = kMTiles <= 2;
-  ChunkRegs<kG32> r0, r1, r2;
-  if (c_begin < c_end)
-    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin, col_tiles, r0);
-  if (kAhead == 2 && c_begin + 1 < c_end)
-    load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c_begin + 1, col_tiles, r1);
+  // The first kStages - 1 chunks are requested before the wait (weights are immutable); one group each, empty past
+  // the range, so that group i is always chunk c_begin + i.
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (c_begin + i < c_end)
+      copy_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c_begin + i, col_tiles, lane,
+                       ring + i * Slot<kG32>::kBytes);
+    cp_async_commit();
+  }
   // acc: the scaled sum so far; group: the current group's unscaled sums of (q - zero) * x, scaled into acc at the
   // group's end (flush_group). left: 32-column halves until the current group ends (the range may start inside one).
   float acc[kMTiles][4], group[kMTiles][4];
@@ -312,8 +335,8 @@ __global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles =
 
   const uint16_t* x = static_cast<const uint16_t*>(p.x);
   int stage_begin = c_begin, stage_end = c_begin;  // chunks [stage_begin, stage_end) of x are in xs
-  // Chunk c from `cur`, after requesting chunk c + kAhead into `ahead` (the set chunk c - 1 used).
-  const auto run_chunk = [&](int c, ChunkRegs<kG32>& cur, ChunkRegs<kG32>& ahead) {
+  for (int c = c_begin; c < c_end; ++c) {
+    const int i = c - c_begin;
     if (c == stage_end) {  // the same c for every warp of the CTA: the barriers are uniform
       __syncthreads();     // every warp is done with the previous stage's xs
       stage_begin = c, stage_end = min(c_end, c + kStage);
@@ -321,11 +344,15 @@ __global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles =
         load_x<kRows>(x, p.perm, p.m, p.k, int64_t{s} * kChunkCols, xs + (s - c) * kRows * kXStride);
       __syncthreads();
     }
-    if (c + kAhead < c_end)
-      load_chunk<kG32, true, kRingScales>(wq, sz_strip, group_stride, p.group_magic, c + kAhead, col_tiles, ahead);
-    if constexpr (!kRingScales)
-      load_chunk<kG32, false, true>(wq, sz_strip, group_stride, p.group_magic, c, col_tiles, cur);
-    if (!active) return;
+    cp_async_wait<kStages - 2>();  // group i (chunk c) is in; the kStages - 2 after it may still be in flight
+    ChunkRegs<kG32> cur;
+    read_chunk<kG32>(ring + (i % kStages) * Slot<kG32>::kBytes, lane, cur);
+    // Chunk c + kStages - 1 into the slot chunk c - 1 used (read back in the previous iteration).
+    if (c + kStages - 1 < c_end)
+      copy_chunk<kG32>(wq, sz_strip, group_stride, p.group_magic, c + kStages - 1, col_tiles, lane,
+                       ring + ((i + kStages - 1) % kStages) * Slot<kG32>::kBytes);
+    cp_async_commit();
+    if (!active) continue;
     const uint16_t* xc = xs + (c - stage_begin) * kRows * kXStride;
 #pragma unroll
     for (int j = 0; j < kChunkTiles; ++j) {
@@ -341,19 +368,8 @@ __global__ void __launch_bounds__(kThreads, (kMTiles <= 2 && !kG32) || kMTiles =
         }
       }
     }
-  };
-  if constexpr (kAhead == 2) {
-    for (int c = c_begin; c < c_end; c += 3) {
-      run_chunk(c, r0, r2);
-      if (c + 1 < c_end) run_chunk(c + 1, r1, r0);
-      if (c + 2 < c_end) run_chunk(c + 2, r2, r1);
-    }
-  } else {
-    for (int c = c_begin; c < c_end; c += 2) {
-      run_chunk(c, r0, r1);
-      if (c + 1 < c_end) run_chunk(c + 1, r1, r0);
-    }
   }
+  cp_async_wait<0>();  // no copy outlives the kernel (the trailing groups are empty)
   if (left != halves_per_group) flush_group<kMTiles>(scales_of<T>(last_sz), group, acc);  // a group cut by the range
 
   // C fragment: c0 = (row g, token 2t), c1 = (g, 2t + 1), c2 = (g + 8, 2t), c3 = (g + 8, 2t + 1).
@@ -477,14 +493,30 @@ size_t aligned(size_t bytes) {
   return DeviceArena::aligned(bytes);
 }
 
+// One instantiation: its dynamic shared memory (above the 48 KB default) allowed once per device, then the launch.
+// The first call of a shape runs eagerly before any capture (the decoder's and the tests' warm-up), so the attribute
+// call never happens inside a graph capture.
+template <typename T, int kMTiles, bool kG32>
+Status launch_mma(const MmaParams& p, dim3 grid, cudaStream_t stream) {
+  constexpr int kBytes = mma_smem_bytes<kMTiles, kG32>();
+  static std::atomic<uint64_t> allowed{0};  // bit d: set on device d
+  int device = 0;
+  CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (allowed.load(std::memory_order_acquire) & bit) == 0) {
+    CUDA_RETURN_IF_ERROR(
+        cudaFuncSetAttribute(mma_kernel<T, kMTiles, kG32>, cudaFuncAttributeMaxDynamicSharedMemorySize, kBytes));
+    allowed.fetch_or(bit, std::memory_order_release);
+  }
+  CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles, kG32>, grid, dim3(kThreads), kBytes, stream, p));
+  return ok_status();
+}
+
 template <typename T, int kMTiles>
 Status launch_mma_tiles(const MmaParams& p, dim3 grid, cudaStream_t stream) {
-  if (p.group_size % 64 != 0) {  // a tile's halves may straddle two groups (before 2026-12-07 only 32 was handled)
-    CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles, true>, grid, dim3(kThreads), 0, stream, p));
-  } else {
-    CUDA_RETURN_IF_ERROR(launch_pdl(mma_kernel<T, kMTiles, false>, grid, dim3(kThreads), 0, stream, p));
-  }
-  return ok_status();
+  // A tile's halves may straddle two groups at odd multiples of 32 (before 2026-12-07 only 32 was handled).
+  return p.group_size % 64 != 0 ? launch_mma<T, kMTiles, true>(p, grid, stream)
+                                : launch_mma<T, kMTiles, false>(p, grid, stream);
 }
 
 template <typename T>

@@ -3,8 +3,8 @@
 // w4a16_gemm_cpu.
 //
 //   m <= 64 (decode): one launch of a tensor-core kernel that streams the packed weight from global memory exactly
-//     once (16-byte loads, one warp a 16-row strip, chunks of 256 columns requested two ahead (m <= 8) or one ahead
-//     into registers while the current one is computed), turns it in registers into mma.sync.m16n8k16 A fragments
+//     once (one warp a 16-row strip, chunks of 256 columns copied three ahead by cp.async into a shared-memory ring
+//     while the current one is computed), turns it in registers into mma.sync.m16n8k16 A fragments
 //     of q - zero (the magic-number trick, w4a16_layout.h), multiplies by x's chunks held in shared memory (the B
 //     operand, ldmatrix; x gathered by perm there for act-order) into f32 sums per group, and scales each group's
 //     sums once into the accumulators (w4a16.h: rounding). Split-K: the columns are cut into `splits` ranges so that small n still fills

@@ -117,10 +117,11 @@ void bench_linear(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double 
   for (void* p : theirs) cudaFree(p);
 }
 
-// Decode's M = 1 with the split count forced (split_k 1..16; 0 = the planner's choice): how the time depends on the
-// CTA count (waves, tails, the split-K fix-up), for the scheduling work. Run after every linear's rows, so the
-// launch order of the rows above (ncu's --launch-skip offsets) does not move.
-void bench_split_sweep(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, double hbm) {
+// Decode's M = 1 (and batch 32's M = 32) with the split count forced (split_k 1..16, capped at 256 / M; 0 = the
+// planner's choice): how the time depends on the CTA count (waves, tails, the split-K fix-up), for the scheduling
+// work. Run after every linear's rows, M = 1 first, so the launch order of the rows above (ncu's --launch-skip
+// offsets) does not move.
+void bench_split_sweep(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, int64_t m, double hbm) {
   const W4A16Packed host = random_packed(s.n, s.k, 128, false, 1);
   const double packed_bytes = static_cast<double>(host.q.size() * 4 + host.sz.size() * 2);
   std::vector<std::unique_ptr<W4A16Buffers>> ours;
@@ -129,21 +130,22 @@ void bench_split_sweep(CudaBench& bench, CublasLtGemm& gemm, const Linear& s, do
     if (!up.ok()) return;
     ours.push_back(std::move(*up));
   }
-  void* x = device_random(DType::kBF16, s.k, 2);
+  void* x = device_random(DType::kBF16, m * s.k, 2);
   void* y = nullptr;
   void* ws = nullptr;
-  const size_t ws_bytes = w4a16_workspace_bytes(1, ours[0]->view, 16);
-  cudaMalloc(&y, static_cast<size_t>(s.n) * 2);
+  const size_t ws_bytes = w4a16_workspace_bytes(m, ours[0]->view, 16);
+  cudaMalloc(&y, static_cast<size_t>(m * s.n) * 2);
   cudaMalloc(&ws, ws_bytes);
   cudaMemset(ws, 0, ws_bytes);
   for (int split : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16}) {
-    const std::string shape = std::string(s.name) + " bf16 M=1 N=" + std::to_string(s.n) + " K=" +
-                              std::to_string(s.k) + " g128 split_k=" + std::to_string(split);
+    if (split > 0 && split > std::max<int64_t>(1, 256 / m)) continue;  // capped to the same count as a smaller one
+    const std::string shape = std::string(s.name) + " bf16 M=" + std::to_string(m) + " N=" + std::to_string(s.n) +
+                              " K=" + std::to_string(s.k) + " g128 split_k=" + std::to_string(split);
     size_t i = 0;
     Status status = ok_status();
-    const size_t need = w4a16_workspace_bytes(1, ours[0]->view, split);
-    const double us = bench.run("w4a16_split", "ours " + shape, 2.0 * s.n * s.k, packed_bytes, [&] {
-      const Status st = w4a16_gemm_cuda(x, DType::kBF16, 1, ours[i++ % ours.size()]->view, y, ws, need, &gemm,
+    const size_t need = w4a16_workspace_bytes(m, ours[0]->view, split);
+    const double us = bench.run("w4a16_split", "ours " + shape, 2.0 * m * s.n * s.k, packed_bytes, [&] {
+      const Status st = w4a16_gemm_cuda(x, DType::kBF16, m, ours[i++ % ours.size()]->view, y, ws, need, &gemm,
                                         bench.stream(), {}, split);
       if (!st.ok()) status = st;
     });
@@ -178,7 +180,9 @@ void bench_w4a16_cuda(CudaBench& bench) {
                             {"down", 4096, 14336, false},
                             {"o", 4096, 4096, true}};
   for (const Linear& s : linears) bench_linear(bench, gemm, s, hbm);
-  for (int i = 0; i < 4; ++i) bench_split_sweep(bench, gemm, linears[i], hbm);
+  for (int64_t m : {1, 32}) {
+    for (int i = 0; i < 4; ++i) bench_split_sweep(bench, gemm, linears[i], m, hbm);
+  }
   created->reset();
   cudaFree(workspace);
 }

@@ -1,6 +1,6 @@
 // A CPU model of w4a16_cuda.cu's mma_kernel (with its in-launch split-K reduction), run against the CPU twin where no
 // GPU is at hand. The model executes the kernel's loops and index arithmetic as written there (chunks, x staging into
-// shared memory, the weight register sets used in turn, ldmatrix addresses, the sz lookups, the per-group sums and
+// shared memory, the weight ring's slots, ldmatrix addresses, the sz lookups, the per-group sums and
 // their scaling, the epilogue's rows and columns, the split-K partials), over a modelled warp whose ldmatrix.x4 and
 // mma.sync.m16n8k16 follow the PTX ISA's fragment tables, written here in their own (inverse) form rather than through
 // w4a16_layout.h. Shared memory starts as NaN, so a read of anything the CTA did not load shows. What it cannot check:
@@ -25,7 +25,7 @@ namespace {
 // As in w4a16_cuda.cu.
 constexpr int kWarps = 4, kChunkTiles = 4, kChunkCols = 256, kXStride = kChunkCols + 8;
 constexpr int stage_chunks(int m_tiles) {
-  return 40960 / (8 * m_tiles * kXStride * 2) > 0 ? 40960 / (8 * m_tiles * kXStride * 2) : 1;
+  return 24576 / (8 * m_tiles * kXStride * 2) > 0 ? 24576 / (8 * m_tiles * kXStride * 2) : 1;
 }
 
 float value_of(uint16_t bits, DType dtype) {
@@ -115,15 +115,15 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
     for (int64_t bx = 0; bx < ctas_n; ++bx) {
       std::vector<uint16_t> xs(static_cast<size_t>(stage * rows * kXStride), 0xffff);  // NaN in f16 and bf16
       const int64_t c_begin = by * chunks_per_split, c_end = std::min(chunks, c_begin + chunks_per_split);
-      // mma_kernel's kAhead: the register sets are used in turn, set (c - c_begin) % (kAhead + 1) holding chunk c.
-      const int ahead = m_tiles <= 1 ? 2 : 1;
+      // mma_kernel's weight ring of kStages = 4 slots: slot (c - c_begin) % 4 holds chunk c, requested 3 ahead.
+      const int ahead = 3;
       using ChunkWords = std::vector<Regs4>;                                    // [tile j][lane][word]
       using ChunkScales = std::vector<std::array<std::array<int64_t, 32>, 2>>;  // [tile j][half][lane] -> w.sz index
       struct WarpState {
         int64_t nt;
         bool active;
-        std::vector<ChunkWords> words;                              // [register set]
-        std::vector<ChunkScales> scales;                            // [register set]: load_chunk's {s, zb} entries
+        std::vector<ChunkWords> words;                              // [ring slot]
+        std::vector<ChunkScales> scales;                            // [ring slot]: copy_chunk's {s, zb} entries
         std::vector<std::vector<std::array<float, 4>>> acc, group;  // [m-tile][lane][element]
         int left = 0;                                               // halves until the group ends
         std::array<int64_t, 32> last_sz{};
@@ -132,7 +132,7 @@ std::vector<float> model_gemm(const W4A16Packed& w, const std::vector<uint16_t>&
       std::vector<WarpState> warps(kWarps);
       const bool g32 = w.group_size % 64 != 0;  // launch_mma_tiles' kG32
       const uint32_t magic = w4a16_layout::group_magic(w.group_size);
-      // load_chunk: the words and, per tile and half (one half unless g32), the sz entry of group_of's group.
+      // copy_chunk: the words and, per tile and half (one half unless g32), the sz entry of group_of's group.
       // Tiles past the last one re-read the last tile, a warp without a strip the last strip's (never used).
       const auto load_weights = [&](const WarpState& ws, int64_t c, ChunkWords& dst, ChunkScales& sz_dst) {
         const int64_t nt = std::min(ws.nt, row_tiles - 1);
@@ -259,7 +259,7 @@ TEST(W4A16MmaModel, TheKernelsIndexingComputesTheTwinsProduct) {
   struct Shape {
     int64_t n, k;
   };
-  // 10 chunks of 256 columns at k = 2560: more than the 9 one stage holds at m <= 8. k = 768 with group size 96:
+  // 10 chunks of 256 columns at k = 2560: more than the 5 one stage holds at m <= 8. k = 768 with group size 96:
   // split ranges that start inside a group (column 256 is 64 columns into group 2), which the per-group scaling
   // must carry across (mma_kernel's `left`).
   const Shape shapes[] = {{16, 64}, {48, 192}, {80, 320}, {272, 640}, {32, 2560}, {48, 768}};
