@@ -23,7 +23,8 @@
 # (bench/run_mixtral_gpu_bench.sh: the MoE stack and 8x7B decode, grouped expert GEMM vs per-expert cuBLASLt),
 # lora-fixtures (tools/reference/make_lora_fixtures.py and make_clip_lora_fixtures.py: PEFT adapters and goldens,
 # returned under fixtures/lora).
-# image-path (bench/server_gpu.sh per configuration: the host's PNG decode vs image_decode: batch, 1-3 instances).
+# image-path (bench/server_gpu.sh per configuration: the host's PNG decode vs image_decode: batch, 1-3 instances),
+# w4a16 (issue 17's kernel loop: its GPU tests, kernel bench and Llama-3-8B W4A16 decode, beside base/ if carried).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -285,6 +286,32 @@ if has priority; then
     else
       summary+=("bench priority $device: FAIL (see priority_$device.err)")
     fi
+  done
+fi
+
+if has w4a16; then
+  # Issue 17's W4A16 loop in one call (~2 min): the kernel's GPU tests, the decoder's W4A16 and host-embedding
+  # tests, the kernel bench (rows, then the M = 1 / 32 split sweeps) and the Llama-3-8B W4A16 decode, each beside the
+  # carried baseline's binaries (pack-gpu-build.sh BASELINE=DIR: base/kernels_cuda_bench, base/llama_gpu_bench) when
+  # there are some. Pack: PACK=only NO_CLI=1 BENCHES="kernels_cuda_bench llama_gpu_bench"
+  # GPU_EXTRA="kernels_cuda_test llama_cuda_quant_test llama_cuda_embed_test" (its Refusals case reads the Mixtral
+  # fixture: carry it, or it fails on the missing folder).
+  for spec in "kernels_cuda_test --gtest_filter=W4A16Cuda.*:RopeCuda*" llama_cuda_quant_test llama_cuda_embed_test; do
+    set -- $spec
+    if [ -x "$BIN/tests/$1" ] && timeout -k 5 300 "$BIN/tests/$@" > "$RES/w4a16_$1.log" 2>&1; then
+      summary+=("w4a16 $1: ok")
+    else
+      summary+=("w4a16 $1: FAIL (see w4a16_$1.log)"); failed=1
+    fi
+  done
+  LLAMA_ARGS="--arch llama-3-8b --batches 1,32 --prompt 128 --new-tokens 64 --prefill 2048 --iters 2 --w4a16 ${W4A16:-128}"
+  for side in base ""; do
+    dir="$BIN${side:+/$side}"; tag=${side:-new}
+    [ -x "$dir/kernels_cuda_bench" ] && timeout -k 5 180 "$dir/kernels_cuda_bench" --only w4a16 \
+      --json "$RES/w4a16_kernels_$tag.json" > "$RES/w4a16_kernels_$tag.log" 2>&1
+    [ -x "$dir/llama_gpu_bench" ] && timeout -k 5 180 "$dir/llama_gpu_bench" $LLAMA_ARGS \
+      > "$RES/w4a16_llama_$tag.json" 2> "$RES/w4a16_llama_$tag.err"
+    summary+=("w4a16 bench $tag: $(grep -h '^w4a16 \(qkv\|o\|gate_up\|down\) bf16 M=1 ' "$RES/w4a16_kernels_$tag.log" 2>/dev/null | grep -v act-order | awk '{printf "%s %s us; ", $2, $9}')$(cat "$RES/w4a16_llama_$tag.json" 2>/dev/null | tr -d '\n' | head -c 300)")
   done
 fi
 
