@@ -24,7 +24,8 @@
 # lora-fixtures (tools/reference/make_lora_fixtures.py and make_clip_lora_fixtures.py: PEFT adapters and goldens,
 # returned under fixtures/lora).
 # image-path (bench/server_gpu.sh per configuration: the host's PNG decode vs image_decode: batch, 1-3 instances),
-# w4a16 (issue 17's kernel loop: its GPU tests, kernel bench and Llama-3-8B W4A16 decode, beside base/ if carried).
+# image-profile (ncu per-kernel durations of clip_throughput --input png vs levels: where the PNG pipeline's GPU time
+# goes), w4a16 (issue 17's kernel loop: its GPU tests, kernel bench and Llama-3-8B W4A16 decode, beside base/ if carried).
 # Default: "tests memcheck kernels".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -289,6 +290,39 @@ if has priority; then
   done
 fi
 
+if has image-profile; then
+  # Issue 13 item 6's open question: where the GPU time of the PNG pipeline goes (decode stage beside the encoder).
+  # Per-kernel durations under ncu (counters serialise the kernels: read the shares, not the sum) of
+  # clip_throughput --input png (the stage) and --input levels (the encoder alone), ViT-B/32 bf16, batch 64.
+  model=$(mktemp -d /tmp/clip-profile.XXXX)
+  if "$BIN/mmserve" demo-model --overwrite --architecture vit-b32 --output "$model/clip" > "$RES/profile_model.log" 2>&1; then
+    printf 'device: cuda\ndtype: bf16\nmax_batch_size: 64\n' > "$model/clip/mmserve.yaml"
+    for input in png levels; do
+      extra=""; [ $input = png ] && extra="--image-decode stage"
+      timeout -k 5 240 ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 200 \
+        --launch-count ${PROFILE_KERNELS:-600} "$BIN/clip_throughput" --model "$model/clip" --device cuda --dtype bf16 \
+        --tower vision --input $input $extra --batches 64 --iters 8 > "$RES/profile_$input.csv" 2> "$RES/profile_$input.err"
+      python3 - "$RES/profile_$input.csv" > "$RES/profile_${input}_table.md" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head, body = rows[0], rows[1:]
+k, v = head.index("Kernel Name"), head.index("Metric Value")
+total = collections.Counter()
+for r in body:
+    total[r[k].split("(")[0][:80]] += float(r[v].replace(",", ""))
+s = sum(total.values()) or 1
+print("| kernel | ns | share |\n|---|---|---|")
+for name, ns in total.most_common(15):
+    print(f"| {name} | {ns:.0f} | {100 * ns / s:.1f}% |")
+PY
+      summary+=("image-profile $input: $(sed -n 3p "$RES/profile_${input}_table.md")")
+    done
+  else
+    summary+=("image-profile: FAIL (demo-model, see profile_model.log)"); failed=1
+  fi
+  rm -rf "$model"
+fi
+
 if has w4a16; then
   # Issue 17's W4A16 loop in one call (~2 min): the kernel's GPU tests, the decoder's W4A16 and host-embedding
   # tests, the kernel bench (rows, then the M = 1 / 32 split sweeps) and the Llama-3-8B W4A16 decode, each beside the
@@ -319,7 +353,7 @@ if [ -n "${OUT:-}" ]; then tar czf "$OUT/gpu-check.tgz" -C "$RES" .; fi
 echo "==================== gpu-check summary ($(date -u +%FT%TZ), ${COMMIT:-unknown-commit}, stages: $STAGES) ===="
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "no GPU visible"
 printf '%s\n' "${summary[@]}"
-for f in mixtral_gpu_table.md priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_base_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md $(cd "$RES" && ls image_path_*.md 2>/dev/null); do
+for f in profile_png_table.md profile_levels_table.md mixtral_gpu_table.md priority_cpu_table.md priority_cuda_table.md conformance_figures.txt tp_figures.txt tp_table.md whisper_figures.txt whisper_gpu_table.md kernels_cuda_base_table.md kernels_cuda_table.md attention_torch_table.md clip_gpu_table.md server_gpu_table.md clip_cpu_table.md $(cd "$RES" && ls image_path_*.md 2>/dev/null); do
   [ -s "$RES/$f" ] && { echo "--- $f"; cat "$RES/$f"; }
 done
 echo "results: $RES"
