@@ -345,6 +345,14 @@ if has w4a16; then
       --json "$RES/w4a16_kernels_$tag.json" > "$RES/w4a16_kernels_$tag.log" 2>&1
     [ -x "$dir/llama_gpu_bench" ] && timeout -k 5 180 "$dir/llama_gpu_bench" $LLAMA_ARGS \
       > "$RES/w4a16_llama_$tag.json" 2> "$RES/w4a16_llama_$tag.err"
+    if [ -z "$side" ] && [ "${W4A16_NCU:-0}" = 1 ]; then
+      # W4A16_NCU=1: ncu's full set (stall reasons, per-instruction samples) of o at M = 1 (launch 395 of mma_kernel
+      # in the bench's order: the linears' rows come before the split sweeps).
+      timeout -k 5 200 ncu --clock-control none -k regex:mma_kernel --launch-skip 395 --launch-count 1 --set full \
+        --import-source yes -f -o "$RES/w4a16_ncu_o_m1" "$dir/kernels_cuda_bench" --only w4a16 > "$RES/w4a16_ncu.log" 2>&1
+      ncu -i "$RES/w4a16_ncu_o_m1.ncu-rep" --page details --print-details all > "$RES/w4a16_ncu_o_m1.txt" 2>&1
+      ncu -i "$RES/w4a16_ncu_o_m1.ncu-rep" --page source --csv --print-source sass > "$RES/w4a16_ncu_o_m1_sass.csv" 2>&1
+    fi
     summary+=("w4a16 bench $tag: $(grep -h '^w4a16 \(qkv\|o\|gate_up\|down\) bf16 M=1 ' "$RES/w4a16_kernels_$tag.log" 2>/dev/null | grep -v act-order | awk '{printf "%s %s us; ", $2, $9}')$(cat "$RES/w4a16_llama_$tag.json" 2>/dev/null | tr -d '\n' | head -c 300)")
   done
 fi
